@@ -1,0 +1,883 @@
+/*
+ * kvpool.c - the G1 block pool (see kvpool.h for the contract).
+ *
+ * Layout: per-block arrays indexed by block id (ref counts, transfer holds, hashes, links of the
+ * free queue and of the prefix-cache buckets). The prefix-cache map is a power-of-two array of
+ * buckets whose chains are intrusive doubly linked lists over block ids; new entries go to the
+ * bucket's tail, so the first match walking from the head is the earliest-inserted block with
+ * that hash. Nothing here allocates per block after kvpool_create().
+ */
+#include "kvpool/kvpool.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvpool/kvpool_internal.h"
+
+enum { BLOCK_HASHED = 1u };
+
+struct kvpool_event_rec {
+    enum kvpool_event_type type;
+    bool has_parent;
+    kvpool_hash parent_hash;
+    uint32_t num_hashes;
+    size_t hash_off; /* into event_hashes */
+};
+
+struct kvpool {
+    struct kvpool_config cfg;
+    uint32_t num_blocks;
+    uint32_t bs;
+    uint32_t *ref;    /* references: sequences' block tables + transfer holds */
+    uint32_t *holds;  /* transfer source holds (part of ref) */
+    kvpool_hash *hash;
+    uint8_t *flags;   /* BLOCK_HASHED */
+    int32_t *mprev;   /* bucket chain links, -1 = none */
+    int32_t *mnext;
+    int32_t *bhead;   /* bucket heads/tails, -1 = empty */
+    int32_t *btail;
+    uint64_t bmask;
+    struct kvpool_free_queue fq;
+    uint64_t generation;
+    uint64_t capacity_generation;
+    struct kvpool_seq *seqs; /* attached sequences (for kvpool_check) */
+    /* events */
+    struct kvpool_event_rec *events;
+    size_t num_events, cap_events;
+    kvpool_hash *event_hashes;
+    size_t num_event_hashes, cap_event_hashes;
+    /* kvpool_check scratch: expected refs and the first owner seen per block */
+    uint32_t *scratch_ref;
+    const struct kvpool_seq **scratch_owner;
+};
+
+/* ---- free queue ---------------------------------------------------------------------------- */
+
+int kvpool__fq_init(struct kvpool_free_queue *q, int32_t cap)
+{
+    q->cap = cap;
+    q->count = 0;
+    q->prev = malloc(((size_t)cap + 2) * sizeof *q->prev);
+    q->next = malloc(((size_t)cap + 2) * sizeof *q->next);
+    if (!q->prev || !q->next) {
+        kvpool__fq_fini(q);
+        return -ENOMEM;
+    }
+    for (int32_t i = 0; i < cap; i++)
+        q->prev[i] = q->next[i] = -1;
+    q->next[kvpool__fq_head(q)] = kvpool__fq_tail(q);
+    q->prev[kvpool__fq_head(q)] = -1;
+    q->prev[kvpool__fq_tail(q)] = kvpool__fq_head(q);
+    q->next[kvpool__fq_tail(q)] = -1;
+    return 0;
+}
+
+void kvpool__fq_fini(struct kvpool_free_queue *q)
+{
+    free(q->prev);
+    free(q->next);
+    q->prev = q->next = NULL;
+    q->count = 0;
+}
+
+void kvpool__fq_insert_after(struct kvpool_free_queue *q, int32_t at, int32_t id)
+{
+    int32_t nx = q->next[at];
+    q->prev[id] = at;
+    q->next[id] = nx;
+    q->next[at] = id;
+    q->prev[nx] = id;
+    q->count++;
+}
+
+void kvpool__fq_remove(struct kvpool_free_queue *q, int32_t id)
+{
+    int32_t pv = q->prev[id], nx = q->next[id];
+    q->next[pv] = nx;
+    q->prev[nx] = pv;
+    q->prev[id] = q->next[id] = -1;
+    q->count--;
+}
+
+int32_t kvpool__fq_popleft(struct kvpool_free_queue *q)
+{
+    int32_t id = kvpool__fq_front(q);
+    if (id < 0)
+        return -ENOSPC;
+    kvpool__fq_remove(q, id);
+    return id;
+}
+
+int kvpool__fq_popleft_n(struct kvpool_free_queue *q, int32_t *out, uint32_t n)
+{
+    if (n > q->count)
+        return -ENOSPC;
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = kvpool__fq_popleft(q);
+    return 0;
+}
+
+void kvpool__fq_append(struct kvpool_free_queue *q, int32_t id)
+{
+    kvpool__fq_insert_after(q, q->prev[kvpool__fq_tail(q)], id);
+}
+
+void kvpool__fq_append_n(struct kvpool_free_queue *q, const int32_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        kvpool__fq_append(q, ids[i]);
+}
+
+void kvpool__fq_prepend_n(struct kvpool_free_queue *q, const int32_t *ids, uint32_t n)
+{
+    int32_t at = kvpool__fq_head(q);
+    for (uint32_t i = 0; i < n; i++) {
+        kvpool__fq_insert_after(q, at, ids[i]);
+        at = ids[i];
+    }
+}
+
+/* ---- names --------------------------------------------------------------------------------- */
+
+const char *kvpool_owner_class_name(enum kvpool_owner_class cls)
+{
+    switch (cls) {
+    case KVPOOL_OWNER_NONE: return "none";
+    case KVPOOL_OWNER_REQUEST: return "request";
+    case KVPOOL_OWNER_CACHE_ENTRY: return "cache_entry";
+    case KVPOOL_OWNER_DEST_RESERVATION: return "destination_reservation";
+    case KVPOOL_OWNER_TRANSFER_HOLD: return "transfer_hold";
+    case KVPOOL_OWNER_DEFERRED_FREE: return "deferred_free";
+    }
+    return "?";
+}
+
+const char *kvpool_outcome_name(enum kvpool_outcome outcome)
+{
+    switch (outcome) {
+    case KVPOOL_READY: return "READY";
+    case KVPOOL_CAPACITY_EXHAUSTED: return "CAPACITY_EXHAUSTED";
+    case KVPOOL_BLOCKED_ON_OFFLOAD: return "BLOCKED_ON_OFFLOAD";
+    case KVPOOL_RETRY_NOW: return "RETRY_NOW";
+    }
+    return "?";
+}
+
+const char *kvpool_event_type_name(enum kvpool_event_type type)
+{
+    switch (type) {
+    case KVPOOL_EVENT_STORED: return "stored";
+    case KVPOOL_EVENT_REMOVED: return "removed";
+    case KVPOOL_EVENT_CLEARED: return "cleared";
+    }
+    return "?";
+}
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+void kvpool_config_default(struct kvpool_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->num_blocks = 10000;
+    cfg->block_size = 16;
+    cfg->max_model_len = 0;
+    cfg->watermark = 0.0;
+    cfg->enable_prefix_caching = true;
+    cfg->enable_kv_events = false;
+}
+
+int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out)
+{
+    *out = NULL;
+    if (cfg->num_blocks < 2 || cfg->num_blocks > (uint32_t)INT32_MAX - 2 ||
+        cfg->block_size == 0 || !(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
+        return -EINVAL;
+    struct kvpool *p = calloc(1, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    p->cfg = *cfg;
+    p->num_blocks = cfg->num_blocks;
+    p->bs = cfg->block_size;
+    size_t n = cfg->num_blocks;
+    uint64_t nb = 1;
+    while (nb < n)
+        nb <<= 1;
+    p->bmask = nb - 1;
+    p->ref = calloc(n, sizeof *p->ref);
+    p->holds = calloc(n, sizeof *p->holds);
+    p->hash = calloc(n, sizeof *p->hash);
+    p->flags = calloc(n, sizeof *p->flags);
+    p->mprev = malloc(n * sizeof *p->mprev);
+    p->mnext = malloc(n * sizeof *p->mnext);
+    p->bhead = malloc(nb * sizeof *p->bhead);
+    p->btail = malloc(nb * sizeof *p->btail);
+    p->scratch_ref = calloc(n, sizeof *p->scratch_ref);
+    p->scratch_owner = calloc(n, sizeof *p->scratch_owner);
+    if (!p->ref || !p->holds || !p->hash || !p->flags || !p->mprev || !p->mnext || !p->bhead ||
+        !p->btail || !p->scratch_ref || !p->scratch_owner ||
+        kvpool__fq_init(&p->fq, (int32_t)n) != 0) {
+        kvpool_destroy(p);
+        return -ENOMEM;
+    }
+    memset(p->mprev, 0xff, n * sizeof *p->mprev);
+    memset(p->mnext, 0xff, n * sizeof *p->mnext);
+    memset(p->bhead, 0xff, nb * sizeof *p->bhead);
+    memset(p->btail, 0xff, nb * sizeof *p->btail);
+    /* Block 0 is the null block: popped at construction, never queued again. */
+    for (int32_t id = 1; id < (int32_t)n; id++)
+        kvpool__fq_append(&p->fq, id);
+    *out = p;
+    return 0;
+}
+
+void kvpool_destroy(struct kvpool *pool)
+{
+    if (!pool)
+        return;
+    free(pool->ref);
+    free(pool->holds);
+    free(pool->hash);
+    free(pool->flags);
+    free(pool->mprev);
+    free(pool->mnext);
+    free(pool->bhead);
+    free(pool->btail);
+    free(pool->scratch_ref);
+    free(pool->scratch_owner);
+    kvpool__fq_fini(&pool->fq);
+    free(pool->events);
+    free(pool->event_hashes);
+    free(pool);
+}
+
+const struct kvpool_config *kvpool_get_config(const struct kvpool *pool) { return &pool->cfg; }
+
+/* ---- events -------------------------------------------------------------------------------- */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 16;
+    while (nc < need)
+        nc *= 2;
+    void *na = realloc(*arr, nc * elem);
+    if (!na)
+        return -ENOMEM;
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+/* grow() for arrays whose capacity is a uint32_t. */
+static int grow_u32cap(void **arr, uint32_t *cap, uint64_t need, size_t elem)
+{
+    if (need > UINT32_MAX)
+        return -EOVERFLOW;
+    size_t c = *cap;
+    int rc = grow(arr, &c, (size_t)need, elem);
+    if (rc == 0)
+        *cap = (uint32_t)(c < UINT32_MAX ? c : UINT32_MAX);
+    return rc;
+}
+
+/*
+ * Records an event. Event memory is amortized over the pool's lifetime; if it cannot grow, the
+ * process is out of memory and continuing would silently drop an event a router relies on.
+ */
+static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent,
+                 kvpool_hash parent, const kvpool_hash *hashes, uint32_t n)
+{
+    if (!p->cfg.enable_kv_events)
+        return;
+    if (grow((void **)&p->events, &p->cap_events, p->num_events + 1, sizeof *p->events) ||
+        grow((void **)&p->event_hashes, &p->cap_event_hashes, p->num_event_hashes + n,
+             sizeof *p->event_hashes)) {
+        fprintf(stderr, "kvsim: out of memory recording KV events\n");
+        abort();
+    }
+    struct kvpool_event_rec *e = &p->events[p->num_events++];
+    e->type = type;
+    e->has_parent = has_parent;
+    e->parent_hash = parent;
+    e->num_hashes = n;
+    e->hash_off = p->num_event_hashes;
+    if (n)
+        memcpy(p->event_hashes + p->num_event_hashes, hashes, n * sizeof *hashes);
+    p->num_event_hashes += n;
+}
+
+size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx)
+{
+    size_t n = pool->num_events;
+    for (size_t i = 0; i < n; i++) {
+        const struct kvpool_event_rec *r = &pool->events[i];
+        struct kvpool_event ev = {
+            .type = r->type,
+            .has_parent = r->has_parent,
+            .parent_hash = r->parent_hash,
+            .num_hashes = r->num_hashes,
+            .hashes = pool->event_hashes + r->hash_off,
+        };
+        if (fn)
+            fn(ctx, &ev);
+    }
+    pool->num_events = 0;
+    pool->num_event_hashes = 0;
+    return n;
+}
+
+/* ---- prefix-cache map ---------------------------------------------------------------------- */
+
+static void map_insert(struct kvpool *p, kvpool_block_id b, kvpool_hash h)
+{
+    uint64_t bk = h & p->bmask;
+    p->hash[b] = h;
+    p->flags[b] |= BLOCK_HASHED;
+    p->mnext[b] = -1;
+    p->mprev[b] = p->btail[bk];
+    if (p->btail[bk] >= 0)
+        p->mnext[p->btail[bk]] = b;
+    else
+        p->bhead[bk] = b;
+    p->btail[bk] = b;
+}
+
+static void map_remove(struct kvpool *p, kvpool_block_id b)
+{
+    uint64_t bk = p->hash[b] & p->bmask;
+    int32_t pv = p->mprev[b], nx = p->mnext[b];
+    if (pv >= 0)
+        p->mnext[pv] = nx;
+    else
+        p->bhead[bk] = nx;
+    if (nx >= 0)
+        p->mprev[nx] = pv;
+    else
+        p->btail[bk] = pv;
+    p->mprev[b] = p->mnext[b] = -1;
+    p->flags[b] &= (uint8_t)~BLOCK_HASHED;
+    p->hash[b] = 0;
+}
+
+static kvpool_block_id map_find(const struct kvpool *p, kvpool_hash h)
+{
+    for (int32_t b = p->bhead[h & p->bmask]; b >= 0; b = p->mnext[b])
+        if (p->hash[b] == h)
+            return b;
+    return -ENOENT;
+}
+
+kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash)
+{
+    return map_find(pool, hash);
+}
+
+/* ---- sequences ----------------------------------------------------------------------------- */
+
+int kvpool_seq_init(struct kvpool *pool, struct kvpool_seq *seq, uint64_t id, const void *salt,
+                    size_t salt_len)
+{
+    memset(seq, 0, sizeof *seq);
+    seq->id = id;
+    seq->owner = KVPOOL_OWNER_REQUEST;
+    seq->partial = malloc(pool->bs * sizeof *seq->partial);
+    if (!seq->partial)
+        return -ENOMEM;
+    if (salt && salt_len)
+        seq->salt_hash = kvpool__hash_bytes(salt, salt_len);
+    seq->next = pool->seqs;
+    if (pool->seqs)
+        pool->seqs->prev = seq;
+    pool->seqs = seq;
+    return 0;
+}
+
+int kvpool_seq_fini(struct kvpool *pool, struct kvpool_seq *seq)
+{
+    if (seq->num_blocks)
+        return -EBUSY;
+    if (seq->prev)
+        seq->prev->next = seq->next;
+    else
+        pool->seqs = seq->next;
+    if (seq->next)
+        seq->next->prev = seq->prev;
+    free(seq->blocks);
+    free(seq->hashes);
+    free(seq->partial);
+    memset(seq, 0, sizeof *seq);
+    return 0;
+}
+
+/* Adds one full block's hash. Caller guarantees capacity. */
+static void seq_hash_full_block(struct kvpool_seq *seq, const kvpool_token *tokens, uint32_t bs)
+{
+    uint32_t i = seq->num_hashes;
+    kvpool_hash parent = i ? seq->hashes[i - 1] : KVPOOL_NONE_HASH;
+    seq->hashes[i] = kvpool__hash_block(parent, tokens, bs, i == 0 ? seq->salt_hash : 0);
+    seq->num_hashes = i + 1;
+}
+
+int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
+                             const kvpool_token *tokens, size_t n)
+{
+    uint32_t bs = pool->bs;
+    uint64_t total = seq->num_tokens + n;
+    if (total / bs > UINT32_MAX)
+        return -EOVERFLOW;
+    if (grow_u32cap((void **)&seq->hashes, &seq->cap_hashes, total / bs, sizeof *seq->hashes))
+        return -ENOMEM;
+    uint32_t fill = (uint32_t)(seq->num_tokens % bs);
+    size_t i = 0;
+    if (fill) { /* complete the partial block first */
+        size_t take = bs - fill < n ? bs - fill : n;
+        memcpy(seq->partial + fill, tokens, take * sizeof *tokens);
+        i = take;
+        fill += (uint32_t)take;
+        if (fill == bs)
+            seq_hash_full_block(seq, seq->partial, bs);
+    }
+    for (; i + bs <= n; i += bs) /* whole blocks straight from the caller's buffer */
+        seq_hash_full_block(seq, tokens + i, bs);
+    if (i < n && (seq->num_tokens + i) % bs == 0)
+        memcpy(seq->partial, tokens + i, (n - i) * sizeof *tokens);
+    seq->num_tokens = total;
+    return 0;
+}
+
+int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool_token token,
+                             size_t n)
+{
+    kvpool_token buf[256];
+    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
+        buf[i] = token;
+    while (n) {
+        size_t k = n < 256 ? n : 256;
+        int rc = kvpool_seq_append_tokens(pool, seq, buf, k);
+        if (rc)
+            return rc;
+        n -= k;
+    }
+    return 0;
+}
+
+/* ---- lookup -------------------------------------------------------------------------------- */
+
+void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,
+                   struct kvpool_hits *hits, kvpool_block_id *ids, uint32_t ids_cap)
+{
+    memset(hits, 0, sizeof *hits);
+    hits->generation = pool->generation;
+    if (!pool->cfg.enable_prefix_caching || seq->skip_reading_prefix_cache || seq->num_tokens == 0)
+        return;
+    uint64_t max_blocks = (seq->num_tokens - 1) / pool->bs; /* the last token is recomputed */
+    if (max_blocks > seq->num_hashes)
+        max_blocks = seq->num_hashes;
+    uint32_t i = 0;
+    for (; i < max_blocks; i++) {
+        kvpool_block_id b = map_find(pool, seq->hashes[i]);
+        if (b < 0)
+            break;
+        if (pool->ref[b] == 0)
+            hits->num_evictable++;
+        if (ids && i < ids_cap)
+            ids[i] = b;
+    }
+    hits->num_blocks = i;
+    hits->num_tokens = (uint64_t)i * pool->bs;
+}
+
+/* ---- transactional allocation -------------------------------------------------------------- */
+
+static uint64_t cdiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* vLLM get_num_blocks_to_allocate for one full-attention group. */
+static uint64_t blocks_to_allocate(const struct kvpool *p, const struct kvpool_seq *seq,
+                                   uint64_t num_tokens, const struct kvpool_hits *hits)
+{
+    uint64_t required = cdiv(num_tokens, p->bs);
+    uint64_t have = (uint64_t)seq->num_blocks + (hits ? hits->num_blocks : 0);
+    uint64_t fresh = required > have ? required - have : 0;
+    return fresh + (hits ? hits->num_evictable : 0);
+}
+
+int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
+                   const struct kvpool_alloc_args *args, struct kvpool_plan *plan)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->seq = seq;
+    plan->generation = pool->generation;
+    plan->capacity_generation = pool->capacity_generation;
+    plan->first_new_index = seq->num_blocks;
+    const struct kvpool_hits *hits = args->hits && args->hits->num_blocks ? args->hits : NULL;
+    if (args->num_new_tokens == 0 && args->num_external_computed_tokens == 0)
+        return -EINVAL;
+    if (hits) {
+        if (hits->generation != pool->generation)
+            return -ESTALE;
+        if (hits->num_blocks > seq->num_hashes || seq->num_blocks != 0)
+            return -EINVAL;
+    }
+    uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
+    uint64_t local, total, slots;
+    if (__builtin_add_overflow(args->num_computed_tokens, hits ? hits->num_tokens : 0, &local) ||
+        __builtin_add_overflow(local, args->num_external_computed_tokens, &total) ||
+        __builtin_add_overflow(min_u64(total, mml), args->num_new_tokens, &slots) ||
+        __builtin_add_overflow(slots, args->num_lookahead_tokens, &slots))
+        return -EOVERFLOW;
+    total = min_u64(total, mml);
+    slots = min_u64(slots, mml);
+
+    /* The watermark holds back blocks only from admissions while something is running. */
+    uint64_t wm = 0;
+    if (args->has_scheduled_reqs && args->is_admission)
+        wm = (uint64_t)(pool->cfg.watermark * (double)pool->num_blocks);
+    uint64_t free_blocks = pool->fq.count;
+
+    plan->outcome = KVPOOL_CAPACITY_EXHAUSTED;
+    if (args->full_sequence_must_fit) {
+        uint64_t full = blocks_to_allocate(pool, seq, min_u64(seq->num_tokens, mml), hits);
+        if (full + wm > free_blocks)
+            return (int)plan->outcome;
+    }
+    uint64_t need = blocks_to_allocate(pool, seq, slots, hits);
+    uint64_t demand;
+    if (__builtin_add_overflow(need, wm, &demand) ||
+        __builtin_add_overflow(demand, args->reserved_blocks, &demand) || demand > free_blocks)
+        return (int)plan->outcome;
+
+    uint64_t required = cdiv(slots, pool->bs);
+    uint64_t have = (uint64_t)seq->num_blocks + (hits ? hits->num_blocks : 0);
+    plan->outcome = KVPOOL_READY;
+    plan->num_hit_blocks = hits ? hits->num_blocks : 0;
+    plan->num_new_blocks = (uint32_t)(required > have ? required - have : 0);
+    plan->num_blocks_needed = (uint32_t)need;
+    uint32_t cached = seq->num_blocks ? seq->num_cached_blocks : plan->num_hit_blocks;
+    plan->cache_upto_blocks = cached;
+    if (pool->cfg.enable_prefix_caching && !args->delay_cache_blocks) {
+        uint64_t upto = min_u64(total + args->num_new_tokens, seq->num_tokens) / pool->bs;
+        upto = min_u64(upto, have + plan->num_new_blocks);
+        upto = min_u64(upto, seq->num_hashes);
+        if (upto > cached)
+            plan->cache_upto_blocks = (uint32_t)upto;
+    }
+    return (int)plan->outcome;
+}
+
+static int seq_reserve_blocks(struct kvpool_seq *seq, uint64_t need)
+{
+    return grow_u32cap((void **)&seq->blocks, &seq->cap_blocks, need, sizeof *seq->blocks);
+}
+
+/* Pops a block from the free queue front, lazily evicting its cached hash. */
+static kvpool_block_id take_free_block(struct kvpool *p)
+{
+    kvpool_block_id b = kvpool__fq_popleft(&p->fq);
+    if (p->flags[b] & BLOCK_HASHED) {
+        kvpool_hash h = p->hash[b];
+        map_remove(p, b);
+        emit(p, KVPOOL_EVENT_REMOVED, false, 0, &h, 1);
+    }
+    p->ref[b] = 1;
+    return b;
+}
+
+/* Registers seq's blocks [num_cached_blocks, upto) under their hashes; one Stored event. */
+static void cache_range(struct kvpool *p, struct kvpool_seq *seq, uint32_t upto)
+{
+    uint32_t from = seq->num_cached_blocks;
+    if (upto <= from)
+        return;
+    for (uint32_t i = from; i < upto; i++)
+        map_insert(p, seq->blocks[i], seq->hashes[i]);
+    emit(p, KVPOOL_EVENT_STORED, from > 0, from > 0 ? seq->hashes[from - 1] : 0,
+         seq->hashes + from, upto - from);
+    seq->num_cached_blocks = upto;
+}
+
+int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan)
+{
+    if (plan->outcome != KVPOOL_READY || plan->seq != seq)
+        return -EINVAL;
+    if (plan->generation != pool->generation || plan->first_new_index != seq->num_blocks)
+        return -ESTALE;
+    /* The only fallible step comes first, before any visible effect. */
+    uint64_t total_blocks = (uint64_t)seq->num_blocks + plan->num_hit_blocks + plan->num_new_blocks;
+    if (seq_reserve_blocks(seq, total_blocks) != 0)
+        return -ENOMEM;
+    /* 1. Touch the hits: they leave the free queue before anything is popped from it. */
+    for (uint32_t i = 0; i < plan->num_hit_blocks; i++) {
+        kvpool_block_id b = map_find(pool, seq->hashes[i]);
+        if (pool->ref[b]++ == 0)
+            kvpool__fq_remove(&pool->fq, b);
+        seq->blocks[seq->num_blocks++] = b;
+    }
+    if (plan->num_hit_blocks)
+        seq->num_cached_blocks = plan->num_hit_blocks;
+    /* 2. Fresh blocks from the front of the free queue. */
+    for (uint32_t i = 0; i < plan->num_new_blocks; i++)
+        seq->blocks[seq->num_blocks++] = take_free_block(pool);
+    /* 3. Cache the blocks that are full now (visible to later requests of the same step). */
+    cache_range(pool, seq, plan->cache_upto_blocks);
+    pool->generation++;
+    plan->outcome = KVPOOL_CAPACITY_EXHAUSTED; /* a plan commits once */
+    return 0;
+}
+
+void kvpool_abort(struct kvpool_plan *plan) { plan->outcome = KVPOOL_CAPACITY_EXHAUSTED; }
+
+void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t num_tokens)
+{
+    if (!pool->cfg.enable_prefix_caching)
+        return;
+    uint64_t upto = num_tokens / pool->bs;
+    upto = min_u64(upto, seq->num_blocks);
+    upto = min_u64(upto, seq->num_hashes);
+    if (upto > seq->num_cached_blocks) {
+        cache_range(pool, seq, (uint32_t)upto);
+        pool->generation++;
+    }
+}
+
+/* ---- freeing ------------------------------------------------------------------------------- */
+
+/*
+ * Drops one reference from each of ids[0..n) in that order; blocks reaching 0 are queued, the
+ * unhashed ones (and all of them with caching off) at the front, the hashed ones at the back,
+ * each group keeping the release order (vLLM free_blocks after #51482).
+ */
+static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_t n)
+{
+    bool caching = p->cfg.enable_prefix_caching;
+    bool freed = false;
+    /* Unhashed blocks are linked one after the other behind the queue head, which is
+     * prepend_n of the whole group in release order, without a buffer. */
+    int32_t front_cursor = kvpool__fq_head(&p->fq);
+    for (uint32_t i = 0; i < n; i++) {
+        kvpool_block_id b = ids[i];
+        if (--p->ref[b] != 0)
+            continue;
+        freed = true;
+        if (caching && (p->flags[b] & BLOCK_HASHED)) {
+            kvpool__fq_append(&p->fq, b);
+        } else {
+            kvpool__fq_insert_after(&p->fq, front_cursor, b);
+            front_cursor = b;
+        }
+    }
+    if (freed)
+        p->capacity_generation++;
+}
+
+void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq)
+{
+    uint32_t n = seq->num_blocks;
+    /* Tail first: reverse in place, release, then forget the table. */
+    for (uint32_t i = 0; i < n / 2; i++) {
+        kvpool_block_id t = seq->blocks[i];
+        seq->blocks[i] = seq->blocks[n - 1 - i];
+        seq->blocks[n - 1 - i] = t;
+    }
+    release_blocks(pool, seq->blocks, n);
+    seq->num_blocks = 0;
+    seq->num_cached_blocks = 0;
+    pool->generation++;
+}
+
+int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct kvpool_seq *src)
+{
+    if (seq_reserve_blocks(dst, (uint64_t)dst->num_blocks + src->num_blocks) != 0)
+        return -ENOMEM;
+    memcpy(dst->blocks + dst->num_blocks, src->blocks, src->num_blocks * sizeof *src->blocks);
+    dst->num_blocks += src->num_blocks;
+    dst->num_cached_blocks = 0; /* dst's blocks are not a chain of its own hashes */
+    src->num_blocks = 0;
+    src->num_cached_blocks = 0;
+    pool->generation++;
+    return 0;
+}
+
+int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block)
+{
+    if (block <= 0 || (uint32_t)block >= pool->num_blocks)
+        return -EINVAL;
+    if (pool->ref[block] == 0) {
+        if (!(pool->flags[block] & BLOCK_HASHED))
+            return -EINVAL;
+        kvpool__fq_remove(&pool->fq, block);
+    }
+    pool->ref[block]++;
+    pool->holds[block]++;
+    pool->generation++;
+    return 0;
+}
+
+int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
+{
+    if (block <= 0 || (uint32_t)block >= pool->num_blocks || pool->holds[block] == 0)
+        return -EINVAL;
+    pool->holds[block]--;
+    release_blocks(pool, &block, 1);
+    pool->generation++;
+    return 0;
+}
+
+/* ---- state --------------------------------------------------------------------------------- */
+
+uint32_t kvpool_num_free_blocks(const struct kvpool *pool) { return pool->fq.count; }
+uint32_t kvpool_num_usable_blocks(const struct kvpool *pool) { return pool->num_blocks - 1; }
+
+double kvpool_usage(const struct kvpool *pool)
+{
+    return 1.0 - (double)pool->fq.count / (double)(pool->num_blocks - 1);
+}
+
+uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block)
+{
+    if (block < 0 || (uint32_t)block >= pool->num_blocks)
+        return 0;
+    return pool->ref[block];
+}
+
+bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block, kvpool_hash *hash)
+{
+    if (block < 0 || (uint32_t)block >= pool->num_blocks || !(pool->flags[block] & BLOCK_HASHED))
+        return false;
+    if (hash)
+        *hash = pool->hash[block];
+    return true;
+}
+
+uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids, uint32_t cap)
+{
+    uint32_t i = 0;
+    for (int32_t b = kvpool__fq_front(&pool->fq); b >= 0 && b != kvpool__fq_tail(&pool->fq);
+         b = pool->fq.next[b], i++)
+        if (ids && i < cap)
+            ids[i] = b;
+    return i;
+}
+
+uint64_t kvpool_generation(const struct kvpool *pool) { return pool->generation; }
+uint64_t kvpool_capacity_generation(const struct kvpool *pool)
+{
+    return pool->capacity_generation;
+}
+
+int kvpool_reset_prefix_cache(struct kvpool *pool)
+{
+    if (pool->fq.count != pool->num_blocks - 1)
+        return -EBUSY;
+    for (uint32_t b = 1; b < pool->num_blocks; b++)
+        if (pool->flags[b] & BLOCK_HASHED)
+            map_remove(pool, (kvpool_block_id)b);
+    for (struct kvpool_seq *s = pool->seqs; s; s = s->next)
+        s->num_cached_blocks = 0;
+    emit(pool, KVPOOL_EVENT_CLEARED, false, 0, NULL, 0);
+    pool->generation++;
+    return 0;
+}
+
+/* ---- ownership checker --------------------------------------------------------------------- */
+
+static int violation(struct kvpool_violation *v, kvpool_block_id block,
+                     enum kvpool_owner_class owner, uint64_t owner_id, const char *what,
+                     int64_t expected, int64_t found)
+{
+    if (v) {
+        v->block = block;
+        v->owner = owner;
+        v->owner_id = owner_id;
+        v->what = what;
+        v->expected = expected;
+        v->found = found;
+    }
+    return -EUCLEAN;
+}
+
+int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
+{
+    const struct kvpool *p = pool;
+    uint32_t n = p->num_blocks;
+    memset(p->scratch_ref, 0, n * sizeof *p->scratch_ref);
+    memset(p->scratch_owner, 0, n * sizeof *p->scratch_owner);
+    for (const struct kvpool_seq *s = p->seqs; s; s = s->next) {
+        if (s->num_cached_blocks > s->num_blocks)
+            return violation(v, -1, s->owner, s->id, "seq_cached_blocks", s->num_blocks,
+                             s->num_cached_blocks);
+        for (uint32_t i = 0; i < s->num_blocks; i++) {
+            kvpool_block_id b = s->blocks[i];
+            if (b <= 0 || (uint32_t)b >= n)
+                return violation(v, b, s->owner, s->id, "seq_block_id", 1, 0);
+            p->scratch_ref[b]++;
+            if (!p->scratch_owner[b])
+                p->scratch_owner[b] = s;
+            if (i < s->num_cached_blocks &&
+                (!(p->flags[b] & BLOCK_HASHED) || p->hash[b] != s->hashes[i]))
+                return violation(v, b, s->owner, s->id, "seq_cached_hash", 1, 0);
+        }
+    }
+    if (p->ref[0] != 0 || kvpool__fq_contains(&p->fq, 0) || (p->flags[0] & BLOCK_HASHED))
+        return violation(v, 0, KVPOOL_OWNER_NONE, 0, "null_block", 0, 1);
+    uint32_t hashed = 0;
+    for (uint32_t b = 1; b < n; b++) {
+        const struct kvpool_seq *o = p->scratch_owner[b];
+        enum kvpool_owner_class cls = o ? o->owner
+                                        : p->holds[b] ? KVPOOL_OWNER_TRANSFER_HOLD
+                                        : (p->flags[b] & BLOCK_HASHED) ? KVPOOL_OWNER_CACHE_ENTRY
+                                                                       : KVPOOL_OWNER_NONE;
+        uint64_t oid = o ? o->id : 0;
+        int64_t expected = (int64_t)p->scratch_ref[b] + p->holds[b];
+        if ((int64_t)p->ref[b] != expected)
+            return violation(v, (kvpool_block_id)b, cls, oid, "ref_count", expected, p->ref[b]);
+        bool queued = kvpool__fq_contains(&p->fq, (int32_t)b);
+        if (queued != (p->ref[b] == 0))
+            return violation(v, (kvpool_block_id)b, cls, oid, "free_queue", p->ref[b] == 0,
+                             queued);
+        if (p->flags[b] & BLOCK_HASHED)
+            hashed++;
+    }
+    /* Walk the free queue: consistent links and a length equal to the free count. */
+    uint32_t len = 0;
+    int32_t prev = kvpool__fq_head(&p->fq);
+    for (int32_t b = p->fq.next[prev]; b != kvpool__fq_tail(&p->fq); b = p->fq.next[b]) {
+        if (b <= 0 || (uint32_t)b >= n || p->fq.prev[b] != prev || ++len > n)
+            return violation(v, b, KVPOOL_OWNER_NONE, 0, "free_queue_links", prev,
+                             b > 0 && (uint32_t)b < n ? p->fq.prev[b] : -1);
+        prev = b;
+    }
+    if (len != p->fq.count)
+        return violation(v, -1, KVPOOL_OWNER_NONE, 0, "free_count", len, p->fq.count);
+    /* Walk the cache map: exactly the hashed blocks, each in its own bucket. */
+    uint32_t mapped = 0;
+    for (uint64_t bk = 0; bk <= p->bmask; bk++) {
+        int32_t pv = -1;
+        for (int32_t b = p->bhead[bk]; b >= 0; b = p->mnext[b]) {
+            if ((uint32_t)b >= n || !(p->flags[b] & BLOCK_HASHED) ||
+                (p->hash[b] & p->bmask) != bk || p->mprev[b] != pv || ++mapped > n)
+                return violation(v, b, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map", 1, 0);
+            pv = b;
+        }
+        if (p->btail[bk] != pv)
+            return violation(v, pv, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map_tail", pv,
+                             p->btail[bk]);
+    }
+    if (mapped != hashed)
+        return violation(v, -1, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map_count", hashed, mapped);
+    return 0;
+}
+
+int kvpool_violation_format(const struct kvpool_violation *v, char *buf, size_t len)
+{
+    return snprintf(buf, len,
+                    "ownership violation: rule=%s block=%" PRId32 " owner=%s owner_id=%" PRIu64
+                    " expected=%" PRId64 " found=%" PRId64,
+                    v->what, v->block, kvpool_owner_class_name(v->owner), v->owner_id,
+                    v->expected, v->found);
+}

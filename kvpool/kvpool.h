@@ -1,0 +1,296 @@
+/*
+ * kvpool.h - the G1 KV block pool: blocks, free queue, prefix cache, transactional allocation.
+ *
+ * This is kvsim's model of vLLM v1's BlockPool + KVCacheManager for one full-attention group
+ * (docs/fidelity/vllm.md; reference: shared/reference/vllm-semantics.md sections 7-9).
+ *
+ * Ownership and threads. A pool and every sequence attached to it belong to exactly one thread
+ * (the engine's owning worker). No function here is thread-safe; none blocks; none allocates
+ * per block: blocks live in arrays indexed by block id, and the free queue and the prefix-cache
+ * map are intrusive lists over those arrays. Every operation costs O(blocks it touches), except
+ * kvpool_reset_prefix_cache() and kvpool_check(), which walk the pool.
+ *
+ * Allocation is a transaction. kvpool_prepare() runs the whole preflight of vLLM's
+ * allocate_slots() without changing anything and returns a typed outcome; on READY the plan can
+ * be committed (infallible: touch hits, allocate fresh blocks, cache full blocks, in that order)
+ * or aborted/dropped (nothing to undo, because prepare changed nothing). A plan is bound to the
+ * pool state it was prepared against: any mutating call in between makes it stale, and
+ * committing a stale plan is refused with -ESTALE and no effect.
+ *
+ * Errors are negative errno values.
+ */
+#ifndef KVSIM_KVPOOL_H
+#define KVSIM_KVPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A block id. Block 0 is the null block: never allocated, freed, cached or referenced. */
+typedef int32_t kvpool_block_id;
+/* A chained block hash (XXH3-64 over the parent hash, the block's tokens and extra keys). */
+typedef uint64_t kvpool_hash;
+/* A token id. */
+typedef uint32_t kvpool_token;
+
+/* The parent hash of block 0 of every sequence (vLLM's NONE_HASH, fixed for determinism). */
+#define KVPOOL_NONE_HASH UINT64_C(0x6b7673696d4e4f4e)
+#define KVPOOL_NULL_BLOCK 0
+
+struct kvpool_config {
+    uint32_t num_blocks;        /* blocks including the null block 0; usable = num_blocks - 1 */
+    uint32_t block_size;        /* tokens per block */
+    uint32_t max_model_len;     /* cap on tokens per sequence for slot math; 0 = no cap */
+    double watermark;           /* fraction of num_blocks held back from admissions, [0, 1) */
+    bool enable_prefix_caching; /* hash and cache full blocks, serve hits */
+    bool enable_kv_events;      /* record Stored/Removed/Cleared events for kvpool_events_drain */
+};
+
+/* Fills cfg with vLLM's defaults: 16-token blocks, caching on, watermark 0, events off. */
+void kvpool_config_default(struct kvpool_config *cfg);
+
+struct kvpool;
+
+/*
+ * kvpool_create - validate cfg and build a pool whose free queue is [1 .. num_blocks-1].
+ * Returns 0 and sets *out, -EINVAL for an impossible configuration (num_blocks < 2,
+ * block_size 0, watermark outside [0, 1)), -ENOMEM when memory runs out.
+ */
+int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out);
+/* Frees the pool. Sequences still attached must not be used afterwards. Accepts NULL. */
+void kvpool_destroy(struct kvpool *pool);
+const struct kvpool_config *kvpool_get_config(const struct kvpool *pool);
+
+/* ---- sequences: the per-request KV state --------------------------------------------------- */
+
+/* Which kind of holder a sequence's block references belong to (ownership reconciliation). */
+enum kvpool_owner_class {
+    KVPOOL_OWNER_NONE = 0,         /* nobody: an active block in this class is a leak */
+    KVPOOL_OWNER_REQUEST,          /* a request's block table */
+    KVPOOL_OWNER_CACHE_ENTRY,      /* an unreferenced block kept for its hash (evictable) */
+    KVPOOL_OWNER_DEST_RESERVATION, /* destination of an async load or a disaggregated handoff */
+    KVPOOL_OWNER_TRANSFER_HOLD,    /* source of an in-flight copy (kvpool_hold_block) */
+    KVPOOL_OWNER_DEFERRED_FREE,    /* detached blocks waiting for a deferred-free fence */
+};
+const char *kvpool_owner_class_name(enum kvpool_owner_class cls);
+
+/*
+ * The KV state of one request: its token hashes and its block table. The caller owns the
+ * memory (typically embedded in its request) and must treat every field as read-only; only
+ * this module writes them.
+ */
+struct kvpool_seq {
+    uint64_t id;                     /* caller's request id, used in ownership reports */
+    enum kvpool_owner_class owner;   /* class of this sequence's block references */
+    kvpool_block_id *blocks;         /* block table, in allocation order */
+    uint32_t num_blocks;             /* entries in blocks[] */
+    uint32_t cap_blocks;             /* capacity of blocks[] */
+    uint32_t num_cached_blocks;      /* leading blocks already registered in the prefix cache */
+    kvpool_hash *hashes;             /* hash of every full block of the tokens so far */
+    uint32_t num_hashes;             /* entries in hashes[] (= num_tokens / block_size) */
+    uint32_t cap_hashes;             /* capacity of hashes[] */
+    uint64_t num_tokens;             /* tokens appended so far (prompt + outputs) */
+    kvpool_token *partial;           /* tokens of the trailing, not yet full block */
+    uint64_t salt_hash;              /* extra key of block 0 (cache salt); 0 = none */
+    bool skip_reading_prefix_cache;  /* e.g. prompt-logprob requests: never served hits */
+    struct kvpool_seq *prev, *next;  /* the pool's list of attached sequences */
+};
+
+/*
+ * kvpool_seq_init - attach an empty sequence to the pool (owner class REQUEST).
+ * salt/salt_len: the cache salt (extra key of block 0), or NULL/0 for none.
+ * Returns 0, or -ENOMEM.
+ */
+int kvpool_seq_init(struct kvpool *pool, struct kvpool_seq *seq, uint64_t id, const void *salt,
+                    size_t salt_len);
+/*
+ * kvpool_seq_fini - detach a sequence and free its arrays. The sequence must hold no blocks
+ * (free them first): returns -EBUSY and changes nothing otherwise, 0 on success.
+ */
+int kvpool_seq_fini(struct kvpool *pool, struct kvpool_seq *seq);
+/* Appends tokens, hashing each block that becomes full. Returns 0 or -ENOMEM. */
+int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
+                             const kvpool_token *tokens, size_t n);
+/* Appends n copies of one token (trace hash ids expand this way). Returns 0 or -ENOMEM. */
+int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool_token token,
+                             size_t n);
+
+/* ---- lookup -------------------------------------------------------------------------------- */
+
+/* The result of a lookup: the longest cached prefix of a sequence. Takes no references. */
+struct kvpool_hits {
+    uint32_t num_blocks;    /* hit blocks (a prefix of the sequence's block hashes) */
+    uint32_t num_evictable; /* of which unreferenced, sitting in the free queue */
+    uint64_t num_tokens;    /* num_blocks * block_size */
+    uint64_t generation;    /* pool state the hits were computed against */
+};
+
+/*
+ * kvpool_lookup - longest prefix of seq's block hashes present in the cache, capped at
+ * num_tokens - 1 tokens (the last token is always recomputed). For duplicate hashes the
+ * earliest-inserted block is the hit. No hits when caching is off or the sequence skips reading
+ * the cache. If ids is not NULL, the first min(hits, ids_cap) hit block ids are written there.
+ * Changes nothing.
+ */
+void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,
+                   struct kvpool_hits *hits, kvpool_block_id *ids, uint32_t ids_cap);
+
+/* ---- transactional allocation (vLLM allocate_slots) --------------------------------------- */
+
+enum kvpool_outcome {
+    KVPOOL_READY = 0,          /* the plan fits: commit or abort it */
+    KVPOOL_CAPACITY_EXHAUSTED, /* not enough free blocks: preempt (running phase) and retry */
+    KVPOOL_BLOCKED_ON_OFFLOAD, /* capacity exists but is held by an in-flight G1->G2 copy */
+    KVPOOL_RETRY_NOW,          /* a synchronous release made capacity: retry once */
+};
+const char *kvpool_outcome_name(enum kvpool_outcome outcome);
+
+/* The arguments of vLLM's allocate_slots, for one full-attention group. */
+struct kvpool_alloc_args {
+    uint64_t num_computed_tokens;   /* the request's num_computed_tokens before this step */
+    uint64_t num_new_tokens;        /* tokens to schedule now (0 only with external tokens) */
+    const struct kvpool_hits *hits; /* local prefix hits to take (NULL = none) */
+    uint64_t num_lookahead_tokens;  /* speculative slots */
+    uint64_t num_external_computed_tokens; /* tokens a KV connector provides */
+    uint64_t reserved_blocks;       /* blocks promised to in-flight prefills (#44560) */
+    bool delay_cache_blocks;        /* do not cache yet (async load destinations) */
+    bool full_sequence_must_fit;    /* full-ISL gate (#37307) */
+    bool has_scheduled_reqs;        /* something is running: the watermark may apply */
+    bool is_admission;              /* request is WAITING or PREEMPTED: the watermark may apply */
+};
+
+/* A prepared allocation. Plain data: dropping it is the same as aborting it. */
+struct kvpool_plan {
+    enum kvpool_outcome outcome;
+    uint32_t num_hit_blocks;     /* hits to touch and append */
+    uint32_t num_new_blocks;     /* fresh blocks to take from the free queue front */
+    uint32_t num_blocks_needed;  /* new blocks + evictable hits: free capacity consumed */
+    uint32_t cache_upto_blocks;  /* after commit, blocks [0, this) are cached (if caching) */
+    uint32_t first_new_index;    /* index in seq->blocks of the first block commit adds */
+    uint64_t generation;         /* pool state the plan was prepared against */
+    uint64_t capacity_generation; /* capacity state seen (evidence for RETRY_NOW) */
+    const struct kvpool_seq *seq;
+};
+
+/*
+ * kvpool_prepare - the whole allocate_slots preflight: watermark, full-sequence gate, main check
+ * against free - reserved, with evictable hits consuming free capacity; checked arithmetic.
+ * Writes the outcome into plan->outcome and returns it (>= 0), or a negative errno: -EINVAL
+ * for impossible arguments (num_new_tokens 0 without external tokens, hits larger than the
+ * sequence), -ESTALE when args->hits were computed against an older pool state.
+ * Changes nothing in the pool or the sequence.
+ */
+int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
+                   const struct kvpool_alloc_args *args, struct kvpool_plan *plan);
+/*
+ * kvpool_commit - apply a READY plan: touch the hit blocks (ref+1, out of the free queue) and
+ * append them, pop fresh blocks from the free queue front (lazily evicting their hashes:
+ * Removed events), then cache newly full blocks (one Stored event). Returns 0; -EINVAL if the
+ * plan is not READY or is for another sequence; -ESTALE (no effect) if the pool changed since
+ * prepare.
+ */
+int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan);
+/* kvpool_abort - drop a plan. Never changes the pool: prepare reserved nothing to give back. */
+void kvpool_abort(struct kvpool_plan *plan);
+
+/* Registers seq's full blocks up to num_tokens in the prefix cache (vLLM cache_blocks). */
+void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t num_tokens);
+
+/* ---- freeing ------------------------------------------------------------------------------- */
+
+/*
+ * kvpool_free - release every block of seq, tail first. Blocks reaching ref 0 go to the front
+ * of the free queue when unhashed (or caching is off) and to the back when hashed, each group
+ * in release order. The sequence keeps its tokens and hashes and holds no blocks afterwards.
+ */
+void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq);
+/*
+ * kvpool_seq_move_blocks - move every block reference of src to the end of dst (vLLM's
+ * pop_blocks_for_free, for deferred frees: dst is typically a DEFERRED_FREE sequence).
+ * Returns 0 or -ENOMEM (nothing moved).
+ */
+int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct kvpool_seq *src);
+
+/* Transfer source holds: an extra reference owned by an in-flight copy. A ref-0 cached block
+ * leaves the free queue while held. Returns 0, or -EINVAL (null or out-of-range block, or an
+ * unreferenced block without a hash, which holds no data worth copying). */
+int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block);
+/* Releases one hold (the block returns to the free queue back if nothing else holds it).
+ * Returns 0, or -EINVAL if the block has no hold. */
+int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
+
+/* ---- state --------------------------------------------------------------------------------- */
+
+uint32_t kvpool_num_free_blocks(const struct kvpool *pool);  /* null block excluded */
+uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
+double kvpool_usage(const struct kvpool *pool);              /* 1 - free / usable */
+uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);
+/* Sets *hash and returns true if the block carries a hash in the prefix cache. */
+bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block, kvpool_hash *hash);
+/* Earliest-inserted cached block with this hash, or -ENOENT. */
+kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash);
+/* Writes the free queue front to back into ids (at most cap); returns its full length. */
+uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids,
+                                    uint32_t cap);
+/* Bumped by every mutation. */
+uint64_t kvpool_generation(const struct kvpool *pool);
+/* Bumped whenever blocks return to the free queue (capacity grew). */
+uint64_t kvpool_capacity_generation(const struct kvpool *pool);
+
+/*
+ * kvpool_reset_prefix_cache - drop every hash (one Cleared event). Fails with -EBUSY and
+ * changes nothing while any block is referenced. O(num_blocks).
+ */
+int kvpool_reset_prefix_cache(struct kvpool *pool);
+
+/* ---- KV events ----------------------------------------------------------------------------- */
+
+enum kvpool_event_type {
+    KVPOOL_EVENT_STORED,  /* blocks entered the prefix cache: parent_hash + hashes */
+    KVPOOL_EVENT_REMOVED, /* a cached block was evicted: hashes (one) */
+    KVPOOL_EVENT_CLEARED, /* the whole prefix cache was reset */
+};
+
+struct kvpool_event {
+    enum kvpool_event_type type;
+    bool has_parent;          /* STORED: false when the first stored block is block 0 */
+    kvpool_hash parent_hash;  /* STORED: hash of the block before the first stored one */
+    uint32_t num_hashes;
+    const kvpool_hash *hashes; /* valid only during the callback */
+};
+
+typedef void (*kvpool_event_fn)(void *ctx, const struct kvpool_event *event);
+/* Hands every recorded event, in order, to fn, then forgets them. Returns the count. */
+size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx);
+const char *kvpool_event_type_name(enum kvpool_event_type type);
+
+/* ---- ownership checker ---------------------------------------------------------------------- */
+
+struct kvpool_violation {
+    kvpool_block_id block;         /* offending block, or -1 for pool-wide counters */
+    enum kvpool_owner_class owner; /* owner class involved */
+    uint64_t owner_id;             /* sequence id when a sequence is involved */
+    const char *what;              /* which rule: "ref_count", "free_queue", "cache_map", ... */
+    int64_t expected;
+    int64_t found;
+};
+
+/*
+ * kvpool_check - reconcile every block to its owners: ref counts equal the references of the
+ * attached sequences plus transfer holds; the free queue holds exactly the unreferenced blocks
+ * and its length is the free count; the cache map holds exactly the hashed blocks; cached
+ * blocks of a sequence carry that sequence's hashes; the null block is never used.
+ * Returns 0, or -EUCLEAN with the first violation in *v (if v is not NULL). O(num_blocks).
+ */
+int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v);
+/* Formats a violation as one line. Returns what snprintf returns. */
+int kvpool_violation_format(const struct kvpool_violation *v, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVSIM_KVPOOL_H */

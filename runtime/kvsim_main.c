@@ -1,0 +1,63 @@
+/*
+ * kvsim_main.c - the `kvsim` command line.
+ *
+ * Subcommands grow with the runtime (replay, conform, soak, stress); today: pool-demo.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: kvsim [--version] [--help] <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  pool-demo   walk through the G1 block pool (prefix hits, free order,\n"
+                 "              eviction, an aborted plan, the ownership check)\n"
+                 "\n"
+                 "options:\n"
+                 "  -V, --version   print the version and the allocator, then exit\n"
+                 "  -h, --help      print this help, then exit\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    /* '+' stops at the first non-option: options after the command belong to the command. */
+    while ((c = getopt_long(argc, argv, "+Vh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'V':
+            printf("%s (allocator: %s)\n", kvsim_version(), kvsim_allocator());
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "kvsim: missing command\n");
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[optind];
+    if (strcmp(cmd, "pool-demo") == 0) {
+        if (optind + 1 < argc) {
+            fprintf(stderr, "kvsim pool-demo: unexpected argument '%s'\n", argv[optind + 1]);
+            return 2;
+        }
+        return kvsim_pool_demo(stdout) == 0 ? 0 : 1;
+    }
+    fprintf(stderr, "kvsim: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -31,13 +31,13 @@ struct kvpool {
     struct kvpool_config cfg;
     uint32_t num_blocks;
     uint32_t bs;
-    uint32_t *ref;    /* references: sequences' block tables + transfer holds */
-    uint32_t *holds;  /* transfer source holds (part of ref) */
+    uint32_t *ref;   /* references: sequences' block tables + transfer holds */
+    uint32_t *holds; /* transfer source holds (part of ref) */
     kvpool_hash *hash;
-    uint8_t *flags;   /* BLOCK_HASHED */
-    int32_t *mprev;   /* bucket chain links, -1 = none */
+    uint8_t *flags; /* BLOCK_HASHED */
+    int32_t *mprev; /* bucket chain links, -1 = none */
     int32_t *mnext;
-    int32_t *bhead;   /* bucket heads/tails, -1 = empty */
+    int32_t *bhead; /* bucket heads/tails, -1 = empty */
     int32_t *btail;
     uint64_t bmask;
     struct kvpool_free_queue fq;
@@ -192,8 +192,8 @@ void kvpool_config_default(struct kvpool_config *cfg)
 int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out)
 {
     *out = NULL;
-    if (cfg->num_blocks < 2 || cfg->num_blocks > (uint32_t)INT32_MAX - 2 ||
-        cfg->block_size == 0 || !(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
+    if (cfg->num_blocks < 2 || cfg->num_blocks > (uint32_t)INT32_MAX - 2 || cfg->block_size == 0 ||
+        !(cfg->watermark >= 0.0 && cfg->watermark < 1.0))
         return -EINVAL;
     struct kvpool *p = calloc(1, sizeof *p);
     if (!p)
@@ -288,8 +288,8 @@ static int grow_u32cap(void **arr, uint32_t *cap, uint64_t need, size_t elem)
  * Records an event. Event memory is amortized over the pool's lifetime; if it cannot grow, the
  * process is out of memory and continuing would silently drop an event a router relies on.
  */
-static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent,
-                 kvpool_hash parent, const kvpool_hash *hashes, uint32_t n)
+static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent, kvpool_hash parent,
+                 const kvpool_hash *hashes, uint32_t n)
 {
     if (!p->cfg.enable_kv_events)
         return;
@@ -596,8 +596,8 @@ static void cache_range(struct kvpool *p, struct kvpool_seq *seq, uint32_t upto)
         return;
     for (uint32_t i = from; i < upto; i++)
         map_insert(p, seq->blocks[i], seq->hashes[i]);
-    emit(p, KVPOOL_EVENT_STORED, from > 0, from > 0 ? seq->hashes[from - 1] : 0,
-         seq->hashes + from, upto - from);
+    emit(p, KVPOOL_EVENT_STORED, from > 0, from > 0 ? seq->hashes[from - 1] : 0, seq->hashes + from,
+         upto - from);
     seq->num_cached_blocks = upto;
 }
 
@@ -765,10 +765,7 @@ uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *
 }
 
 uint64_t kvpool_generation(const struct kvpool *pool) { return pool->generation; }
-uint64_t kvpool_capacity_generation(const struct kvpool *pool)
-{
-    return pool->capacity_generation;
-}
+uint64_t kvpool_capacity_generation(const struct kvpool *pool) { return pool->capacity_generation; }
 
 int kvpool_reset_prefix_cache(struct kvpool *pool)
 {
@@ -828,18 +825,22 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
     uint32_t hashed = 0;
     for (uint32_t b = 1; b < n; b++) {
         const struct kvpool_seq *o = p->scratch_owner[b];
-        enum kvpool_owner_class cls = o ? o->owner
-                                        : p->holds[b] ? KVPOOL_OWNER_TRANSFER_HOLD
-                                        : (p->flags[b] & BLOCK_HASHED) ? KVPOOL_OWNER_CACHE_ENTRY
-                                                                       : KVPOOL_OWNER_NONE;
+        /* A referenced block nobody claims is a leak (NONE), hashed or not: only an
+         * unreferenced hashed block is a cache entry. */
+        enum kvpool_owner_class cls = KVPOOL_OWNER_NONE;
+        if (o)
+            cls = o->owner;
+        else if (p->holds[b])
+            cls = KVPOOL_OWNER_TRANSFER_HOLD;
+        else if (p->ref[b] == 0 && (p->flags[b] & BLOCK_HASHED))
+            cls = KVPOOL_OWNER_CACHE_ENTRY;
         uint64_t oid = o ? o->id : 0;
         int64_t expected = (int64_t)p->scratch_ref[b] + p->holds[b];
         if ((int64_t)p->ref[b] != expected)
             return violation(v, (kvpool_block_id)b, cls, oid, "ref_count", expected, p->ref[b]);
         bool queued = kvpool__fq_contains(&p->fq, (int32_t)b);
         if (queued != (p->ref[b] == 0))
-            return violation(v, (kvpool_block_id)b, cls, oid, "free_queue", p->ref[b] == 0,
-                             queued);
+            return violation(v, (kvpool_block_id)b, cls, oid, "free_queue", p->ref[b] == 0, queued);
         if (p->flags[b] & BLOCK_HASHED)
             hashed++;
     }
@@ -878,6 +879,6 @@ int kvpool_violation_format(const struct kvpool_violation *v, char *buf, size_t 
     return snprintf(buf, len,
                     "ownership violation: rule=%s block=%" PRId32 " owner=%s owner_id=%" PRIu64
                     " expected=%" PRId64 " found=%" PRId64,
-                    v->what, v->block, kvpool_owner_class_name(v->owner), v->owner_id,
-                    v->expected, v->found);
+                    v->what, v->block, kvpool_owner_class_name(v->owner), v->owner_id, v->expected,
+                    v->found);
 }

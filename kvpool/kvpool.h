@@ -38,7 +38,7 @@ typedef uint64_t kvpool_hash;
 typedef uint32_t kvpool_token;
 
 /* The parent hash of block 0 of every sequence (vLLM's NONE_HASH, fixed for determinism). */
-#define KVPOOL_NONE_HASH UINT64_C(0x6b7673696d4e4f4e)
+#define KVPOOL_NONE_HASH  UINT64_C(0x6b7673696d4e4f4e)
 #define KVPOOL_NULL_BLOCK 0
 
 struct kvpool_config {
@@ -84,20 +84,20 @@ const char *kvpool_owner_class_name(enum kvpool_owner_class cls);
  * this module writes them.
  */
 struct kvpool_seq {
-    uint64_t id;                     /* caller's request id, used in ownership reports */
-    enum kvpool_owner_class owner;   /* class of this sequence's block references */
-    kvpool_block_id *blocks;         /* block table, in allocation order */
-    uint32_t num_blocks;             /* entries in blocks[] */
-    uint32_t cap_blocks;             /* capacity of blocks[] */
-    uint32_t num_cached_blocks;      /* leading blocks already registered in the prefix cache */
-    kvpool_hash *hashes;             /* hash of every full block of the tokens so far */
-    uint32_t num_hashes;             /* entries in hashes[] (= num_tokens / block_size) */
-    uint32_t cap_hashes;             /* capacity of hashes[] */
-    uint64_t num_tokens;             /* tokens appended so far (prompt + outputs) */
-    kvpool_token *partial;           /* tokens of the trailing, not yet full block */
-    uint64_t salt_hash;              /* extra key of block 0 (cache salt); 0 = none */
-    bool skip_reading_prefix_cache;  /* e.g. prompt-logprob requests: never served hits */
-    struct kvpool_seq *prev, *next;  /* the pool's list of attached sequences */
+    uint64_t id;                    /* caller's request id, used in ownership reports */
+    enum kvpool_owner_class owner;  /* class of this sequence's block references */
+    kvpool_block_id *blocks;        /* block table, in allocation order */
+    uint32_t num_blocks;            /* entries in blocks[] */
+    uint32_t cap_blocks;            /* capacity of blocks[] */
+    uint32_t num_cached_blocks;     /* leading blocks already registered in the prefix cache */
+    kvpool_hash *hashes;            /* hash of every full block of the tokens so far */
+    uint32_t num_hashes;            /* entries in hashes[] (= num_tokens / block_size) */
+    uint32_t cap_hashes;            /* capacity of hashes[] */
+    uint64_t num_tokens;            /* tokens appended so far (prompt + outputs) */
+    kvpool_token *partial;          /* tokens of the trailing, not yet full block */
+    uint64_t salt_hash;             /* extra key of block 0 (cache salt); 0 = none */
+    bool skip_reading_prefix_cache; /* e.g. prompt-logprob requests: never served hits */
+    struct kvpool_seq *prev, *next; /* the pool's list of attached sequences */
 };
 
 /*
@@ -115,9 +115,24 @@ int kvpool_seq_fini(struct kvpool *pool, struct kvpool_seq *seq);
 /* Appends tokens, hashing each block that becomes full. Returns 0 or -ENOMEM. */
 int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
                              const kvpool_token *tokens, size_t n);
+/* A run of identical tokens (a compact prompt: trace hash ids expand to runs). */
+struct kvpool_token_run {
+    kvpool_token token;
+    uint32_t count;
+};
+
 /* Appends n copies of one token (trace hash ids expand this way). Returns 0 or -ENOMEM. */
 int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool_token token,
                              size_t n);
+
+/*
+ * kvpool_hash_prompt - the block hashes a sequence with this prompt would have, without a pool
+ * (routers use it to compare a request against engines' cached blocks). salt as for
+ * kvpool_seq_init. Writes at most cap hashes; returns the number of full blocks, or -ENOMEM.
+ */
+int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
+                           const struct kvpool_token_run *runs, uint32_t num_runs,
+                           kvpool_hash *hashes, uint32_t cap);
 
 /* ---- lookup -------------------------------------------------------------------------------- */
 
@@ -156,22 +171,22 @@ struct kvpool_alloc_args {
     const struct kvpool_hits *hits; /* local prefix hits to take (NULL = none) */
     uint64_t num_lookahead_tokens;  /* speculative slots */
     uint64_t num_external_computed_tokens; /* tokens a KV connector provides */
-    uint64_t reserved_blocks;       /* blocks promised to in-flight prefills (#44560) */
-    bool delay_cache_blocks;        /* do not cache yet (async load destinations) */
-    bool full_sequence_must_fit;    /* full-ISL gate (#37307) */
-    bool has_scheduled_reqs;        /* something is running: the watermark may apply */
-    bool is_admission;              /* request is WAITING or PREEMPTED: the watermark may apply */
+    uint64_t reserved_blocks;              /* blocks promised to in-flight prefills (#44560) */
+    bool delay_cache_blocks;               /* do not cache yet (async load destinations) */
+    bool full_sequence_must_fit;           /* full-ISL gate (#37307) */
+    bool has_scheduled_reqs;               /* something is running: the watermark may apply */
+    bool is_admission; /* request is WAITING or PREEMPTED: the watermark may apply */
 };
 
 /* A prepared allocation. Plain data: dropping it is the same as aborting it. */
 struct kvpool_plan {
     enum kvpool_outcome outcome;
-    uint32_t num_hit_blocks;     /* hits to touch and append */
-    uint32_t num_new_blocks;     /* fresh blocks to take from the free queue front */
-    uint32_t num_blocks_needed;  /* new blocks + evictable hits: free capacity consumed */
-    uint32_t cache_upto_blocks;  /* after commit, blocks [0, this) are cached (if caching) */
-    uint32_t first_new_index;    /* index in seq->blocks of the first block commit adds */
-    uint64_t generation;         /* pool state the plan was prepared against */
+    uint32_t num_hit_blocks;      /* hits to touch and append */
+    uint32_t num_new_blocks;      /* fresh blocks to take from the free queue front */
+    uint32_t num_blocks_needed;   /* new blocks + evictable hits: free capacity consumed */
+    uint32_t cache_upto_blocks;   /* after commit, blocks [0, this) are cached (if caching) */
+    uint32_t first_new_index;     /* index in seq->blocks of the first block commit adds */
+    uint64_t generation;          /* pool state the plan was prepared against */
     uint64_t capacity_generation; /* capacity state seen (evidence for RETRY_NOW) */
     const struct kvpool_seq *seq;
 };
@@ -225,17 +240,16 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
 
 /* ---- state --------------------------------------------------------------------------------- */
 
-uint32_t kvpool_num_free_blocks(const struct kvpool *pool);  /* null block excluded */
+uint32_t kvpool_num_free_blocks(const struct kvpool *pool);   /* null block excluded */
 uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
-double kvpool_usage(const struct kvpool *pool);              /* 1 - free / usable */
+double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
 uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);
 /* Sets *hash and returns true if the block carries a hash in the prefix cache. */
 bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block, kvpool_hash *hash);
 /* Earliest-inserted cached block with this hash, or -ENOENT. */
 kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash);
 /* Writes the free queue front to back into ids (at most cap); returns its full length. */
-uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids,
-                                    uint32_t cap);
+uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids, uint32_t cap);
 /* Bumped by every mutation. */
 uint64_t kvpool_generation(const struct kvpool *pool);
 /* Bumped whenever blocks return to the free queue (capacity grew). */
@@ -257,8 +271,8 @@ enum kvpool_event_type {
 
 struct kvpool_event {
     enum kvpool_event_type type;
-    bool has_parent;          /* STORED: false when the first stored block is block 0 */
-    kvpool_hash parent_hash;  /* STORED: hash of the block before the first stored one */
+    bool has_parent;         /* STORED: false when the first stored block is block 0 */
+    kvpool_hash parent_hash; /* STORED: hash of the block before the first stored one */
     uint32_t num_hashes;
     const kvpool_hash *hashes; /* valid only during the callback */
 };

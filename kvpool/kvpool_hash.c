@@ -7,6 +7,8 @@
  */
 #include "kvpool/kvpool_internal.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <xxhash.h>
 
 kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
@@ -22,4 +24,38 @@ uint64_t kvpool__hash_bytes(const void *data, size_t len)
 {
     uint64_t h = XXH3_64bits(data, len);
     return h != 0 ? h : 1;
+}
+
+int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
+                           const struct kvpool_token_run *runs, uint32_t num_runs,
+                           kvpool_hash *hashes, uint32_t cap)
+{
+    kvpool_token stack_buf[512];
+    kvpool_token *buf = block_size <= 512 ? stack_buf : malloc(block_size * sizeof *buf);
+    if (!buf)
+        return -ENOMEM;
+    uint64_t extra = salt && salt_len ? kvpool__hash_bytes(salt, salt_len) : 0;
+    kvpool_hash parent = KVPOOL_NONE_HASH;
+    int64_t nblocks = 0;
+    uint32_t fill = 0;
+    for (uint32_t r = 0; r < num_runs; r++) {
+        uint32_t left = runs[r].count;
+        while (left) {
+            uint32_t k = block_size - fill < left ? block_size - fill : left;
+            for (uint32_t i = 0; i < k; i++)
+                buf[fill + i] = runs[r].token;
+            fill += k;
+            left -= k;
+            if (fill == block_size) {
+                parent = kvpool__hash_block(parent, buf, block_size, nblocks == 0 ? extra : 0);
+                if (nblocks < cap)
+                    hashes[nblocks] = parent;
+                nblocks++;
+                fill = 0;
+            }
+        }
+    }
+    if (buf != stack_buf)
+        free(buf);
+    return nblocks;
 }

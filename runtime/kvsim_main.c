@@ -14,6 +14,8 @@ static void usage(FILE *out)
     fprintf(out, "usage: kvsim [--version] [--help] <command> [options]\n"
                  "\n"
                  "commands:\n"
+                 "  replay      replay a trace (or the built-in workload) through N engines\n"
+                 "  conform     run conformance scenarios against the scheduler core\n"
                  "  pool-demo   walk through the G1 block pool (prefix hits, free order,\n"
                  "              eviction, an aborted plan, the ownership check)\n"
                  "\n"
@@ -33,15 +35,9 @@ int main(int argc, char **argv)
     /* '+' stops at the first non-option: options after the command belong to the command. */
     while ((c = getopt_long(argc, argv, "+Vh", opts, NULL)) != -1) {
         switch (c) {
-        case 'V':
-            printf("%s (allocator: %s)\n", kvsim_version(), kvsim_allocator());
-            return 0;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            usage(stderr);
-            return 2;
+        case 'V': printf("%s (allocator: %s)\n", kvsim_version(), kvsim_allocator()); return 0;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
         }
     }
     if (optind >= argc) {
@@ -57,6 +53,10 @@ int main(int argc, char **argv)
         }
         return kvsim_pool_demo(stdout) == 0 ? 0 : 1;
     }
+    if (strcmp(cmd, "replay") == 0)
+        return kvsim_replay_main(argc - optind, argv + optind);
+    if (strcmp(cmd, "conform") == 0)
+        return kvsim_conform_main(argc - optind, argv + optind);
     fprintf(stderr, "kvsim: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

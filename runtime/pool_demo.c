@@ -71,8 +71,9 @@ static int admit(struct demo *d, struct kvpool_seq *seq, uint64_t id, uint32_t t
     rc = kvpool_prepare(d->pool, seq, &args, &plan);
     if (rc != KVPOOL_READY)
         return rc < 0 ? rc : -ENOSPC;
-    fprintf(d->out, "request %" PRIu64 ": %" PRIu64 " tokens, %" PRIu32 " hit blocks, plan %s"
-                    " (%" PRIu32 " new blocks)\n",
+    fprintf(d->out,
+            "request %" PRIu64 ": %" PRIu64 " tokens, %" PRIu32 " hit blocks, plan %s"
+            " (%" PRIu32 " new blocks)\n",
             id, seq->num_tokens, hits.num_blocks, kvpool_outcome_name(plan.outcome),
             plan.num_new_blocks);
     if (!commit) {

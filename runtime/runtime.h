@@ -25,6 +25,20 @@ const char *kvsim_allocator(void);
  */
 int kvsim_pool_demo(FILE *out);
 
+/*
+ * kvsim_conform_main - `kvsim conform [--trace] FILE...` (argv[0] is "conform"): run scenario
+ * files, print PASS/FAIL lines and "<N> passed, <M> failed". Returns the exit status: 0 when
+ * all passed, 1 when any failed or could not be read, 2 for a usage error.
+ */
+int kvsim_conform_main(int argc, char **argv);
+
+/*
+ * kvsim_replay_main - `kvsim replay [options]` (argv[0] is "replay"): replay a trace or the
+ * built-in workload and print the report. Returns the exit status: 0, 1 (the replay failed),
+ * 2 (bad option, input or configuration).
+ */
+int kvsim_replay_main(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif

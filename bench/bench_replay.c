@@ -1,0 +1,1061 @@
+/*
+ * bench_replay.c - speed of the multi-engine replay (runtime/replay.h) against DESIGN.md's
+ * performance targets.
+ *
+ * Replays ../shared/traces/conversation_trace.jsonl (12,031 requests, 4.1 M output tokens) on
+ * 8 engines with each router (round-robin, least-loaded, kv) at 1 and 2 worker threads, and
+ * reports per run: wall seconds, requests per wall second, simulated-to-wall speed, CPU ns per
+ * simulated output token and peak RSS; per router the 2-thread speedup (wall 1 / wall 2) and
+ * whether the two thread counts gave identical results. It also replays with the kv router
+ * on 1 thread at engine block size 512 (same KV capacity in tokens) and prints the wall ratio
+ * block size 16 / block size 512: per-step cost must follow the batch, not the block count.
+ *
+ * Every run is a forked child (fork + wait4), so that each gets its own peak RSS (ru_maxrss)
+ * and CPU time (ru_utime + ru_stime). The child times kvsim_replay_run() (trace loading
+ * included) with CLOCK_MONOTONIC and sends back through a pipe its counts and an XXH3 digest
+ * of every report field that does not depend on the wall clock or the thread count. Each
+ * figure is that of the fastest of --reps repetitions (configurations are interleaved within a
+ * repetition). The exit status is 1 if a run fails or if results differ between thread counts
+ * (or repetitions), 2 for a usage error or a missing trace; missed targets do not fail it.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <xxhash.h>
+
+#include "runtime/replay.h"
+#include "runtime/runtime.h"
+
+#ifndef KVSIM_SOURCE_DIR
+#error "KVSIM_SOURCE_DIR must be defined (the source tree, to find ../shared/traces)"
+#endif
+
+#define DEFAULT_TRACE      KVSIM_SOURCE_DIR "/../shared/traces/conversation_trace.jsonl"
+#define DEFAULT_JSON       "bench/results/bench_replay.json"
+#define NUM_ENGINES        8u
+#define QUICK_MAX_REQUESTS 1000u
+#define MAX_REPS           100u
+#define SMALL_BLOCK        16u
+#define SMALL_BLOCK_BLOCKS 16384u /* the replay default; null block included */
+#define LARGE_BLOCK        512u
+#define LARGE_BLOCK_BLOCKS 513u /* 512 usable + the null block */
+
+/* DESIGN.md, "Performance targets". */
+#define GOAL_REQ_PER_S_1T   100000.0
+#define GOAL_SPEEDUP_2T     1.7
+#define GOAL_REQ_PER_S_2T   (GOAL_SPEEDUP_2T * GOAL_REQ_PER_S_1T)
+#define GOAL_CPU_NS_PER_TOK 30.0 /* 0.03 us */
+
+static const enum kvsim_router_policy routers[] = {
+    KVSIM_ROUTER_ROUND_ROBIN,
+    KVSIM_ROUTER_LEAST_LOADED,
+    KVSIM_ROUTER_KV,
+};
+#define NUM_ROUTERS (sizeof routers / sizeof routers[0])
+
+/* ---- options -------------------------------------------------------------------------------- */
+
+struct options {
+    const char *trace_path;
+    const char *json_path;
+    unsigned reps;
+    bool quick;
+};
+
+/* ---- small utilities ------------------------------------------------------------------------ */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
+}
+
+static int64_t timeval_ns(struct timeval tv)
+{
+    return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
+}
+
+/* Creates every missing directory of path's directory part (mkdir -p of dirname). */
+static int make_parent_dirs(const char *path)
+{
+    char *buf = strdup(path);
+    if (!buf)
+        return -ENOMEM;
+    char *slash = strrchr(buf, '/');
+    if (!slash || slash == buf) {
+        free(buf);
+        return 0;
+    }
+    *slash = '\0';
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+                int err = errno;
+                free(buf);
+                return -err;
+            }
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+/* "12,345,678" for the table. */
+static const char *grouped(double v, char *buf, size_t len)
+{
+    char digits[32];
+    snprintf(digits, sizeof digits, "%.0f", v < 0 ? 0.0 : v);
+    size_t n = strlen(digits), o = 0;
+    for (size_t i = 0; i < n && o + 2 < len; i++) {
+        if (i > 0 && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = digits[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static long self_peak_rss_kib(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return ru.ru_maxrss; /* KiB on Linux */
+}
+
+/* ---- the digest of a report ----------------------------------------------------------------- */
+
+/* Everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns, speed,
+ * wall_requests_per_s), field by field (no padding bytes), hashed with XXH3-64. */
+struct digest_buf {
+    unsigned char b[4096];
+    size_t n;
+    bool overflow;
+};
+
+static void dig_bytes(struct digest_buf *d, const void *p, size_t len)
+{
+    if (d->n + len > sizeof d->b) {
+        d->overflow = true;
+        return;
+    }
+    memcpy(d->b + d->n, p, len);
+    d->n += len;
+}
+
+static void dig_u64(struct digest_buf *d, uint64_t v) { dig_bytes(d, &v, sizeof v); }
+static void dig_i64(struct digest_buf *d, int64_t v) { dig_bytes(d, &v, sizeof v); }
+static void dig_f64(struct digest_buf *d, double v) { dig_bytes(d, &v, sizeof v); }
+
+static void dig_str(struct digest_buf *d, const char *s)
+{
+    size_t len = s ? strlen(s) : 0;
+    dig_u64(d, len);
+    if (len)
+        dig_bytes(d, s, len);
+}
+
+static void dig_latency(struct digest_buf *d, const struct kvsim_latency *l)
+{
+    dig_u64(d, l->count);
+    dig_f64(d, l->mean);
+    dig_f64(d, l->min);
+    dig_f64(d, l->p50);
+    dig_f64(d, l->p90);
+    dig_f64(d, l->p95);
+    dig_f64(d, l->p99);
+    dig_f64(d, l->max);
+}
+
+static uint64_t report_digest(const struct kvsim_report *r)
+{
+    struct digest_buf d = {.n = 0, .overflow = false};
+    dig_str(&d, r->trace);
+    dig_str(&d, r->router);
+    dig_u64(&d, r->seed);
+    dig_u64(&d, r->num_engines);
+    dig_u64(&d, r->num_requests);
+    dig_u64(&d, r->completed);
+    dig_u64(&d, r->rejected);
+    dig_u64(&d, r->incomplete);
+    dig_u64(&d, r->num_reject_reasons);
+    for (uint32_t i = 0; i < r->num_reject_reasons && i < KVSIM_REPORT_MAX_REASONS; i++) {
+        dig_str(&d, r->rejects[i].reason);
+        dig_u64(&d, r->rejects[i].count);
+    }
+    dig_u64(&d, r->preemptions);
+    dig_u64(&d, r->input_tokens);
+    dig_u64(&d, r->output_tokens);
+    dig_u64(&d, r->cached_tokens);
+    dig_f64(&d, r->prefix_cache_reuse);
+    dig_i64(&d, r->duration_ns);
+    dig_f64(&d, r->requests_per_s);
+    dig_f64(&d, r->input_tokens_per_s);
+    dig_f64(&d, r->output_tokens_per_s);
+    dig_f64(&d, r->total_tokens_per_s);
+    dig_latency(&d, &r->ttft);
+    dig_latency(&d, &r->ttst);
+    dig_latency(&d, &r->tpot);
+    dig_latency(&d, &r->itl);
+    dig_latency(&d, &r->e2e);
+    if (d.overflow) /* cannot happen with the sizes above; never report a truncated digest */
+        return 0;
+    return XXH3_64bits(d.b, d.n);
+}
+
+/* ---- configurations and the child process --------------------------------------------------- */
+
+enum run_kind {
+    RUN_LOAD,   /* kvsim_trace_load() alone: the parsing floor of every replay */
+    RUN_REPLAY, /* kvsim_replay_run() */
+};
+
+struct run_cfg {
+    enum run_kind kind;
+    enum kvsim_router_policy router;
+    uint32_t threads;
+    uint32_t block_size;
+    uint32_t num_blocks; /* null block included */
+};
+
+/* What a child sends back (a plain struct through a pipe: same binary on both ends). */
+struct child_msg {
+    int32_t rc; /* 0, or the negative errno of the replay */
+    int64_t wall_ns;
+    int64_t report_wall_ns;
+    int64_t duration_ns; /* simulated: first arrival to last completion */
+    uint64_t num_requests, completed, rejected, incomplete, preemptions;
+    uint64_t input_tokens, output_tokens, cached_tokens;
+    uint64_t digest;
+    char err[256];
+};
+
+/* One repetition of one configuration, as the parent sees it. */
+struct rep_result {
+    bool ok;
+    struct child_msg msg;
+    int64_t utime_ns, stime_ns;
+    long maxrss_kib;
+    char failure[320];
+};
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads up to len bytes (fewer only at EOF); returns the count or a negative errno. */
+static ssize_t read_all(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t r = read(fd, p + got, len - got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+static void fill_trace_opts(const struct options *o, struct kvsim_trace_opts *t)
+{
+    kvsim_trace_opts_default(t);
+    if (o->quick)
+        t->max_requests = QUICK_MAX_REQUESTS;
+}
+
+static void child_load(const struct options *o, struct child_msg *msg)
+{
+    struct kvsim_trace_opts topts;
+    fill_trace_opts(o, &topts);
+    struct kvsim_trace t;
+    int64_t t0 = now_ns();
+    int rc = kvsim_trace_load(o->trace_path, &topts, &t, msg->err, sizeof msg->err);
+    msg->wall_ns = now_ns() - t0;
+    msg->rc = rc;
+    if (rc)
+        return;
+    msg->num_requests = t.num_reqs;
+    uint64_t in = 0, out = 0;
+    for (size_t i = 0; i < t.num_reqs; i++) {
+        in += t.reqs[i].input_len;
+        out += t.reqs[i].output_len;
+    }
+    msg->input_tokens = in;
+    msg->output_tokens = out;
+    kvsim_trace_free(&t);
+}
+
+static void child_replay(const struct options *o, const struct run_cfg *c, struct child_msg *msg)
+{
+    struct kvsim_replay_config cfg;
+    kvsim_replay_config_default(&cfg);
+    cfg.trace_path = o->trace_path;
+    fill_trace_opts(o, &cfg.trace_opts);
+    cfg.num_engines = NUM_ENGINES;
+    cfg.num_threads = c->threads;
+    cfg.router = c->router;
+    cfg.sched.block_size = c->block_size;
+    cfg.sched.num_blocks = c->num_blocks;
+    cfg.quiet = true;
+    struct kvsim_report rep;
+    memset(&rep, 0, sizeof rep);
+    int64_t t0 = now_ns();
+    int rc = kvsim_replay_run(&cfg, &rep, msg->err, sizeof msg->err);
+    msg->wall_ns = now_ns() - t0;
+    msg->rc = rc;
+    if (rc)
+        return;
+    msg->report_wall_ns = rep.wall_ns;
+    msg->duration_ns = rep.duration_ns;
+    msg->num_requests = rep.num_requests;
+    msg->completed = rep.completed;
+    msg->rejected = rep.rejected;
+    msg->incomplete = rep.incomplete;
+    msg->preemptions = rep.preemptions;
+    msg->input_tokens = rep.input_tokens;
+    msg->output_tokens = rep.output_tokens;
+    msg->cached_tokens = rep.cached_tokens;
+    msg->digest = report_digest(&rep);
+}
+
+/* Runs one configuration in a child process; fills *res. Returns res->ok. */
+static bool run_child(const struct options *o, const struct run_cfg *c, struct rep_result *res)
+{
+    memset(res, 0, sizeof *res);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(res->failure, sizeof res->failure, "pipe: %s", strerror(errno));
+        return false;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(res->failure, sizeof res->failure, "fork: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        struct child_msg msg;
+        memset(&msg, 0, sizeof msg);
+        if (c->kind == RUN_LOAD)
+            child_load(o, &msg);
+        else
+            child_replay(o, c, &msg);
+        _exit(write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
+    }
+    close(fds[1]);
+    ssize_t got = read_all(fds[0], &res->msg, sizeof res->msg);
+    close(fds[0]);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0) {
+        if (errno != EINTR) {
+            snprintf(res->failure, sizeof res->failure, "wait4: %s", strerror(errno));
+            return false;
+        }
+    }
+    res->utime_ns = timeval_ns(ru.ru_utime);
+    res->stime_ns = timeval_ns(ru.ru_stime);
+    res->maxrss_kib = ru.ru_maxrss;
+    if (WIFSIGNALED(status)) {
+        snprintf(res->failure, sizeof res->failure, "child killed by signal %d", WTERMSIG(status));
+        return false;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != (ssize_t)sizeof res->msg) {
+        snprintf(res->failure, sizeof res->failure, "child exited with status %d (%zd bytes)",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, got);
+        return false;
+    }
+    if (res->msg.rc != 0) {
+        res->msg.err[sizeof res->msg.err - 1] = '\0';
+        snprintf(res->failure, sizeof res->failure, "%s (%s)",
+                 res->msg.err[0] ? res->msg.err : "replay failed", strerror(-res->msg.rc));
+        return false;
+    }
+    res->ok = true;
+    return true;
+}
+
+/* ---- figures ----------------------------------------------------------------------------------
+ */
+
+struct figures {
+    double wall_s;
+    double req_per_wall_s;
+    double speed;              /* simulated s per wall s */
+    double cpu_ns_per_out_tok; /* (utime + stime) / output tokens */
+    double cpu_s;
+    double peak_rss_mib;
+};
+
+static struct figures figures_of(const struct rep_result *r)
+{
+    struct figures f;
+    memset(&f, 0, sizeof f);
+    f.wall_s = (double)r->msg.wall_ns * 1e-9;
+    f.cpu_s = (double)(r->utime_ns + r->stime_ns) * 1e-9;
+    f.peak_rss_mib = (double)r->maxrss_kib / 1024.0;
+    uint64_t done = r->msg.completed ? r->msg.completed : r->msg.num_requests;
+    if (f.wall_s > 0) {
+        f.req_per_wall_s = (double)done / f.wall_s;
+        f.speed = (double)r->msg.duration_ns * 1e-9 / f.wall_s;
+    }
+    if (r->msg.output_tokens)
+        f.cpu_ns_per_out_tok = (double)(r->utime_ns + r->stime_ns) / (double)r->msg.output_tokens;
+    return f;
+}
+
+/* All repetitions of one configuration. */
+struct config_result {
+    struct run_cfg cfg;
+    struct rep_result *reps;
+    unsigned num_reps;
+    int best; /* index of the fastest successful repetition, -1 if none */
+    bool ok;  /* every repetition succeeded */
+    bool reps_identical;
+};
+
+static void finish_config(struct config_result *cr)
+{
+    cr->best = -1;
+    cr->ok = true;
+    cr->reps_identical = true;
+    for (unsigned i = 0; i < cr->num_reps; i++) {
+        const struct rep_result *r = &cr->reps[i];
+        if (!r->ok) {
+            cr->ok = false;
+            continue;
+        }
+        if (cr->best < 0) {
+            cr->best = (int)i;
+            continue;
+        }
+        const struct rep_result *b = &cr->reps[cr->best];
+        if (r->msg.digest != b->msg.digest)
+            cr->reps_identical = false;
+        if (r->msg.wall_ns < b->msg.wall_ns)
+            cr->best = (int)i;
+    }
+}
+
+static const struct rep_result *best_of(const struct config_result *cr)
+{
+    return cr->best >= 0 ? &cr->reps[cr->best] : NULL;
+}
+
+static const char *config_label(const struct run_cfg *c, char *buf, size_t len)
+{
+    if (c->kind == RUN_LOAD)
+        snprintf(buf, len, "trace load only");
+    else if (c->block_size != SMALL_BLOCK)
+        snprintf(buf, len, "%s, block %u", kvsim_router_policy_name(c->router), c->block_size);
+    else
+        snprintf(buf, len, "%s", kvsim_router_policy_name(c->router));
+    return buf;
+}
+
+/* ---- JSON --------------------------------------------------------------------------------- */
+
+static json_t *fig_json(const struct figures *f)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "wall_s", f->wall_s, "requests_per_wall_s",
+                     f->req_per_wall_s, "simulated_to_wall_speed", f->speed,
+                     "cpu_ns_per_output_token", f->cpu_ns_per_out_tok, "cpu_s", f->cpu_s,
+                     "peak_rss_mib", f->peak_rss_mib);
+}
+
+static json_t *rep_json(const struct rep_result *r)
+{
+    if (!r->ok)
+        return json_pack("{s:b, s:s}", "ok", 0, "failure", r->failure);
+    struct figures f = figures_of(r);
+    char dig[32];
+    snprintf(dig, sizeof dig, "%016" PRIx64, r->msg.digest);
+    json_t *j = json_pack(
+        "{s:b, s:o, s:f, s:f, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "ok", 1,
+        "figures", fig_json(&f), "utime_s", (double)r->utime_ns * 1e-9, "stime_s",
+        (double)r->stime_ns * 1e-9, "report_wall_s", (double)r->msg.report_wall_ns * 1e-9,
+        "peak_rss_kib", (json_int_t)r->maxrss_kib, "digest_xxh3", dig, "requests",
+        (json_int_t)r->msg.num_requests, "completed", (json_int_t)r->msg.completed, "rejected",
+        (json_int_t)r->msg.rejected, "incomplete", (json_int_t)r->msg.incomplete, "preemptions",
+        (json_int_t)r->msg.preemptions, "input_tokens", (json_int_t)r->msg.input_tokens,
+        "output_tokens", (json_int_t)r->msg.output_tokens, "cached_tokens",
+        (json_int_t)r->msg.cached_tokens, "simulated_s", (double)r->msg.duration_ns * 1e-9);
+    return j;
+}
+
+static json_t *config_json(const struct config_result *cr)
+{
+    json_t *j = json_object();
+    const struct run_cfg *c = &cr->cfg;
+    json_object_set_new(j, "kind", json_string(c->kind == RUN_LOAD ? "trace_load" : "replay"));
+    if (c->kind == RUN_REPLAY) {
+        json_object_set_new(j, "router", json_string(kvsim_router_policy_name(c->router)));
+        json_object_set_new(j, "threads", json_integer(c->threads));
+        json_object_set_new(j, "engines", json_integer(NUM_ENGINES));
+        json_object_set_new(j, "block_size", json_integer(c->block_size));
+        json_object_set_new(j, "num_blocks", json_integer(c->num_blocks));
+    }
+    json_object_set_new(j, "ok", json_boolean(cr->ok));
+    json_object_set_new(j, "repetitions_identical", json_boolean(cr->reps_identical));
+    const struct rep_result *b = best_of(cr);
+    json_object_set_new(j, "best_repetition", b ? json_integer(cr->best) : json_null());
+    if (b) {
+        struct figures f = figures_of(b);
+        json_object_set_new(j, "best", fig_json(&f));
+    } else {
+        json_object_set_new(j, "best", json_null());
+    }
+    json_t *reps = json_array();
+    for (unsigned i = 0; i < cr->num_reps; i++)
+        json_array_append_new(reps, rep_json(&cr->reps[i]));
+    json_object_set_new(j, "repetitions", reps);
+    return j;
+}
+
+/* First "model name" of /proc/cpuinfo, or "unknown". */
+static void cpu_model(char *buf, size_t len)
+{
+    snprintf(buf, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        char *colon = strchr(line, ':');
+        if (!colon)
+            break;
+        colon++;
+        while (*colon == ' ' || *colon == '\t')
+            colon++;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(buf, len, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+static json_t *machine_json(long parent_rss_kib)
+{
+    struct utsname u;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    json_t *m =
+        json_pack("{s:I, s:s, s:s, s:I}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
+                  "allocator", kvsim_allocator(), "cpu_model", cpu,
+                  "parent_peak_rss_kib_at_first_fork", (json_int_t)parent_rss_kib);
+    if (uname(&u) == 0) {
+        json_object_set_new(m, "os", json_string(u.sysname));
+        json_object_set_new(m, "os_release", json_string(u.release));
+        json_object_set_new(m, "arch", json_string(u.machine));
+    }
+    return m;
+}
+
+/* {"goal": g, "comparison": cmp, "unit": unit} */
+static json_t *goal_json(double goal, const char *cmp, const char *unit)
+{
+    return json_pack("{s:f, s:s, s:s}", "goal", goal, "comparison", cmp, "unit", unit);
+}
+
+/* ---- command line ----------------------------------------------------------------------------
+ */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: bench_replay [--trace FILE] [--json FILE] [--reps N] [--quick] [--help]\n"
+            "\n"
+            "Replays a trace on %u engines with each router (round-robin, least-loaded, kv)\n"
+            "at 1 and 2 threads, each run in its own child process, and prints requests per\n"
+            "wall second, simulated-to-wall speed, CPU ns per output token, peak RSS, the\n"
+            "2-thread speedup and the block-size-16/512 wall ratio next to DESIGN.md's targets.\n"
+            "\n"
+            "options:\n"
+            "  --trace FILE  Mooncake JSONL trace (default %s)\n"
+            "  --json FILE   write the results as JSON to FILE (default %s;\n"
+            "                missing directories are created)\n"
+            "  --reps N      repetitions per configuration, best (fastest) kept (default 1)\n"
+            "  --quick       first %u requests, kv router only (a smoke test: a few seconds)\n"
+            "  -h, --help    print this help, then exit\n"
+            "\n"
+            "exit status: 0, 1 (a run failed or results differ between thread counts),\n"
+            "2 (usage error or missing trace)\n",
+            NUM_ENGINES, DEFAULT_TRACE, DEFAULT_JSON, QUICK_MAX_REQUESTS);
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    static const struct option longopts[] = {
+        {"trace", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
+        {"reps", required_argument, NULL, 'r'},  {"quick", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    o->trace_path = DEFAULT_TRACE;
+    o->json_path = DEFAULT_JSON;
+    o->reps = 1;
+    o->quick = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "bench_replay: empty --trace path\n");
+                return 2;
+            }
+            o->trace_path = optarg;
+            break;
+        case 'j':
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "bench_replay: empty --json path\n");
+                return 2;
+            }
+            o->json_path = optarg;
+            break;
+        case 'r': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || end == optarg || *end != '\0' || optarg[0] == '-' || v < 1 ||
+                v > MAX_REPS) {
+                fprintf(stderr, "bench_replay: invalid --reps '%s' (1..%u)\n", optarg, MAX_REPS);
+                return 2;
+            }
+            o->reps = (unsigned)v;
+            break;
+        }
+        case 'q': o->quick = true; break;
+        case 'h': usage(stdout); return 1;
+        default: fprintf(stderr, "bench_replay: try --help\n"); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_replay: unexpected argument '%s' (try --help)\n", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------------
+ */
+
+#define MAX_CONFIGS 16
+
+/* The configurations, in run order: the trace load, then per router 1 thread, (kv only: block
+ * size 512 on 1 thread, right after its block-size-16 twin), 2 threads. */
+static size_t build_configs(const struct options *o, struct run_cfg *cfgs)
+{
+    size_t n = 0;
+    cfgs[n++] = (struct run_cfg){.kind = RUN_LOAD};
+    for (size_t i = 0; i < NUM_ROUTERS; i++) {
+        if (o->quick && routers[i] != KVSIM_ROUTER_KV)
+            continue;
+        struct run_cfg c = {.kind = RUN_REPLAY,
+                            .router = routers[i],
+                            .threads = 1,
+                            .block_size = SMALL_BLOCK,
+                            .num_blocks = SMALL_BLOCK_BLOCKS};
+        cfgs[n++] = c;
+        if (routers[i] == KVSIM_ROUTER_KV) {
+            struct run_cfg big = c;
+            big.block_size = LARGE_BLOCK;
+            big.num_blocks = LARGE_BLOCK_BLOCKS;
+            cfgs[n++] = big;
+        }
+        c.threads = 2;
+        cfgs[n++] = c;
+    }
+    return n;
+}
+
+static const struct config_result *find_config(const struct config_result *crs, size_t n,
+                                               enum kvsim_router_policy router, uint32_t threads,
+                                               uint32_t block_size)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct run_cfg *c = &crs[i].cfg;
+        if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
+            c->block_size == block_size)
+            return &crs[i];
+    }
+    return NULL;
+}
+
+static void print_rule(void)
+{
+    printf("%.*s\n", 100,
+           "----------------------------------------------------------------------------------"
+           "------------------------------");
+}
+
+/* One row of the targets table: per router "measured (measured/goal[ met])"; fmt NULL prints
+ * the value with thousands separators. */
+static void print_target_row(const char *what, const char *goal, const double *vals,
+                             const bool *have, double goal_value, bool higher_is_better,
+                             const char *fmt)
+{
+    printf("%-34s %-12s", what, goal);
+    for (size_t i = 0; i < NUM_ROUTERS; i++) {
+        char cell[64];
+        if (!have[i]) {
+            snprintf(cell, sizeof cell, "-");
+        } else {
+            char v[32];
+            if (fmt)
+                snprintf(v, sizeof v, fmt, vals[i]);
+            else
+                grouped(vals[i], v, sizeof v);
+            double ratio = vals[i] / goal_value;
+            bool met = higher_is_better ? vals[i] >= goal_value : vals[i] < goal_value;
+            snprintf(cell, sizeof cell, "%s (%.3fx%s)", v, ratio, met ? " met" : "");
+        }
+        printf(" %22s", cell);
+    }
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt;
+    int prc = parse_options(argc, argv, &opt);
+    if (prc == 1)
+        return 0;
+    if (prc)
+        return prc;
+    if (access(opt.trace_path, R_OK) != 0) {
+        fprintf(stderr,
+                "bench_replay: trace %s is not readable: %s\n"
+                "bench_replay: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
+                opt.trace_path, strerror(errno));
+        return 2;
+    }
+
+    char date[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    printf("bench_replay: %s, allocator %s, %ld CPUs, %s run, best of %u repetition%s\n",
+           kvsim_version(), kvsim_allocator(), nproc, opt.quick ? "quick" : "full", opt.reps,
+           opt.reps == 1 ? "" : "s");
+    printf("trace %s%s\n", opt.trace_path, opt.quick ? " (first 1000 requests)" : "");
+    printf("%u engines, max_num_seqs 256, max_num_batched_tokens 8192, prefix caching on; "
+           "every run in its own process\n",
+           NUM_ENGINES);
+
+    struct run_cfg cfgs[MAX_CONFIGS];
+    size_t ncfg = build_configs(&opt, cfgs);
+    struct config_result crs[MAX_CONFIGS];
+    memset(crs, 0, sizeof crs);
+    for (size_t i = 0; i < ncfg; i++) {
+        crs[i].cfg = cfgs[i];
+        crs[i].num_reps = opt.reps;
+        crs[i].reps = calloc(opt.reps, sizeof *crs[i].reps);
+        if (!crs[i].reps) {
+            fprintf(stderr, "bench_replay: out of memory\n");
+            return 1;
+        }
+    }
+    long parent_rss_kib = self_peak_rss_kib();
+
+    bool all_ok = true;
+    for (unsigned rep = 0; rep < opt.reps; rep++) {
+        for (size_t i = 0; i < ncfg; i++) {
+            char label[64];
+            config_label(&cfgs[i], label, sizeof label);
+            struct rep_result *r = &crs[i].reps[rep];
+            if (run_child(&opt, &cfgs[i], r)) {
+                fprintf(stderr, "  rep %u/%u  %-20s %u thread%s  %7.3f s\n", rep + 1, opt.reps,
+                        label, cfgs[i].kind == RUN_LOAD ? 1 : cfgs[i].threads,
+                        cfgs[i].threads > 1 ? "s" : " ", (double)r->msg.wall_ns * 1e-9);
+            } else {
+                fprintf(stderr, "bench_replay: %s, %u thread(s): %s\n", label, cfgs[i].threads,
+                        r->failure);
+                all_ok = false;
+            }
+        }
+    }
+    for (size_t i = 0; i < ncfg; i++) {
+        finish_config(&crs[i]);
+        all_ok = all_ok && crs[i].ok;
+    }
+
+    /* ---- the runs table ---- */
+    printf("\n%-20s %3s %8s %14s %11s %12s %8s %9s %8s\n", "configuration", "thr", "wall s",
+           "req/wall s", "sim/wall", "CPU ns/tok", "CPU s", "CPU/wall", "RSS MiB");
+    print_rule();
+    for (size_t i = 0; i < ncfg; i++) {
+        char label[64], b1[32];
+        config_label(&cfgs[i], label, sizeof label);
+        const struct rep_result *b = best_of(&crs[i]);
+        if (!b) {
+            printf("%-20s %3u  FAILED\n", label, cfgs[i].threads);
+            continue;
+        }
+        struct figures f = figures_of(b);
+        if (cfgs[i].kind == RUN_LOAD) {
+            printf("%-20s %3s %8.3f %14s %11s %12s %8.3f %9.2f %8.1f\n", label, "-", f.wall_s,
+                   grouped(f.req_per_wall_s, b1, sizeof b1), "-", "-", f.cpu_s,
+                   f.wall_s > 0 ? f.cpu_s / f.wall_s : 0.0, f.peak_rss_mib);
+            continue;
+        }
+        char spd[32];
+        snprintf(spd, sizeof spd, "%.0fx", f.speed);
+        printf("%-20s %3u %8.3f %14s %11s %12.1f %8.3f %9.2f %8.1f\n", label, cfgs[i].threads,
+               f.wall_s, grouped(f.req_per_wall_s, b1, sizeof b1), spd, f.cpu_ns_per_out_tok,
+               f.cpu_s, f.wall_s > 0 ? f.cpu_s / f.wall_s : 0.0, f.peak_rss_mib);
+    }
+    printf("CPU/wall: CPU s per wall s of the child; under 1 with 1 thread, the run waited for a "
+           "CPU (busy machine)\n");
+    const struct rep_result *load = best_of(&crs[0]);
+    if (load) {
+        char b1[32], b2[32];
+        printf("trace: %s requests, %s output tokens (trace load = parsing only, the floor of "
+               "every run's wall time)\n",
+               grouped((double)load->msg.num_requests, b1, sizeof b1),
+               grouped((double)load->msg.output_tokens, b2, sizeof b2));
+    }
+    const struct rep_result *any = NULL;
+    for (size_t i = 1; i < ncfg && !any; i++)
+        any = best_of(&crs[i]);
+    if (any)
+        printf("replay: %" PRIu64 " completed, %" PRIu64 " rejected, %" PRIu64
+               " output tokens, %.1f simulated s (first replay row)\n",
+               any->msg.completed, any->msg.rejected, any->msg.output_tokens,
+               (double)any->msg.duration_ns * 1e-9);
+
+    /* ---- per router: speedup and identity ---- */
+    bool all_identical = true;
+    double speedup[NUM_ROUTERS] = {0}, rps1[NUM_ROUTERS] = {0}, rps2[NUM_ROUTERS] = {0};
+    double cpu1[NUM_ROUTERS] = {0};
+    bool have_speedup[NUM_ROUTERS] = {0}, have1[NUM_ROUTERS] = {0}, have2[NUM_ROUTERS] = {0};
+    bool identical_r[NUM_ROUTERS] = {0};
+    json_t *speedups = json_object();
+    printf("\n%-14s %10s %10s %10s %10s  %s\n", "router", "wall 1T s", "wall 2T s", "speedup",
+           "goal", "results 1T vs 2T");
+    print_rule();
+    for (size_t i = 0; i < NUM_ROUTERS; i++) {
+        const char *name = kvsim_router_policy_name(routers[i]);
+        const struct config_result *c1 = find_config(crs, ncfg, routers[i], 1, SMALL_BLOCK);
+        const struct config_result *c2 = find_config(crs, ncfg, routers[i], 2, SMALL_BLOCK);
+        if (!c1 || !c2)
+            continue;
+        const struct rep_result *b1 = best_of(c1), *b2 = best_of(c2);
+        if (b1) {
+            struct figures f = figures_of(b1);
+            rps1[i] = f.req_per_wall_s;
+            cpu1[i] = f.cpu_ns_per_out_tok;
+            have1[i] = true;
+        }
+        if (b2) {
+            rps2[i] = figures_of(b2).req_per_wall_s;
+            have2[i] = true;
+        }
+        bool identical = b1 && b2 && c1->ok && c2->ok && c1->reps_identical && c2->reps_identical &&
+                         b1->msg.digest == b2->msg.digest && b1->msg.digest != 0;
+        all_identical = all_identical && identical;
+        identical_r[i] = identical;
+        json_t *sj = json_object();
+        json_object_set_new(sj, "identical", json_boolean(identical));
+        if (b1 && b2) {
+            double w1 = (double)b1->msg.wall_ns * 1e-9, w2 = (double)b2->msg.wall_ns * 1e-9;
+            speedup[i] = w2 > 0 ? w1 / w2 : 0.0;
+            have_speedup[i] = true;
+            printf("%-14s %10.3f %10.3f %9.2fx %9.2fx  identical: %s\n", name, w1, w2, speedup[i],
+                   GOAL_SPEEDUP_2T, identical ? "yes" : "no");
+            json_object_set_new(sj, "wall_1_thread_s", json_real(w1));
+            json_object_set_new(sj, "wall_2_threads_s", json_real(w2));
+            json_object_set_new(sj, "speedup", json_real(speedup[i]));
+        } else {
+            printf("%-14s %10s %10s %10s %9.2fx  identical: no (a run failed)\n", name, "-", "-",
+                   "-", GOAL_SPEEDUP_2T);
+        }
+        json_object_set_new(speedups, name, sj);
+    }
+
+    /* ---- block size ---- */
+    json_t *bsj = json_null();
+    const struct config_result *bs16 = find_config(crs, ncfg, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
+    const struct config_result *bs512 = find_config(crs, ncfg, KVSIM_ROUTER_KV, 1, LARGE_BLOCK);
+    printf("\nblock size (kv router, 1 thread, same KV capacity: %u x %u vs %u x %u tokens incl. "
+           "the null block)\n",
+           SMALL_BLOCK_BLOCKS, SMALL_BLOCK, LARGE_BLOCK_BLOCKS, LARGE_BLOCK);
+    if (bs16 && bs512 && best_of(bs16) && best_of(bs512)) {
+        struct figures f16 = figures_of(best_of(bs16)), f512 = figures_of(best_of(bs512));
+        double ratio = f512.wall_s > 0 ? f16.wall_s / f512.wall_s : 0.0;
+        double cpu_ratio = f512.cpu_s > 0 ? f16.cpu_s / f512.cpu_s : 0.0;
+        printf("  wall: block 16 %.3f s, block 512 %.3f s, ratio 16/512 %.2fx "
+               "(CPU ratio %.2fx; goal: not many times slower)\n",
+               f16.wall_s, f512.wall_s, ratio, cpu_ratio);
+        bsj = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:s}", "router",
+                        "kv", "threads", (json_int_t)1, "small_block_size", (json_int_t)SMALL_BLOCK,
+                        "small_num_blocks", (json_int_t)SMALL_BLOCK_BLOCKS, "large_block_size",
+                        (json_int_t)LARGE_BLOCK, "large_num_blocks", (json_int_t)LARGE_BLOCK_BLOCKS,
+                        "usable_kv_tokens_small",
+                        (json_int_t)(SMALL_BLOCK_BLOCKS - 1) * SMALL_BLOCK, "wall_small_s",
+                        f16.wall_s, "wall_large_s", f512.wall_s, "wall_ratio_small_to_large", ratio,
+                        "cpu_ratio_small_to_large", cpu_ratio, "note",
+                        "num_blocks include the null block: 16383 x 16 = 262,128 usable tokens "
+                        "vs 512 x 512 = 262,144; the 16-token run is the kv / 1-thread row");
+        json_object_set_new(bsj, "usable_kv_tokens_large",
+                            json_integer((json_int_t)(LARGE_BLOCK_BLOCKS - 1) * LARGE_BLOCK));
+    } else {
+        printf("  not measured (a run failed)\n");
+    }
+
+    /* ---- targets ---- */
+    printf("\ntargets (DESIGN.md); cells: measured (measured/goal)\n");
+    printf("%-34s %-12s", "figure", "goal");
+    for (size_t i = 0; i < NUM_ROUTERS; i++)
+        printf(" %22s", kvsim_router_policy_name(routers[i]));
+    printf("\n");
+    print_rule();
+    print_target_row("requests per wall s, 1 thread", ">= 100,000", rps1, have1, GOAL_REQ_PER_S_1T,
+                     true, NULL);
+    print_target_row("requests per wall s, 2 threads", ">= 170,000", rps2, have2, GOAL_REQ_PER_S_2T,
+                     true, NULL);
+    print_target_row("2-thread speedup", ">= 1.70x", speedup, have_speedup, GOAL_SPEEDUP_2T, true,
+                     "%.2fx");
+    print_target_row("CPU ns per output token, 1 thread", "< 30 ns", cpu1, have1,
+                     GOAL_CPU_NS_PER_TOK, false, "%.1f");
+    printf("%-34s %-12s", "identical results 1T vs 2T", "yes");
+    for (size_t i = 0; i < NUM_ROUTERS; i++)
+        printf(" %22s", have_speedup[i] ? (identical_r[i] ? "yes" : "NO") : "-");
+    printf("\n");
+    if (opt.quick)
+        printf("(quick run: %u requests only, so the figures are not comparable with the "
+               "goals)\n",
+               QUICK_MAX_REQUESTS);
+
+    /* ---- JSON ---- */
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string("bench_replay"));
+    json_object_set_new(root, "version", json_string(kvsim_version()));
+    json_object_set_new(root, "date", json_string(date));
+    json_object_set_new(root, "machine", machine_json(parent_rss_kib));
+    json_object_set_new(root, "options",
+                        json_pack("{s:b, s:I, s:I, s:s}", "quick", opt.quick, "repetitions",
+                                  (json_int_t)opt.reps, "engines", (json_int_t)NUM_ENGINES,
+                                  "statistic", "fastest repetition"));
+    json_t *tj =
+        json_pack("{s:s, s:I, s:I}", "path", opt.trace_path, "trace_block_size", (json_int_t)512,
+                  "max_requests", (json_int_t)(opt.quick ? QUICK_MAX_REQUESTS : 0));
+    char *resolved = realpath(opt.trace_path, NULL);
+    if (resolved) {
+        json_object_set_new(tj, "resolved_path", json_string(resolved));
+        free(resolved);
+    }
+    if (load) {
+        json_object_set_new(tj, "requests", json_integer((json_int_t)load->msg.num_requests));
+        json_object_set_new(tj, "input_tokens", json_integer((json_int_t)load->msg.input_tokens));
+        json_object_set_new(tj, "output_tokens", json_integer((json_int_t)load->msg.output_tokens));
+    }
+    json_object_set_new(root, "trace", tj);
+    json_t *runs = json_array();
+    for (size_t i = 0; i < ncfg; i++)
+        json_array_append_new(runs, config_json(&crs[i]));
+    json_object_set_new(root, "runs", runs);
+    json_object_set_new(root, "speedups", speedups);
+    json_object_set_new(root, "block_size_check", bsj);
+    json_t *targets = json_object();
+    json_object_set_new(targets, "requests_per_wall_s_1_thread",
+                        goal_json(GOAL_REQ_PER_S_1T, ">=", "requests/s"));
+    json_object_set_new(targets, "requests_per_wall_s_2_threads",
+                        goal_json(GOAL_REQ_PER_S_2T, ">=", "requests/s"));
+    json_object_set_new(targets, "speedup_2_threads", goal_json(GOAL_SPEEDUP_2T, ">=", "x"));
+    json_object_set_new(targets, "cpu_ns_per_output_token",
+                        goal_json(GOAL_CPU_NS_PER_TOK, "<", "ns"));
+    for (size_t i = 0; i < NUM_ROUTERS; i++) {
+        const char *name = kvsim_router_policy_name(routers[i]);
+        if (have1[i]) {
+            json_t *g = json_object_get(targets, "requests_per_wall_s_1_thread");
+            json_object_set_new(
+                g, name,
+                json_pack("{s:f, s:f}", "measured", rps1[i], "ratio", rps1[i] / GOAL_REQ_PER_S_1T));
+            g = json_object_get(targets, "cpu_ns_per_output_token");
+            json_object_set_new(g, name,
+                                json_pack("{s:f, s:f}", "measured", cpu1[i], "ratio",
+                                          cpu1[i] / GOAL_CPU_NS_PER_TOK));
+        }
+        if (have2[i]) {
+            json_t *g = json_object_get(targets, "requests_per_wall_s_2_threads");
+            json_object_set_new(
+                g, name,
+                json_pack("{s:f, s:f}", "measured", rps2[i], "ratio", rps2[i] / GOAL_REQ_PER_S_2T));
+        }
+        if (have_speedup[i]) {
+            json_t *g = json_object_get(targets, "speedup_2_threads");
+            json_object_set_new(g, name,
+                                json_pack("{s:f, s:f}", "measured", speedup[i], "ratio",
+                                          speedup[i] / GOAL_SPEEDUP_2T));
+        }
+    }
+    json_object_set_new(targets, "identical_results",
+                        json_pack("{s:b, s:b}", "goal", 1, "measured", all_identical));
+    json_object_set_new(root, "targets", targets);
+    json_object_set_new(root, "identical", json_boolean(all_identical));
+    bool ok = all_ok && all_identical;
+    json_object_set_new(root, "ok", json_boolean(ok));
+
+    int rc = make_parent_dirs(opt.json_path);
+    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
+        rc = -EIO;
+    if (rc) {
+        fprintf(stderr, "bench_replay: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+        ok = false;
+    } else {
+        printf("\nresults written to %s\n", opt.json_path);
+    }
+    json_decref(root);
+    for (size_t i = 0; i < ncfg; i++)
+        free(crs[i].reps);
+    if (!ok)
+        fprintf(stderr, "bench_replay: FAILED%s\n",
+                all_identical ? "" : " (results differ between thread counts or repetitions)");
+    return ok ? 0 : 1;
+}

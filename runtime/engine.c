@@ -1,0 +1,477 @@
+/*
+ * engine.c - a simulated engine in virtual time (see engine.h).
+ */
+#include "runtime/engine.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvsim_engine {
+    struct kvsim_engine_config cfg;
+    struct sched *s;
+    struct sched_step *step; /* in flight, or NULL when idle */
+    int64_t step_end;
+    int64_t now; /* the engine's clock: last completion or arrival instant */
+    struct kvsim_engine_pub pub;
+    struct kvsim_engine_done *done;
+    uint32_t num_done, cap_done;
+    /* output scratch, sized to the running set */
+    kvpool_token *tok;
+    const kvpool_token **tok_ptr;
+    uint32_t *tok_count;
+    uint32_t cap_tok;
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    uint64_t steps;
+    uint32_t unfinished;
+    char err[384];
+};
+
+/* ---- step model ------------------------------------------------------------------------------ */
+
+void kvsim_step_model_default(struct kvsim_step_model *m)
+{
+    m->prefill_ms[0] = 4.209989e-7;
+    m->prefill_ms[1] = 1.518344e-2;
+    m->prefill_ms[2] = 16.50142;
+    m->decode_ms[0] = -25.74;
+    m->decode_ms[1] = 54.01;
+    m->decode_ms[2] = 5.74;
+    m->decode_floor_ms = 1.0;
+    m->speedup_ratio = 1.0;
+}
+
+int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
+                                     const struct kvsim_step_batch *b)
+{
+    double ms = 0.0;
+    if (b->prefill_tokens) {
+        double t = (double)b->prefill_tokens;
+        ms += (m->prefill_ms[0] * t + m->prefill_ms[1]) * t + m->prefill_ms[2];
+    }
+    if (b->num_decode_reqs) {
+        double u = b->kv_usage;
+        double d = (m->decode_ms[0] * u + m->decode_ms[1]) * u + m->decode_ms[2];
+        ms += d > m->decode_floor_ms ? d : m->decode_floor_ms;
+    }
+    if (m->speedup_ratio > 0)
+        ms /= m->speedup_ratio;
+    int64_t ns = llround(ms * 1e6);
+    return ns > 0 ? ns : 1;
+}
+
+static int load_coeffs(json_t *v, double out[3], const char *path, const char *key, char *err,
+                       size_t errlen)
+{
+    if (!json_is_array(v) || json_array_size(v) != 3) {
+        snprintf(err, errlen, "%s: key '%s' must be an array of 3 numbers [c2, c1, c0]", path, key);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(v, i);
+        if (!json_is_number(c) || !isfinite(json_number_value(c))) {
+            snprintf(err, errlen, "%s: key '%s'[%zu] must be a finite number", path, key, i);
+            return -EINVAL;
+        }
+        out[i] = json_number_value(c);
+    }
+    return 0;
+}
+
+int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
+        return jerr.line <= 0 ? -ENOENT : -EINVAL;
+    }
+    int rc = 0;
+    const char *key;
+    json_t *v;
+    if (!json_is_object(root)) {
+        snprintf(err, errlen, "%s: the configuration must be a JSON object", path);
+        rc = -EINVAL;
+    }
+    json_object_foreach(root, key, v)
+    {
+        if (rc)
+            break;
+        if (!strcmp(key, "speedup_ratio")) {
+            if (!json_is_number(v) || !(json_number_value(v) > 0)) {
+                snprintf(err, errlen, "%s: key 'speedup_ratio' must be a number > 0", path);
+                rc = -EINVAL;
+            } else {
+                m->speedup_ratio = json_number_value(v);
+            }
+        } else if (!strcmp(key, "step_model")) {
+            const char *k2;
+            json_t *v2;
+            if (!json_is_object(v)) {
+                snprintf(err, errlen, "%s: key 'step_model' must be an object", path);
+                rc = -EINVAL;
+                break;
+            }
+            json_object_foreach(v, k2, v2)
+            {
+                if (rc)
+                    break;
+                if (!strcmp(k2, "prefill_ms")) {
+                    rc = load_coeffs(v2, m->prefill_ms, path, "step_model.prefill_ms", err, errlen);
+                } else if (!strcmp(k2, "decode_ms")) {
+                    rc = load_coeffs(v2, m->decode_ms, path, "step_model.decode_ms", err, errlen);
+                } else if (!strcmp(k2, "decode_floor_ms")) {
+                    if (!json_is_number(v2) || json_number_value(v2) < 0) {
+                        snprintf(err, errlen,
+                                 "%s: key 'step_model.decode_floor_ms' must be a number >= 0",
+                                 path);
+                        rc = -EINVAL;
+                    } else {
+                        m->decode_floor_ms = json_number_value(v2);
+                    }
+                } else {
+                    snprintf(err, errlen, "%s: unknown key 'step_model.%s'", path, k2);
+                    rc = -EINVAL;
+                }
+            }
+        } else {
+            snprintf(err, errlen, "%s: unknown key '%s' (expected step_model, speedup_ratio)", path,
+                     key);
+            rc = -EINVAL;
+        }
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ---- prompts -----------------------------------------------------------------------------------
+ */
+
+uint32_t kvsim_prompt_runs(const struct kvsim_trace *t, uint32_t req, struct kvpool_token_run *runs,
+                           uint32_t cap)
+{
+    const struct kvsim_req_spec *r = &t->reqs[req];
+    if (r->num_hashes == 0) {
+        /* No prefix information: a token no other request uses (hash ids stay below 2^31). */
+        if (cap)
+            runs[0] = (struct kvpool_token_run){0x80000000u | req, r->input_len};
+        return 1;
+    }
+    uint32_t left = r->input_len, n = 0;
+    for (uint32_t i = 0; i < r->num_hashes && left; i++) {
+        uint32_t c = left < t->block_size ? left : t->block_size;
+        if (n < cap)
+            runs[n] = (struct kvpool_token_run){
+                (kvpool_token)(t->hash_ids[r->hash_off + i] & 0x7fffffffu), c};
+        n++;
+        left -= c;
+    }
+    return n;
+}
+
+/* The k-th output token of a request: deterministic, never an EOS (the engine has none), and
+ * unlike any prompt token so outputs never fake prefix hits across requests. */
+static kvpool_token output_token(uint32_t req, uint32_t k)
+{
+    uint64_t x = ((uint64_t)req << 32 | k) + UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return (kvpool_token)(0xc0000000u | ((uint32_t)(x >> 33) & 0x3fffffffu));
+}
+
+/* ---- lifecycle
+ * ----------------------------------------------------------------------------------- */
+
+int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out)
+{
+    *out = NULL;
+    struct kvsim_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    e->cfg = *cfg;
+    struct sched_config sc = cfg->sched;
+    sc.enable_kv_events = cfg->kv_events;
+    int rc = sched_create(&sc, &e->s);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void kvsim_engine_destroy(struct kvsim_engine *e)
+{
+    if (!e)
+        return;
+    sched_destroy(e->s);
+    free(e->done);
+    free(e->tok);
+    free(e->tok_ptr);
+    free(e->tok_count);
+    free(e->runs);
+    free(e);
+}
+
+struct kvpool *kvsim_engine_pool(struct kvsim_engine *e) { return sched_pool(e->s); }
+uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e) { return e->unfinished; }
+uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e)
+{
+    return sched_num_preemptions(e->s);
+}
+uint64_t kvsim_engine_steps(const struct kvsim_engine *e) { return e->steps; }
+const char *kvsim_engine_error(const struct kvsim_engine *e) { return e->err; }
+const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e) { return &e->pub; }
+
+const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n)
+{
+    *n = e->num_done;
+    e->num_done = 0;
+    return e->done;
+}
+
+int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
+{
+    return e->step ? e->step_end : INT64_MAX;
+}
+
+static void publish(struct kvsim_engine *e)
+{
+    struct kvpool *pool = sched_pool(e->s);
+    e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool);
+    struct sched_request *const *rr;
+    e->pub.num_running = sched_running(e->s, &rr);
+    e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+}
+
+static int fail_invariant(struct kvsim_engine *e, int rc)
+{
+    const struct sched_violation *v = sched_last_violation(e->s);
+    if (rc == -EUCLEAN && v) {
+        char line[320];
+        sched_violation_format(v, line, sizeof line);
+        snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id, e->now,
+                 line);
+    } else {
+        snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id, e->now,
+                 strerror(-rc));
+    }
+    return rc;
+}
+
+static int push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
+{
+    if (e->num_done == e->cap_done) {
+        uint32_t nc = e->cap_done ? e->cap_done * 2 : 64;
+        struct kvsim_engine_done *nd = realloc(e->done, nc * sizeof *nd);
+        if (!nd)
+            return -ENOMEM;
+        e->done = nd;
+        e->cap_done = nc;
+    }
+    e->done[e->num_done++] = (struct kvsim_engine_done){req, t};
+    return 0;
+}
+
+int kvsim_engine_admit_owner(struct kvsim_engine *e, uint32_t req, int64_t t)
+{
+    const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[req];
+    const struct sched_config *sc = sched_get_config(e->s);
+    struct kvsim_metrics *m = e->cfg.metrics;
+    if (!e->step && t > e->now)
+        e->now = t;
+    int mrc = kvsim_metrics_on_arrival(m, req, t, spec->input_len);
+    if (mrc)
+        return fail_invariant(e, mrc);
+    uint64_t full = (uint64_t)spec->input_len + spec->output_len;
+    if (full > sc->max_model_len)
+        full = sc->max_model_len;
+    const char *reject = NULL;
+    if (spec->input_len >= sc->max_model_len)
+        reject = "prompt_too_long";
+    else if ((full + sc->block_size - 1) / sc->block_size > sc->num_blocks - 1u)
+        reject = "exceeds_kv_capacity";
+    if (reject) {
+        /* Explicitly rejected, and finished for its session: the next turn still comes. */
+        mrc = kvsim_metrics_on_reject(m, req, t, reject);
+        return mrc ? fail_invariant(e, mrc) : push_done(e, req, t);
+    }
+    uint32_t n = kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
+    if (n > e->cap_runs) {
+        struct kvpool_token_run *nr = realloc(e->runs, n * sizeof *nr);
+        if (!nr)
+            return -ENOMEM;
+        e->runs = nr;
+        e->cap_runs = n;
+        kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
+    }
+    struct sched_request_params p = {
+        .id = req,
+        .num_prompt_tokens = spec->input_len,
+        .prompt_runs = e->runs,
+        .num_prompt_runs = n,
+        .max_tokens = spec->output_len,
+        .arrival = (double)t,
+        .eos_token_id = -1,
+    };
+    struct sched_request *r;
+    int rc = sched_add(e->s, &p, &r);
+    if (rc)
+        return rc;
+    e->unfinished++;
+    e->pub.queued_tokens += spec->input_len;
+    return 0;
+}
+
+static int grow_scratch(struct kvsim_engine *e, uint32_t n)
+{
+    if (n <= e->cap_tok)
+        return 0;
+    uint32_t nc = e->cap_tok ? e->cap_tok : 64;
+    while (nc < n)
+        nc *= 2;
+    kvpool_token *t = realloc(e->tok, nc * sizeof *t);
+    if (t)
+        e->tok = t;
+    const kvpool_token **p = realloc(e->tok_ptr, nc * sizeof *p);
+    if (p)
+        e->tok_ptr = p;
+    uint32_t *c = realloc(e->tok_count, nc * sizeof *c);
+    if (c)
+        e->tok_count = c;
+    if (!t || !p || !c)
+        return -ENOMEM;
+    e->cap_tok = nc;
+    return 0;
+}
+
+/* Starts a step at e->now. Leaves e->step NULL when nothing can be scheduled. */
+static int start_step(struct kvsim_engine *e)
+{
+    struct kvsim_metrics *m = e->cfg.metrics;
+    /* An empty step that preempted someone changed state: schedule again at the same instant.
+     * The running set shrinks each time, so this ends. */
+    for (;;) {
+        int rc;
+        struct sched_step *st = sched_schedule(e->s, &rc);
+        if (!st)
+            return fail_invariant(e, rc);
+        for (uint32_t i = 0; i < st->num_preempted; i++)
+            if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
+                return fail_invariant(e, rc);
+        if (st->total_tokens == 0) {
+            rc = sched_update(e->s, st, NULL);
+            if (rc)
+                return fail_invariant(e, rc);
+            if (st->num_preempted)
+                continue;
+            if (e->unfinished) {
+                snprintf(e->err, sizeof e->err,
+                         "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, "
+                         "nothing schedulable, no step, transfer or arrival can wake them",
+                         e->cfg.id, e->now, e->unfinished);
+                return -EDEADLK;
+            }
+            return 0;
+        }
+        for (uint32_t i = 0; i < st->num_new; i++) {
+            const struct sched_request *r = st->new_reqs[i];
+            rc = kvsim_metrics_on_schedule(
+                m, (uint32_t)r->id, e->now,
+                r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0, (int32_t)e->cfg.id);
+            if (rc)
+                return fail_invariant(e, rc);
+            e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+        }
+        for (uint32_t i = 0; i < st->num_resumed; i++) {
+            const struct sched_request *r = st->resumed[i];
+            rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
+            if (rc)
+                return fail_invariant(e, rc);
+        }
+        struct kvsim_step_batch b = {0};
+        for (uint32_t i = 0; i < st->num_scheduled; i++) {
+            const struct sched_scheduled *x = &st->scheduled[i];
+            const struct sched_request *r = x->req;
+            uint64_t before = r->num_computed_tokens - x->num_tokens;
+            if (x->num_tokens == 1 && r->num_output > 0 &&
+                before + 1 == sched_request_num_tokens(r)) {
+                b.num_decode_reqs++;
+            } else {
+                b.num_prefill_reqs++;
+                b.prefill_tokens += x->num_tokens;
+            }
+        }
+        b.kv_usage = kvpool_usage(sched_pool(e->s));
+        e->step = st;
+        e->step_end = e->now + kvsim_step_model_duration_ns(&e->cfg.model, &b);
+        e->steps++;
+        return 0;
+    }
+}
+
+/* Applies the running step's output at its end time. */
+static int complete_step(struct kvsim_engine *e)
+{
+    struct sched_step *st = e->step;
+    struct kvsim_metrics *m = e->cfg.metrics;
+    int rc = grow_scratch(e, st->num_scheduled);
+    if (rc)
+        return fail_invariant(e, rc);
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        const struct sched_request *r = st->scheduled[i].req;
+        e->tok_count[i] = st->scheduled[i].samples ? 1 : 0;
+        e->tok[i] = output_token((uint32_t)r->id, r->num_output);
+        e->tok_ptr[i] = &e->tok[i];
+        if (st->scheduled[i].samples &&
+            (rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
+            return fail_invariant(e, rc);
+    }
+    struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
+    e->step = NULL;
+    rc = sched_update(e->s, st, &out);
+    if (rc)
+        return fail_invariant(e, rc);
+    uint32_t nf;
+    struct sched_request *const *fin = sched_last_finished(e->s, &nf);
+    for (uint32_t i = 0; i < nf; i++) {
+        uint32_t req = (uint32_t)fin[i]->id;
+        if ((rc = kvsim_metrics_on_finish(m, req, e->now)) != 0 ||
+            (rc = push_done(e, req, e->now)) != 0)
+            return fail_invariant(e, rc);
+    }
+    /* Release finished requests: memory is bounded by the in-flight set. */
+    for (uint32_t i = 0; i < nf; i++)
+        if (sched_release(e->s, fin[i]) != 0)
+            return fail_invariant(e, -EBUSY);
+    e->unfinished -= nf;
+    return 0;
+}
+
+int kvsim_engine_advance_owner(struct kvsim_engine *e, int64_t until)
+{
+    for (;;) {
+        if (!e->step) {
+            if (!e->unfinished)
+                break;
+            int rc = start_step(e);
+            if (rc)
+                return rc;
+            if (!e->step)
+                break;
+        }
+        if (e->step_end > until)
+            break;
+        e->now = e->step_end;
+        int rc = complete_step(e);
+        if (rc)
+            return rc;
+    }
+    publish(e);
+    return 0;
+}

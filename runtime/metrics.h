@@ -1,0 +1,312 @@
+/*
+ * metrics.h - replay metrics: per-request records, the ITL quantile sketch, and the report.
+ *
+ * Private to runtime/. The replay runtime feeds events (arrival, admission, preemption, each
+ * output token, finish, reject) into a collector that holds one fixed-size record per request,
+ * allocated once for the R requests known up front; nothing is stored per token. Inter-token
+ * latencies (ITL) also go into a deterministic, mergeable log-bucket quantile sketch
+ * (DDSketch-style), one per worker thread. At the end, kvsim_metrics_summarize() derives every
+ * statistic from the records (exact, sorted percentiles) and from the merged sketches (ITL), and
+ * the report is printed as a table, written as JSON, and the records as JSONL.
+ *
+ * Threads. A request is owned by one engine at a time and an engine by one worker thread; only
+ * the thread that currently owns request r may call an event function for r, so records need no
+ * atomics. A request that moves to another thread (routing, a prefill -> decode handoff) must do
+ * so across a happens-before edge (the epoch barrier). kvsim_metrics_on_token() also writes the
+ * sketch of the thread index it is given, which must be the calling worker's own. Everything
+ * else (create, destroy, mark_incomplete, summarize, the writers) runs while no worker is
+ * feeding events, typically after they have been joined.
+ *
+ * Determinism. Results are bit-identical for any thread count: records are keyed by request
+ * index, sketches merge by adding integer bucket counts (commutative and associative), and every
+ * floating-point sum is computed at the end in request-index order, never per thread.
+ *
+ * Errors are negative errno values.
+ */
+#ifndef KVSIM_METRICS_H
+#define KVSIM_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An unset virtual time (an event that has not happened). */
+#define KVSIM_TIME_NONE INT64_MIN
+
+/* ---- the ITL quantile sketch --------------------------------------------------------------- */
+
+/*
+ * A DDSketch-style quantile sketch over non-negative int64 values (nanoseconds).
+ *
+ * A value v >= 1 goes to bucket key k = ceil(log_gamma(v)), gamma = (1 + a) / (1 - a) with
+ * a = KVSIM_SKETCH_ALPHA = 0.001, so bucket k holds (gamma^(k-1), gamma^k]; v = 0 is counted
+ * apart. A bucket is reported as its representative value 2 * gamma^k / (gamma + 1), whose
+ * relative distance to any value of the bucket is at most (gamma - 1) / (gamma + 1) = a. So a
+ * quantile is within 0.1% (relative) of the exact value of the same rank, up to rounding of a
+ * few ulps at bucket boundaries; the result is also clamped to the exact [min, max], which
+ * makes rank 1 and rank count exact. For values in [1, INT64_MAX] keys lie in [0, ~21,800], so
+ * a sketch never holds more than that many buckets (about 175 KB).
+ *
+ * Keys are computed with the C library's log(): identical for a given build, whatever the
+ * number or order of threads. Merging adds bucket counts, so merge order never matters.
+ */
+#define KVSIM_SKETCH_ALPHA 0.001
+
+struct kvsim_sketch {
+    uint64_t *bins;      /* bins[i] counts the values of key offset + i; NULL while empty */
+    int32_t offset;      /* key of bins[0] */
+    uint32_t num_bins;   /* entries allocated in bins[] */
+    uint64_t zero_count; /* values equal to 0 */
+    uint64_t count;      /* all values, including zeros */
+    int64_t min;         /* exact smallest value (meaningless while count is 0) */
+    int64_t max;         /* exact largest value (meaningless while count is 0) */
+    int64_t last_value;  /* one-entry key cache: the last value added (-1: none) */
+    int32_t last_key;    /* ... and its key */
+};
+
+/* Initializes an empty sketch. Allocates nothing; cannot fail. */
+void kvsim_sketch_init(struct kvsim_sketch *s);
+/* Frees the buckets; the sketch is empty (re-initialized) afterwards. Accepts NULL. */
+void kvsim_sketch_fini(struct kvsim_sketch *s);
+/*
+ * kvsim_sketch_add - count one value. Amortized O(1): the bucket array grows geometrically
+ * and is bounded (see above). Returns 0, -EINVAL for a negative value, or -ENOMEM (the sketch
+ * is unchanged).
+ */
+int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v);
+/*
+ * kvsim_sketch_merge - add src's counts into dst (src is unchanged). The result is the sketch
+ * that adding all of both inputs' values to one sketch would give, in any order. O(src
+ * buckets). Returns 0, or -ENOMEM (dst is unchanged).
+ */
+int kvsim_sketch_merge(struct kvsim_sketch *dst, const struct kvsim_sketch *src);
+/*
+ * kvsim_sketch_at_rank - the value of 1-based rank r (clamped to [1, count]) in ascending
+ * order, as its bucket's representative value clamped to [min, max]. O(buckets). Returns NAN
+ * when the sketch is empty.
+ */
+double kvsim_sketch_at_rank(const struct kvsim_sketch *s, uint64_t r);
+/* The nearest-rank quantile q in [0, 1]: kvsim_sketch_at_rank(s, max(1, ceil(q * count))). */
+double kvsim_sketch_quantile(const struct kvsim_sketch *s, double q);
+/* Number of values counted in bucket key (0 outside the allocated range). */
+uint64_t kvsim_sketch_bin(const struct kvsim_sketch *s, int32_t key);
+/* The bucket key of a value v >= 1. */
+int32_t kvsim_sketch_key(int64_t v);
+/* The representative value of bucket key: 2 * gamma^key / (gamma + 1). */
+double kvsim_sketch_key_value(int32_t key);
+
+/* ---- exact percentiles ---------------------------------------------------------------------- */
+
+/*
+ * Percentiles use the nearest-rank definition: the p-th percentile of n sorted values is the
+ * value of 1-based rank ceil(p / 100 * n) (at least 1). It is always one of the values, never
+ * an interpolation: p50 of {1, 2, 3, 4} is 2, p90 of ten values is the 9th, p100 the largest.
+ * Percentiles are given in per-mille (p99 = 990) so that ranks are exact integer arithmetic.
+ */
+uint64_t kvsim_nearest_rank(uint64_t n, uint32_t permille);
+/* The nearest-rank percentile of sorted[0..n) (ascending). n must be at least 1. */
+double kvsim_percentile_sorted(const double *sorted, size_t n, uint32_t permille);
+
+/* ---- per-request records --------------------------------------------------------------------- */
+
+enum kvsim_req_status {
+    KVSIM_REQ_PENDING = 0, /* not finished yet (or never arrived) */
+    KVSIM_REQ_COMPLETED,   /* finished normally: counts in latency and throughput */
+    KVSIM_REQ_REJECTED,    /* refused (e.g. prompt too long): counted by reason only */
+    KVSIM_REQ_INCOMPLETE,  /* still unfinished when the replay ended */
+};
+/* "pending", "completed", "rejected" or "incomplete" ("unknown" otherwise). */
+const char *kvsim_req_status_name(enum kvsim_req_status status);
+
+/* Everything kept about one request: 96 bytes, nothing per token. Times are virtual ns. */
+struct kvsim_req_record {
+    int64_t arrival_ns;         /* arrival at the router (KVSIM_TIME_NONE: not arrived) */
+    int64_t first_sched_ns;     /* first admission by an engine */
+    int64_t first_token_ns;     /* first output token */
+    int64_t second_token_ns;    /* second output token */
+    int64_t last_token_ns;      /* latest output token */
+    int64_t finish_ns;          /* completion or rejection time */
+    int64_t itl_max_ns;         /* largest inter-token gap (0 with fewer than 2 tokens) */
+    int64_t itl_sum_ns;         /* sum of inter-token gaps (= last - first token time) */
+    uint32_t num_output_tokens; /* output tokens so far */
+    uint32_t input_len;         /* prompt tokens */
+    uint32_t cached_tokens;     /* prefix-cache hit tokens at first admission (local + external) */
+    uint32_t num_preemptions;   /* times preempted */
+    int32_t engine;             /* engine of the latest admission (-1: never admitted) */
+    uint8_t status;             /* enum kvsim_req_status */
+    const char *reject_reason;  /* static string such as "prompt_too_long", or NULL */
+};
+
+struct kvsim_metrics;
+
+/*
+ * kvsim_metrics_create - a collector for requests 0..num_requests-1 and worker threads
+ * 0..num_threads-1; every record starts PENDING with all times unset. Memory is one record per
+ * request plus one (initially empty) sketch per thread. Returns 0 and sets *out, -EINVAL if
+ * num_threads is 0, or -ENOMEM.
+ */
+int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvsim_metrics **out);
+/* Frees the collector. Accepts NULL. */
+void kvsim_metrics_destroy(struct kvsim_metrics *m);
+uint32_t kvsim_metrics_num_requests(const struct kvsim_metrics *m);
+uint32_t kvsim_metrics_num_threads(const struct kvsim_metrics *m);
+/* The record of request req (read-only), or NULL if req is out of range. */
+const struct kvsim_req_record *kvsim_metrics_record(const struct kvsim_metrics *m, uint32_t req);
+
+/*
+ * Event functions. Each is O(1) (on_token amortized, see kvsim_sketch_add) and changes nothing
+ * when it fails.
+ * Context: the thread that owns request req at that moment (see the file comment).
+ * Returns: 0; -EINVAL if req (or thread) is out of range, the request has not arrived, or time
+ * runs backwards for it; -EALREADY if the request already completed or was rejected (or, for
+ * on_arrival, already arrived).
+ */
+/* Request req (input_len prompt tokens) arrives at t. */
+int kvsim_metrics_on_arrival(struct kvsim_metrics *m, uint32_t req, int64_t t, uint32_t input_len);
+/*
+ * Engine engine admits req at t. The first admission sets first_sched_ns and cached_tokens
+ * (prefix-cache hit tokens, local + external); a later one is a re-admission after a
+ * preemption (counted by on_preempt) and only updates the engine.
+ */
+int kvsim_metrics_on_schedule(struct kvsim_metrics *m, uint32_t req, int64_t t,
+                              uint32_t cached_tokens, int32_t engine);
+/* req was preempted (its KV freed; it will be re-admitted). */
+int kvsim_metrics_on_preempt(struct kvsim_metrics *m, uint32_t req);
+/*
+ * One output token of req at t; called in time order for each request. From the second token
+ * on, the gap to the previous token goes into the record's ITL max/sum and into the sketch of
+ * worker thread `thread` (the caller's). May also return -ENOMEM (sketch growth) or
+ * -EOVERFLOW (a request at UINT32_MAX tokens).
+ */
+int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t req, int64_t t);
+/* req completed at t. */
+int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, int64_t t);
+/* req was rejected at t for reason, a static string (e.g. "prompt_too_long"; NULL = "unknown"). */
+int kvsim_metrics_on_reject(struct kvsim_metrics *m, uint32_t req, int64_t t, const char *reason);
+
+/*
+ * kvsim_metrics_mark_incomplete - the replay ended: every PENDING record becomes INCOMPLETE.
+ * Returns how many. O(requests). Context: no worker feeding events.
+ */
+uint32_t kvsim_metrics_mark_incomplete(struct kvsim_metrics *m);
+
+/* ---- the report ------------------------------------------------------------------------------ */
+
+/* A latency distribution in ns. With count 0 every other field is 0 (JSON writes null). */
+struct kvsim_latency {
+    uint64_t count; /* samples */
+    double mean;
+    double min;
+    double p50;
+    double p90;
+    double p95;
+    double p99;
+    double max;
+};
+
+#define KVSIM_REPORT_MAX_REASONS 8
+#define KVSIM_REPORT_NAME_LEN    256
+
+struct kvsim_reject_count {
+    const char *reason; /* static string; "other" collects reasons beyond the table */
+    uint64_t count;
+};
+
+/* What the runtime knows that the records do not. Any field may be left zero / NULL. */
+struct kvsim_report_run {
+    const char *trace;    /* trace name or path ("synthetic", ...) */
+    const char *router;   /* router name ("round_robin", "kv_aware", ...) */
+    uint64_t seed;        /* workload / replay seed */
+    uint32_t num_engines; /* engines in the replay */
+    uint32_t num_threads; /* worker threads; 0 = the collector's thread count */
+    int64_t wall_ns;      /* measured wall time of the replay; <= 0 = unknown */
+};
+
+/*
+ * The replay report. Latency and throughput cover COMPLETED requests only, except ITL (see
+ * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
+ * everything else is bit-identical for identical inputs.
+ */
+struct kvsim_report {
+    /* run */
+    char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
+    char router[KVSIM_REPORT_NAME_LEN]; /* copied from the run (truncated) */
+    uint64_t seed;                      /* from the run */
+    uint32_t num_engines;               /* from the run */
+    /* counts */
+    uint64_t num_requests; /* R */
+    uint64_t completed;
+    uint64_t rejected;
+    uint64_t incomplete;         /* neither completed nor rejected (includes never arrived) */
+    uint32_t num_reject_reasons; /* entries of rejects[] */
+    /* rejections by reason, sorted by reason ("other", if any, last) */
+    struct kvsim_reject_count rejects[KVSIM_REPORT_MAX_REASONS];
+    uint64_t preemptions;      /* over all requests */
+    uint64_t input_tokens;     /* completed requests' prompt tokens */
+    uint64_t output_tokens;    /* completed requests' output tokens */
+    uint64_t cached_tokens;    /* completed requests' first-admission prefix hits */
+    double prefix_cache_reuse; /* cached_tokens / input_tokens (0 if no input) */
+    /* time */
+    int64_t duration_ns;        /* first arrival to last completion (0 if none completed) */
+    double requests_per_s;      /* completed / duration */
+    double input_tokens_per_s;  /* input_tokens / duration */
+    double output_tokens_per_s; /* output_tokens / duration */
+    double total_tokens_per_s;  /* (input + output) / duration */
+    /* latencies (ns) */
+    struct kvsim_latency ttft; /* first token - arrival */
+    struct kvsim_latency ttst; /* second token - first token (2+ tokens) */
+    struct kvsim_latency tpot; /* (last - first token) / (tokens - 1) (2+ tokens) */
+    struct kvsim_latency itl;  /* inter-token gaps, from the merged sketch */
+    struct kvsim_latency e2e;  /* finish - arrival */
+    /* wall: machine- and thread-count-dependent */
+    uint32_t num_threads;
+    int64_t wall_ns;            /* <= 0: unknown */
+    double speed;               /* simulated seconds per wall second (0: unknown) */
+    double wall_requests_per_s; /* completed requests per wall second (0: unknown) */
+};
+
+/*
+ * kvsim_metrics_summarize - derive the report. TTFT, TTST, TPOT and E2E take exact
+ * nearest-rank percentiles of the per-request values of completed requests, and means summed
+ * in request-index order. ITL percentiles come from the per-thread sketches merged in thread
+ * order, its min/max are exact and its mean is the records' exact ITL sum over their gap count
+ * (request-index order); ITL covers every gap fed, which includes the gaps of requests left
+ * incomplete (a sketch cannot retract values, and no per-token data is kept). PENDING records
+ * count as incomplete. run may be NULL. Allocates O(requests) scratch memory for sorting.
+ * Context: no worker feeding events. Returns 0 or -ENOMEM (out is then unspecified).
+ */
+int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_report_run *run,
+                            struct kvsim_report *out);
+
+/* Prints the report as an aligned table (latencies in ms) to out. */
+void kvsim_report_print(FILE *out, const struct kvsim_report *r);
+
+/*
+ * kvsim_report_write_json - write the report to path as one JSON object with a fixed key
+ * order; every quantity's unit is in its key ("ttft_ms", "duration_ms", "requests_per_s").
+ * The machine-dependent fields sit under the last key, "wall", so that dropping it leaves
+ * output that is byte-identical for identical inputs. Returns 0, -ENOMEM, or the negative
+ * errno of the failed open/write/close with a message naming path in err (if err is not NULL).
+ */
+int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
+                            size_t errlen);
+
+/*
+ * kvsim_metrics_write_requests - write one JSON line per request, in index order: its status,
+ * engine, token counts, preemptions, reject reason and times in ms with exactly six decimals
+ * (formatted from the integer ns, so byte-stable), unset times as null. Nothing wall-clock
+ * dependent. O(requests). Returns 0 or the negative errno of the failed open/write/close with
+ * a message naming path in err (if err is not NULL).
+ */
+int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m, char *err,
+                                 size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVSIM_METRICS_H */

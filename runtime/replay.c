@@ -1,0 +1,814 @@
+/*
+ * replay.c - `kvsim replay`: N engines on T worker threads behind a router, in virtual time.
+ *
+ * Conservative synchronisation in epochs. At a boundary B the coordinator (thread 0) turns
+ * finished session turns into follow-up arrivals, feeds the engines' KV events to the router in
+ * engine-id order, routes every arrival due at B, and picks the next boundary B' (the next
+ * arrival, or earlier when a running session turn could complete and release its follow-up
+ * before it). Then every worker admits its engines' new arrivals at B and advances them to B'
+ * in parallel; engine i belongs to worker i mod T and nothing else touches it in between. Each
+ * engine's evolution depends only on what it was given, and the router only on what engines
+ * published at boundaries, so results are identical for any thread count.
+ *
+ * The barrier spins briefly, then sleeps on a futex: never more spinning threads than cores.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/replay.h"
+#include "runtime/runtime.h"
+
+/* ---- barrier -----------------------------------------------------------------------------------
+ */
+
+struct barrier {
+    _Atomic uint32_t arrived;
+    _Atomic uint32_t generation; /* futex word */
+    uint32_t parties;
+};
+
+static void barrier_wait(struct barrier *b)
+{
+    uint32_t gen = atomic_load_explicit(&b->generation, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) + 1 == b->parties) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        /* Release: everything written before the barrier is visible after it. */
+        atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
+        syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        return;
+    }
+    for (int spin = 0; spin < 4000; spin++) {
+        if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
+            return;
+        __builtin_ia32_pause();
+    }
+    while (atomic_load_explicit(&b->generation, memory_order_acquire) == gen)
+        syscall(SYS_futex, &b->generation, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+}
+
+/* ---- the replay ----------------------------------------------------------------------------- */
+
+enum phase {
+    PHASE_ADMIT,             /* admit at b_cur, start steps at b_cur */
+    PHASE_ADVANCE,           /* advance to b_next */
+    PHASE_ADMIT_AND_ADVANCE, /* both, when b_next does not depend on the steps just started */
+};
+
+struct follow_up {
+    int64_t t;
+    uint32_t req;
+};
+
+struct replay {
+    const struct kvsim_replay_config *cfg;
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_router *router;
+    struct kvsim_engine **engines;
+    const struct kvsim_engine_pub **pubs;
+    const struct kvpool **pools;
+    bool drain_events; /* kv policy fed by events */
+    uint32_t num_engines, num_threads;
+    /* per-engine inbox for the current boundary */
+    uint32_t **inbox;
+    uint32_t *inbox_len, *inbox_cap;
+    int *engine_rc;
+    /* epoch */
+    int64_t b_cur, b_next;
+    enum phase phase;
+    bool finished;
+    struct barrier barrier;
+    /* arrivals */
+    size_t open_cursor;     /* next open-loop request in trace order */
+    int32_t *next_turn;     /* follow-up of each request, or -1 */
+    struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
+    size_t heap_len, heap_cap;
+    uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
+    int64_t min_delay;
+    uint64_t routed;
+    /* router scratch */
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    kvpool_hash *hashes;
+    uint32_t cap_hashes;
+    /* progress */
+    bool progress;
+    struct timespec last_progress;
+};
+
+struct event_ctx {
+    struct kvsim_router *router;
+    uint32_t engine;
+    int rc;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool fu_less(const struct follow_up *a, const struct follow_up *b)
+{
+    return a->t < b->t || (a->t == b->t && a->req < b->req);
+}
+
+static int heap_push(struct replay *rp, struct follow_up f)
+{
+    if (rp->heap_len == rp->heap_cap) {
+        size_t nc = rp->heap_cap ? rp->heap_cap * 2 : 64;
+        struct follow_up *nh = realloc(rp->heap, nc * sizeof *nh);
+        if (!nh)
+            return -ENOMEM;
+        rp->heap = nh;
+        rp->heap_cap = nc;
+    }
+    size_t i = rp->heap_len++;
+    while (i > 0 && fu_less(&f, &rp->heap[(i - 1) / 2])) {
+        rp->heap[i] = rp->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    rp->heap[i] = f;
+    return 0;
+}
+
+static struct follow_up heap_pop(struct replay *rp)
+{
+    struct follow_up top = rp->heap[0], last = rp->heap[--rp->heap_len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= rp->heap_len)
+            break;
+        if (c + 1 < rp->heap_len && fu_less(&rp->heap[c + 1], &rp->heap[c]))
+            c++;
+        if (!fu_less(&rp->heap[c], &last))
+            break;
+        rp->heap[i] = rp->heap[c];
+        i = c;
+    }
+    if (rp->heap_len)
+        rp->heap[i] = last;
+    return top;
+}
+
+/* Next open-loop request (first turns and independent requests), in trace order. */
+static int64_t next_open_arrival(struct replay *rp)
+{
+    while (rp->open_cursor < rp->trace.num_reqs && rp->trace.reqs[rp->open_cursor].prev_turn >= 0)
+        rp->open_cursor++;
+    return rp->open_cursor < rp->trace.num_reqs ? rp->trace.reqs[rp->open_cursor].arrival_ns
+                                                : INT64_MAX;
+}
+
+static int64_t next_arrival(struct replay *rp)
+{
+    int64_t a = next_open_arrival(rp);
+    if (rp->heap_len && rp->heap[0].t < a)
+        a = rp->heap[0].t;
+    return a;
+}
+
+static int inbox_push(struct replay *rp, uint32_t e, uint32_t req)
+{
+    if (rp->inbox_len[e] == rp->inbox_cap[e]) {
+        uint32_t nc = rp->inbox_cap[e] ? rp->inbox_cap[e] * 2 : 16;
+        uint32_t *ni = realloc(rp->inbox[e], nc * sizeof *ni);
+        if (!ni)
+            return -ENOMEM;
+        rp->inbox[e] = ni;
+        rp->inbox_cap[e] = nc;
+    }
+    rp->inbox[e][rp->inbox_len[e]++] = req;
+    return 0;
+}
+
+static void apply_event(void *ctx, const struct kvpool_event *ev)
+{
+    struct event_ctx *ec = ctx;
+    int rc = kvsim_router_apply_event_owner(ec->router, ec->engine, ev);
+    if (rc && !ec->rc)
+        ec->rc = rc;
+}
+
+/* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. */
+static int route_one(struct replay *rp, uint32_t req)
+{
+    const struct kvsim_req_spec *s = &rp->trace.reqs[req];
+    uint32_t bs = rp->cfg->sched.block_size;
+    uint32_t nh = 0;
+    if (kvsim_router_policy(rp->router) == KVSIM_ROUTER_KV) {
+        uint32_t n = kvsim_prompt_runs(&rp->trace, req, rp->runs, rp->cap_runs);
+        if (n > rp->cap_runs) {
+            struct kvpool_token_run *nr = realloc(rp->runs, n * sizeof *nr);
+            if (!nr)
+                return -ENOMEM;
+            rp->runs = nr;
+            rp->cap_runs = n;
+            kvsim_prompt_runs(&rp->trace, req, rp->runs, n);
+        }
+        uint32_t need = s->input_len / bs;
+        if (need > rp->cap_hashes) {
+            kvpool_hash *nh2 = realloc(rp->hashes, need * sizeof *nh2);
+            if (!nh2)
+                return -ENOMEM;
+            rp->hashes = nh2;
+            rp->cap_hashes = need;
+        }
+        int64_t got = kvpool_hash_prompt(bs, NULL, 0, rp->runs, n, rp->hashes, rp->cap_hashes);
+        if (got < 0)
+            return (int)got;
+        nh = (uint32_t)got;
+    }
+    uint32_t blocks = (s->input_len + bs - 1) / bs;
+    uint32_t e = kvsim_router_route(rp->router, rp->pubs, rp->hashes, nh, blocks, s->input_len);
+    rp->routed++;
+    if (rp->next_turn[req] >= 0)
+        rp->parents_in_flight++;
+    return inbox_push(rp, e, req);
+}
+
+/* Boundary work at rp->b_cur (coordinator, all workers parked). */
+static int boundary(struct replay *rp)
+{
+    /* 1. Finished turns release their follow-ups, in engine order. */
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        uint32_t n;
+        const struct kvsim_engine_done *d = kvsim_engine_take_done(rp->engines[e], &n);
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t nx = rp->next_turn[d[i].req];
+            if (nx < 0)
+                continue;
+            rp->parents_in_flight--;
+            int rc = heap_push(
+                rp, (struct follow_up){d[i].finish_ns + rp->trace.reqs[nx].delay_ns, (uint32_t)nx});
+            if (rc)
+                return rc;
+        }
+    }
+    /* 2. Route every arrival due now, in (time, request) order. */
+    kvsim_router_new_boundary(rp->router);
+    for (;;) {
+        int64_t a = next_open_arrival(rp);
+        bool from_heap =
+            rp->heap_len &&
+            (rp->heap[0].t < a || (rp->heap[0].t == a && rp->heap[0].req < rp->open_cursor));
+        int64_t t = from_heap ? rp->heap[0].t : a;
+        if (t > rp->b_cur || t == INT64_MAX)
+            break;
+        uint32_t req;
+        if (from_heap) {
+            req = heap_pop(rp).req;
+        } else {
+            req = (uint32_t)rp->open_cursor++;
+        }
+        int rc = route_one(rp, req);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/*
+ * The next boundary after rp->b_cur: the next arrival, or, while a session turn is in flight,
+ * the earliest instant its follow-up could arrive (the earliest step completion of any engine
+ * plus the smallest think time). Exact only once the engines have started their steps at b_cur.
+ */
+static int64_t next_boundary(struct replay *rp)
+{
+    int64_t nb = next_arrival(rp);
+    if (rp->parents_in_flight) {
+        for (uint32_t e = 0; e < rp->num_engines; e++) {
+            int64_t x = kvsim_engine_next_event(rp->engines[e]);
+            if (x != INT64_MAX && x + rp->min_delay < nb)
+                nb = x + rp->min_delay;
+        }
+    }
+    return nb;
+}
+
+/* The parallel part of an epoch for worker w. */
+static void work(struct replay *rp, uint32_t w, enum phase phase)
+{
+    for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads) {
+        struct kvsim_engine *eng = rp->engines[e];
+        int rc = 0;
+        if (phase != PHASE_ADVANCE) {
+            for (uint32_t i = 0; i < rp->inbox_len[e] && rc == 0; i++)
+                rc = kvsim_engine_admit_owner(eng, rp->inbox[e][i], rp->b_cur);
+            rp->inbox_len[e] = 0;
+        }
+        if (rc == 0)
+            rc = kvsim_engine_advance_owner(eng, phase == PHASE_ADMIT ? rp->b_cur : rp->b_next);
+        if (rc == 0 && rp->drain_events) {
+            /* This engine's KV events up to the boundary, into its indexer shard. */
+            struct event_ctx ec = {rp->router, e, 0};
+            kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
+            rc = ec.rc;
+        }
+        if (rc && !rp->engine_rc[e])
+            rp->engine_rc[e] = rc;
+    }
+}
+
+struct worker_arg {
+    struct replay *rp;
+    uint32_t w;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker_arg *wa = arg;
+    struct replay *rp = wa->rp;
+    for (;;) {
+        barrier_wait(&rp->barrier);
+        if (rp->finished)
+            return NULL;
+        work(rp, wa->w, rp->phase);
+        barrier_wait(&rp->barrier);
+    }
+}
+
+static void show_progress(struct replay *rp, bool final)
+{
+    if (!rp->progress)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double dt = (double)(ts.tv_sec - rp->last_progress.tv_sec) +
+                (double)(ts.tv_nsec - rp->last_progress.tv_nsec) / 1e9;
+    if (!final && dt < 0.2)
+        return;
+    rp->last_progress = ts;
+    double frac = rp->trace.num_reqs ? (double)rp->routed / (double)rp->trace.num_reqs : 1;
+    int filled = (int)(frac * 30);
+    fprintf(stderr, "\r[%.*s%.*s] %5.1f%% %" PRIu64 "/%zu routed, sim t=%.1f s%s", filled,
+            "##############################", 30 - filled, "                              ",
+            frac * 100, rp->routed, rp->trace.num_reqs,
+            rp->b_cur == INT64_MAX ? 0.0 : (double)rp->b_cur / 1e9, final ? "\n" : "");
+}
+
+static int check_engines(struct replay *rp, char *err, size_t errlen)
+{
+    for (uint32_t e = 0; e < rp->num_engines; e++)
+        if (rp->engine_rc[e]) {
+            snprintf(err, errlen, "%s", kvsim_engine_error(rp->engines[e]));
+            if (!err[0])
+                snprintf(err, errlen, "engine %u: %s", e, strerror(-rp->engine_rc[e]));
+            return rp->engine_rc[e];
+        }
+    return 0;
+}
+
+static void replay_free(struct replay *rp)
+{
+    for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++) {
+        kvsim_engine_destroy(rp->engines[e]);
+        if (rp->inbox)
+            free(rp->inbox[e]);
+    }
+    free(rp->engines);
+    free(rp->pubs);
+    free(rp->pools);
+    free(rp->inbox);
+    free(rp->inbox_len);
+    free(rp->inbox_cap);
+    free(rp->engine_rc);
+    free(rp->next_turn);
+    free(rp->heap);
+    free(rp->runs);
+    free(rp->hashes);
+    kvsim_router_destroy(rp->router);
+    kvsim_metrics_destroy(rp->metrics);
+    kvsim_trace_free(&rp->trace);
+}
+
+void kvsim_replay_config_default(struct kvsim_replay_config *c)
+{
+    memset(c, 0, sizeof *c);
+    kvsim_trace_opts_default(&c->trace_opts);
+    kvsim_synth_opts_default(&c->synth);
+    sched_config_default(&c->sched);
+    c->sched.num_blocks = 16384;
+    c->sched.max_num_seqs = 256;
+    c->sched.max_num_batched_tokens = 8192;
+    c->sched.max_model_len = 262144;
+    kvsim_step_model_default(&c->model);
+    c->num_engines = 4;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->num_threads = n > 0 ? (uint32_t)n : 1;
+    c->router = KVSIM_ROUTER_KV;
+    c->overlap_weight = 1.0;
+    c->seed = 1;
+}
+
+int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
+                     size_t errlen)
+{
+    struct replay rp = {.cfg = cfg};
+    int rc;
+    err[0] = 0;
+    if (cfg->num_engines == 0 || cfg->num_threads == 0) {
+        snprintf(err, errlen, "--engines and --threads must be at least 1");
+        return -EINVAL;
+    }
+    int64_t wall0 = now_ns();
+    if (cfg->trace_path) {
+        rc = kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp.trace, err, errlen);
+    } else {
+        struct kvsim_synth_opts so = cfg->synth;
+        so.seed = cfg->seed;
+        rc = kvsim_workload_synthetic(&so, &rp.trace, err, errlen);
+    }
+    if (rc)
+        return rc;
+    rp.num_engines = cfg->num_engines;
+    rp.num_threads = cfg->num_threads < cfg->num_engines ? cfg->num_threads : cfg->num_engines;
+    size_t R = rp.trace.num_reqs;
+    rc = kvsim_metrics_create((uint32_t)R, rp.num_threads, &rp.metrics);
+    if (rc == 0)
+        rc = kvsim_router_create(cfg->router, rp.num_engines, cfg->overlap_weight, &rp.router);
+    rp.engines = calloc(rp.num_engines, sizeof *rp.engines);
+    rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
+    rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
+    rp.drain_events = cfg->router == KVSIM_ROUTER_KV && cfg->kv_index_events;
+    rp.inbox = calloc(rp.num_engines, sizeof *rp.inbox);
+    rp.inbox_len = calloc(rp.num_engines, sizeof *rp.inbox_len);
+    rp.inbox_cap = calloc(rp.num_engines, sizeof *rp.inbox_cap);
+    rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
+    rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
+    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox || !rp.inbox_len ||
+                    !rp.inbox_cap || !rp.engine_rc || !rp.next_turn))
+        rc = -ENOMEM;
+    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
+        struct kvsim_engine_config ec = {
+            .id = e,
+            .sched = cfg->sched,
+            .model = cfg->model,
+            .trace = &rp.trace,
+            .metrics = rp.metrics,
+            .thread = e % rp.num_threads,
+            .kv_events = rp.drain_events,
+        };
+        rc = kvsim_engine_create(&ec, &rp.engines[e]);
+        if (rc == -EINVAL)
+            snprintf(err, errlen,
+                     "impossible engine configuration (block size, blocks, "
+                     "max_num_batched_tokens vs max_model_len with chunked "
+                     "prefill off)");
+        if (rc == 0) {
+            rp.pubs[e] = kvsim_engine_pub(rp.engines[e]);
+            rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
+        }
+    }
+    if (rc == 0 && !rp.drain_events)
+        kvsim_router_use_pools(rp.router, rp.pools);
+    if (rc) {
+        if (!err[0])
+            snprintf(err, errlen, "setting up the replay: %s", strerror(-rc));
+        replay_free(&rp);
+        return rc;
+    }
+    rp.min_delay = INT64_MAX;
+    for (size_t i = 0; i < R; i++)
+        rp.next_turn[i] = -1;
+    for (size_t i = 0; i < R; i++) {
+        int32_t p = rp.trace.reqs[i].prev_turn;
+        if (p >= 0) {
+            rp.next_turn[p] = (int32_t)i;
+            if (rp.trace.reqs[i].delay_ns < rp.min_delay)
+                rp.min_delay = rp.trace.reqs[i].delay_ns;
+        }
+    }
+    if (rp.min_delay == INT64_MAX)
+        rp.min_delay = 0;
+    rp.progress = !cfg->quiet && isatty(STDERR_FILENO);
+    clock_gettime(CLOCK_MONOTONIC, &rp.last_progress);
+
+    pthread_t *threads = NULL;
+    struct worker_arg *args = NULL;
+    rp.barrier.parties = rp.num_threads;
+    if (rp.num_threads > 1) {
+        threads = calloc(rp.num_threads, sizeof *threads);
+        args = calloc(rp.num_threads, sizeof *args);
+        if (!threads || !args)
+            rc = -ENOMEM;
+        for (uint32_t w = 1; rc == 0 && w < rp.num_threads; w++) {
+            args[w] = (struct worker_arg){&rp, w};
+            if (pthread_create(&threads[w], NULL, worker_main, &args[w]) != 0) {
+                rp.barrier.parties = w; /* the threads started so far */
+                rc = -EAGAIN;
+            }
+        }
+    }
+    rp.b_cur = next_arrival(&rp);
+    while (rc == 0) {
+        rc = boundary(&rp);
+        if (rc)
+            break;
+        /* Without session turns in flight the next boundary is the next arrival: one parallel
+         * phase. With them it depends on the steps the engines start now: two phases. */
+        bool split = rp.parents_in_flight > 0;
+        enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
+        if (split)
+            phases[0] = PHASE_ADMIT;
+        else
+            rp.b_next = next_boundary(&rp);
+        for (int ph = 0; ph < (split ? 2 : 1) && rc == 0; ph++) {
+            if (split && ph == 1)
+                rp.b_next = next_boundary(&rp);
+            rp.phase = phases[ph];
+            if (rp.num_threads > 1)
+                barrier_wait(&rp.barrier);
+            work(&rp, 0, rp.phase);
+            if (rp.num_threads > 1)
+                barrier_wait(&rp.barrier);
+            rc = check_engines(&rp, err, errlen);
+        }
+        show_progress(&rp, false);
+        if (rc)
+            break;
+        if (rp.b_next == INT64_MAX)
+            break;
+        rp.b_cur = rp.b_next;
+    }
+    if (rp.num_threads > 1 && threads) {
+        rp.finished = true;
+        barrier_wait(&rp.barrier);
+        for (uint32_t w = 1; w < rp.barrier.parties; w++)
+            pthread_join(threads[w], NULL);
+    }
+    free(threads);
+    free(args);
+    show_progress(&rp, true);
+    int64_t wall = now_ns() - wall0;
+    if (rc == 0) {
+        kvsim_metrics_mark_incomplete(rp.metrics);
+        struct kvsim_report_run run = {
+            .trace = cfg->trace_path ? cfg->trace_path : "synthetic",
+            .router = kvsim_router_policy_name(cfg->router),
+            .seed = cfg->seed,
+            .num_engines = rp.num_engines,
+            .num_threads = rp.num_threads,
+            .wall_ns = wall,
+        };
+        rc = kvsim_metrics_summarize(rp.metrics, &run, report);
+        if (rc == 0 && cfg->requests_path)
+            rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
+    } else if (!err[0]) {
+        snprintf(err, errlen, "replay failed: %s", strerror(-rc));
+    }
+    replay_free(&rp);
+    return rc;
+}
+
+/* ---- command line ---------------------------------------------------------------------------- */
+
+static void replay_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvsim replay [options]\n"
+            "\n"
+            "Replays a request trace (or the built-in synthetic workload) through N simulated\n"
+            "vLLM engines behind a router, in virtual time, and prints a report.\n"
+            "\n"
+            "input:\n"
+            "  --trace FILE               Mooncake JSONL or Azure CSV (default: synthetic)\n"
+            "  --format mooncake|azure    trace format (default: from the file extension)\n"
+            "  --trace-block-size N       tokens per Mooncake hash id (512)\n"
+            "  --arrival-speedup X        divide inter-arrival gaps by X (1)\n"
+            "  --max-requests N           replay only the first N requests (all)\n"
+            "  --seed S                   seed of the synthetic workload (1)\n"
+            "cluster:\n"
+            "  --engines N                engines (4)\n"
+            "  --threads T                worker threads (number of CPUs)\n"
+            "  --router POLICY            round-robin | least-loaded | kv (kv)\n"
+            "  --kv-index pool|events     kv router's overlap source: the engines' prefix-cache\n"
+            "                             maps, or an indexer fed by their KV events (pool);\n"
+            "                             both see the same blocks at every boundary\n"
+            "engine:\n"
+            "  --block-size B             tokens per KV block (16)\n"
+            "  --num-gpu-blocks N         KV blocks per engine, null block included (16384)\n"
+            "  --max-num-seqs N           running-set cap (256)\n"
+            "  --max-num-batched-tokens N token budget per step (8192)\n"
+            "  --max-model-len N          longest sequence (262144)\n"
+            "  --config FILE.json         step-time model coefficients and speedup_ratio\n"
+            "output:\n"
+            "  --report FILE              JSON report\n"
+            "  --requests-out FILE        per-request records (JSONL)\n"
+            "  --quiet                    no table, no progress bar\n"
+            "  -h, --help                 this help\n");
+}
+
+/* Strict unsigned parse: the whole string, in [min, max]. */
+static int parse_u64(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!*s || *s == '-') {
+        fprintf(stderr, "kvsim replay: option %s: '%s' is not a non-negative integer\n", opt, s);
+        return -EINVAL;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max) {
+        fprintf(stderr,
+                "kvsim replay: option %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n",
+                opt, s, min, max);
+        return -EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_pos_double(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !*s || !(v > 0) || v > 1e12) {
+        fprintf(stderr, "kvsim replay: option %s: '%s' is not a positive number\n", opt, s);
+        return -EINVAL;
+    }
+    *out = v;
+    return 0;
+}
+
+int kvsim_replay_main(int argc, char **argv)
+{
+    enum {
+        O_TRACE = 256,
+        O_FORMAT,
+        O_TBS,
+        O_SPEEDUP,
+        O_MAXREQ,
+        O_SEED,
+        O_ENGINES,
+        O_THREADS,
+        O_ROUTER,
+        O_BS,
+        O_BLOCKS,
+        O_SEQS,
+        O_TOKENS,
+        O_MML,
+        O_CONFIG,
+        O_REPORT,
+        O_REQOUT,
+        O_QUIET,
+        O_KVINDEX,
+    };
+    static const struct option opts[] = {
+        {"trace", required_argument, NULL, O_TRACE},
+        {"format", required_argument, NULL, O_FORMAT},
+        {"trace-block-size", required_argument, NULL, O_TBS},
+        {"arrival-speedup", required_argument, NULL, O_SPEEDUP},
+        {"max-requests", required_argument, NULL, O_MAXREQ},
+        {"seed", required_argument, NULL, O_SEED},
+        {"engines", required_argument, NULL, O_ENGINES},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"router", required_argument, NULL, O_ROUTER},
+        {"block-size", required_argument, NULL, O_BS},
+        {"num-gpu-blocks", required_argument, NULL, O_BLOCKS},
+        {"max-num-seqs", required_argument, NULL, O_SEQS},
+        {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
+        {"max-model-len", required_argument, NULL, O_MML},
+        {"config", required_argument, NULL, O_CONFIG},
+        {"report", required_argument, NULL, O_REPORT},
+        {"requests-out", required_argument, NULL, O_REQOUT},
+        {"quiet", no_argument, NULL, O_QUIET},
+        {"kv-index", required_argument, NULL, O_KVINDEX},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct kvsim_replay_config cfg;
+    kvsim_replay_config_default(&cfg);
+    const char *report_path = NULL, *config_path = NULL;
+    uint64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const char *name = c >= 256 ? opts[c - 256].name : "";
+        char optname[64];
+        snprintf(optname, sizeof optname, "--%s", name);
+        int rc = 0;
+        switch (c) {
+        case O_TRACE: cfg.trace_path = optarg; break;
+        case O_FORMAT:
+            if (!strcmp(optarg, "mooncake"))
+                cfg.trace_opts.format = KVSIM_TRACE_MOONCAKE;
+            else if (!strcmp(optarg, "azure"))
+                cfg.trace_opts.format = KVSIM_TRACE_AZURE;
+            else {
+                fprintf(stderr, "kvsim replay: option --format: '%s' is not mooncake or azure\n",
+                        optarg);
+                rc = -EINVAL;
+            }
+            break;
+        case O_TBS:
+            rc = parse_u64(optname, optarg, 1, 1 << 20, &v);
+            cfg.trace_opts.trace_block_size = (uint32_t)v;
+            break;
+        case O_SPEEDUP:
+            rc = parse_pos_double(optname, optarg, &cfg.trace_opts.arrival_speedup);
+            break;
+        case O_MAXREQ:
+            rc = parse_u64(optname, optarg, 1, UINT32_MAX, &v);
+            cfg.trace_opts.max_requests = v;
+            break;
+        case O_SEED: rc = parse_u64(optname, optarg, 0, UINT64_MAX, &cfg.seed); break;
+        case O_ENGINES:
+            rc = parse_u64(optname, optarg, 1, 4096, &v);
+            cfg.num_engines = (uint32_t)v;
+            break;
+        case O_THREADS:
+            rc = parse_u64(optname, optarg, 1, 1024, &v);
+            cfg.num_threads = (uint32_t)v;
+            break;
+        case O_ROUTER: {
+            int p = kvsim_router_policy_parse(optarg);
+            if (p < 0) {
+                fprintf(stderr,
+                        "kvsim replay: option --router: '%s' is not round-robin, least-loaded "
+                        "or kv\n",
+                        optarg);
+                rc = -EINVAL;
+            } else {
+                cfg.router = (enum kvsim_router_policy)p;
+            }
+            break;
+        }
+        case O_BS:
+            rc = parse_u64(optname, optarg, 1, 65536, &v);
+            cfg.sched.block_size = (uint32_t)v;
+            break;
+        case O_BLOCKS:
+            rc = parse_u64(optname, optarg, 2, (uint64_t)INT32_MAX - 2, &v);
+            cfg.sched.num_blocks = (uint32_t)v;
+            break;
+        case O_SEQS:
+            rc = parse_u64(optname, optarg, 1, 1 << 20, &v);
+            cfg.sched.max_num_seqs = (uint32_t)v;
+            break;
+        case O_TOKENS:
+            rc = parse_u64(optname, optarg, 1, UINT32_MAX, &v);
+            cfg.sched.max_num_batched_tokens = (uint32_t)v;
+            break;
+        case O_MML:
+            rc = parse_u64(optname, optarg, 2, UINT32_MAX, &v);
+            cfg.sched.max_model_len = (uint32_t)v;
+            break;
+        case O_CONFIG: config_path = optarg; break;
+        case O_REPORT: report_path = optarg; break;
+        case O_REQOUT: cfg.requests_path = optarg; break;
+        case O_QUIET: cfg.quiet = true; break;
+        case O_KVINDEX:
+            if (!strcmp(optarg, "events") || !strcmp(optarg, "pool")) {
+                cfg.kv_index_events = !strcmp(optarg, "events");
+            } else {
+                fprintf(stderr, "kvsim replay: option --kv-index: '%s' is not events or pool\n",
+                        optarg);
+                rc = -EINVAL;
+            }
+            break;
+        case 'h': replay_usage(stdout); return 0;
+        default: replay_usage(stderr); return 2;
+        }
+        if (rc)
+            return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvsim replay: unexpected argument '%s'\n", argv[optind]);
+        replay_usage(stderr);
+        return 2;
+    }
+    char err[512];
+    if (config_path && kvsim_step_model_load(config_path, &cfg.model, err, sizeof err) != 0) {
+        fprintf(stderr, "kvsim replay: --config %s\n", err);
+        return 2;
+    }
+    struct kvsim_report report;
+    int rc = kvsim_replay_run(&cfg, &report, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "kvsim replay: %s\n", err);
+        return rc == -EINVAL || rc == -ENOENT ? 2 : 1;
+    }
+    if (!cfg.quiet)
+        kvsim_report_print(stdout, &report);
+    if (report_path && kvsim_report_write_json(report_path, &report, err, sizeof err) != 0) {
+        fprintf(stderr, "kvsim replay: %s\n", err);
+        return 1;
+    }
+    return 0;
+}

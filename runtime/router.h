@@ -1,0 +1,65 @@
+/*
+ * router.h - placing arrivals on engines (private to runtime/).
+ *
+ * Threads: the router decides only on the coordinator, at epoch boundaries, while every worker
+ * waits at the barrier; it reads the engines' published load and the indexer shards, which
+ * hold exactly the KV events each engine emitted up to the boundary, so its decisions never
+ * depend on thread timing.
+ */
+#ifndef KVSIM_ROUTER_H
+#define KVSIM_ROUTER_H
+
+#include <stdint.h>
+
+#include "kvpool/kvpool.h"
+#include "runtime/engine.h"
+
+enum kvsim_router_policy {
+    KVSIM_ROUTER_ROUND_ROBIN = 0,
+    KVSIM_ROUTER_LEAST_LOADED, /* fewest active KV blocks, then fewest queued tokens, then id */
+    KVSIM_ROUTER_KV, /* cost = overlap_weight * blocks to prefill + active blocks; lowest, id */
+};
+/* "round-robin", "least-loaded", "kv"; parse returns the policy or -EINVAL. */
+const char *kvsim_router_policy_name(enum kvsim_router_policy p);
+int kvsim_router_policy_parse(const char *name);
+
+struct kvsim_router;
+
+/* Returns 0 and *out, -EINVAL (no engines), -ENOMEM. */
+int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
+                        double overlap_weight, struct kvsim_router **out);
+void kvsim_router_destroy(struct kvsim_router *r);
+enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r);
+
+/*
+ * kvsim_router_use_pools - answer kv-policy overlap queries from the engines' own prefix-cache
+ * maps (pools[i] of engine i) instead of the event-fed indexer. At a boundary both hold exactly
+ * the blocks the engines' Stored/Removed events describe up to that boundary, so decisions are
+ * identical (a test checks it); the pools need no event traffic at all. Coordinator only.
+ */
+void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools);
+
+/*
+ * kvsim_router_apply_event_owner - feed one KV event of engine `engine` to that engine's shard
+ * of the overlap indexer (kv policy). The indexer is sharded by engine so that each engine's
+ * owner thread applies its own events in the parallel phase; the router reads the shards only
+ * at boundaries. Context: the engine's owner thread, between boundaries. Returns 0 or -ENOMEM.
+ */
+int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
+                                   const struct kvpool_event *ev);
+
+/*
+ * kvsim_router_route - choose an engine for a request whose prompt has the block hashes
+ * hashes[0..num_hashes) and needs prompt_blocks blocks for prompt_tokens tokens. pubs[i] is engine
+ * i's published load. Also records the choice (the next decision at the same boundary sees it).
+ * Returns the engine.
+ */
+uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                            const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
+                            uint64_t prompt_tokens);
+/* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
+void kvsim_router_new_boundary(struct kvsim_router *r);
+/* Number of distinct block hashes the indexer tracks. */
+uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
+
+#endif /* KVSIM_ROUTER_H */

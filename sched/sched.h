@@ -1,0 +1,263 @@
+/*
+ * sched.h - the vLLM v1 scheduler core: requests, schedule(), update(), preemption, connector.
+ *
+ * This models vllm/v1/core/sched/scheduler.py (+ async_scheduler.py) for one engine, following
+ * the versioned contract in docs/fidelity/vllm.md. All KV allocation goes through the G1 pool's
+ * transaction API (kvpool/kvpool.h) and its typed outcomes.
+ *
+ * Ownership and threads. A scheduler, its pool and its requests belong to one thread (the
+ * engine's owning worker); nothing here is thread-safe and nothing blocks. Per-step work is
+ * proportional to the running batch and the requests examined, never to context length.
+ *
+ * Lifecycle of a request: sched_add() -> WAITING -> (RUNNING <-> PREEMPTED)* -> FINISHED_*.
+ * The scheduler never frees request memory on its own: a finished request stays readable until
+ * sched_release() (or sched_destroy()).
+ *
+ * Errors are negative errno values.
+ */
+#ifndef KVSIM_SCHED_H
+#define KVSIM_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/kvpool.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY };
+
+struct sched_config {
+    uint32_t block_size;                   /* tokens per KV block (16) */
+    uint32_t num_blocks;                   /* including the null block 0 (10000) */
+    uint32_t max_num_seqs;                 /* running-set cap (256) */
+    uint32_t max_num_batched_tokens;       /* per-step token budget (8192) */
+    uint32_t max_model_len;                /* 0 = max_num_batched_tokens, as vLLM's tests do */
+    uint32_t long_prefill_token_threshold; /* 0 = off */
+    enum sched_policy policy;              /* FCFS */
+    double watermark;                      /* [0, 1): int(watermark * num_blocks) blocks (0) */
+    bool enable_chunked_prefill;           /* (true) */
+    bool enable_prefix_caching;            /* (true) */
+    bool scheduler_reserve_full_isl;       /* full-sequence admission gate, #37307 (true) */
+    bool async_scheduling;                 /* output placeholders (false) */
+    bool defer_block_free;                 /* deferred-free fence, #45357 (false) */
+    bool preempted_victim_guard;           /* #49675: a fenced victim stops the retry (true) */
+    bool check_invariants;                 /* run sched_check at every boundary (false) */
+    bool enable_kv_events;                 /* record the pool's KV events (false) */
+};
+
+/* Fills cfg with the defaults shown above. */
+void sched_config_default(struct sched_config *cfg);
+
+enum sched_status {
+    SCHED_WAITING = 0,
+    SCHED_WAITING_FOR_REMOTE_KVS,
+    SCHED_RUNNING,
+    SCHED_PREEMPTED,
+    /* finished states: everything after PREEMPTED */
+    SCHED_FINISHED_STOPPED,
+    SCHED_FINISHED_LENGTH_CAPPED,
+    SCHED_FINISHED_ABORTED,
+};
+const char *sched_status_name(enum sched_status status);
+/* Returns the status for a name such as "RUNNING", or -EINVAL. */
+int sched_status_parse(const char *name);
+static inline bool sched_status_is_finished(enum sched_status s) { return s > SCHED_PREEMPTED; }
+/* "stop", "length" or "abort" for a finished status, NULL otherwise. */
+const char *sched_finish_reason(enum sched_status status);
+
+/* Where a request sits. */
+enum sched_queue { SCHED_Q_NONE = 0, SCHED_Q_RUNNING, SCHED_Q_WAITING, SCHED_Q_SKIPPED };
+
+/* The last ownership transition of a request (for violation reports). */
+enum sched_transition {
+    SCHED_T_ADDED = 0,
+    SCHED_T_ADMITTED,
+    SCHED_T_PARKED,       /* admitted as an async load: destination reservation */
+    SCHED_T_PROMOTED,     /* async load finished */
+    SCHED_T_ALLOCATED,    /* a running request grew */
+    SCHED_T_PREEMPTED,    /* blocks freed or deferred */
+    SCHED_T_FINISHED,     /* blocks freed or deferred */
+    SCHED_T_FREE_DELAYED, /* finished while its async load is still in flight */
+};
+const char *sched_transition_name(enum sched_transition t);
+
+struct sched_request_params {
+    uint64_t id;                                /* caller's id (unique among live requests) */
+    const kvpool_token *prompt;                 /* prompt token ids, or NULL when given as runs */
+    uint32_t num_prompt_tokens;                 /* >= 1; with runs, the sum of their counts */
+    const struct kvpool_token_run *prompt_runs; /* the prompt as runs (when prompt is NULL) */
+    uint32_t num_prompt_runs;
+    uint32_t max_tokens; /* output cap (>= 1) */
+    uint32_t min_tokens; /* no stop before this many outputs */
+    int64_t priority;    /* PRIORITY policy: lower is served first */
+    double arrival;      /* arrival time (ties in PRIORITY order) */
+    const kvpool_token *stop_token_ids;
+    uint32_t num_stop_token_ids;
+    int64_t eos_token_id; /* -1 = none */
+    bool ignore_eos;
+    const char *cache_salt;   /* NULL = none */
+    bool prompt_logprobs;     /* never reads the prefix cache (still writes it) */
+    uint32_t external_tokens; /* tokens a KV connector reports on lookup (0 = none) */
+    bool external_async;      /* ... loaded asynchronously (WAITING_FOR_REMOTE_KVS) */
+};
+
+/* A request. Every field is read-only for callers; only the scheduler writes them. */
+struct sched_request {
+    uint64_t id;
+    enum sched_status status;
+    enum sched_queue queue;
+    uint32_t num_prompt_tokens;
+    uint32_t max_tokens, min_tokens;
+    int64_t priority;
+    double arrival;
+    uint64_t add_seq; /* order of sched_add calls (final tie-break) */
+    int64_t eos_token_id;
+    bool ignore_eos;
+    kvpool_token *stop_token_ids;
+    uint32_t num_stop_token_ids;
+    kvpool_token *output; /* output tokens so far */
+    uint32_t num_output, cap_output;
+    uint64_t num_computed_tokens;     /* optimistic: advanced at schedule time */
+    uint32_t num_output_placeholders; /* async scheduling: sampled but not yet delivered */
+    int64_t num_cached_tokens;        /* local+external hits at first admission; -1 before */
+    uint32_t num_preemptions;
+    uint64_t last_sched_seq; /* deferred-free fence bookkeeping */
+    uint32_t external_tokens;
+    bool external_async;
+    bool recv_finished;     /* async load reported in finished_recving */
+    bool free_delayed;      /* finished while parked: blocks wait for finished_recving */
+    bool in_flight_prefill; /* in the #44560 reservation set */
+    int64_t stop_reason;    /* stop token that finished it, -1 otherwise */
+    enum sched_transition last_transition;
+    uint64_t last_transition_step;
+    struct kvpool_seq kv;                                /* tokens' hashes and block table */
+    size_t qpos;                                         /* position in a PRIORITY heap */
+    struct sched_request *next_inflight, *prev_inflight; /* the #44560 reservation set */
+    struct sched_request *next_live, *prev_live;         /* every unreleased request */
+    uint64_t check_mark;                                 /* sched_check bookkeeping */
+};
+
+static inline uint64_t sched_request_num_tokens(const struct sched_request *r)
+{
+    return r->kv.num_tokens;
+}
+
+/* One request's share of a step. */
+struct sched_scheduled {
+    struct sched_request *req;
+    uint32_t num_tokens;
+    bool samples; /* the chunk reaches the end of the known tokens: the model samples a token */
+};
+
+/* The result of one sched_schedule() call. Owned by the scheduler; valid until the sched_update
+ * that consumes it returns (or sched_destroy). */
+struct sched_step {
+    uint64_t index;                    /* 1, 2, ... in schedule order */
+    struct sched_scheduled *scheduled; /* in scheduling order */
+    uint32_t num_scheduled;
+    uint64_t total_tokens;
+    struct sched_request **new_reqs; /* first admissions */
+    uint32_t num_new;
+    struct sched_request **resumed; /* re-admissions after preemption */
+    uint32_t num_resumed;
+    struct sched_request **preempted; /* preempted since the previous schedule */
+    uint32_t num_preempted;
+    uint32_t cap_scheduled, cap_new, cap_resumed, cap_preempted;
+    bool outstanding; /* scheduled, output not applied yet */
+};
+
+/* Model output for one step: tokens[i] (num_tokens[i] of them) for step->scheduled[i]. */
+struct sched_model_output {
+    const kvpool_token *const *tokens; /* NULL, or one entry per scheduled request */
+    const uint32_t *num_tokens;
+    struct sched_request *const *finished_recving; /* async loads that completed */
+    uint32_t num_finished_recving;
+};
+
+struct sched;
+
+/* Returns 0 and *out, -EINVAL for an impossible configuration, -ENOMEM. */
+int sched_create(const struct sched_config *cfg, struct sched **out);
+/* Frees the scheduler, its pool and every request. Accepts NULL. */
+void sched_destroy(struct sched *s);
+const struct sched_config *sched_get_config(const struct sched *s);
+/* The scheduler's G1 pool (read-only use: state queries, events, checks). */
+struct kvpool *sched_pool(struct sched *s);
+
+/*
+ * sched_add - add a request in WAITING at the tail of the waiting queue (PRIORITY: heap).
+ * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0), -ENOMEM.
+ */
+int sched_add(struct sched *s, const struct sched_request_params *p, struct sched_request **out);
+
+/*
+ * sched_schedule - one vLLM schedule() call: the running phase, then (if nothing was preempted)
+ * the waiting phase. Returns the step, or NULL with *err = -ENOMEM, or -EUCLEAN when
+ * check_invariants is on and an invariant broke (sched_last_violation() says which). The step
+ * stays outstanding until sched_update() consumes it.
+ */
+struct sched_step *sched_schedule(struct sched *s, int *err);
+
+/*
+ * sched_update - apply a step's model output (vLLM update_from_output): deferred-free drain,
+ * token appends with stop checks, frees, connector notifications. Steps must be updated in the
+ * order they were scheduled. Returns 0, -EINVAL (not the oldest outstanding step), -ENOMEM,
+ * or -EUCLEAN (check_invariants on and an invariant broke).
+ * Requests that finished during the call are listed by sched_last_finished().
+ */
+int sched_update(struct sched *s, struct sched_step *step, const struct sched_model_output *out);
+
+/* Requests finished by the last sched_update / sched_abort call. */
+struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
+
+/* Client abort from any state (FINISHED_ABORTED). Returns 0, or -EALREADY if finished. */
+int sched_abort(struct sched *s, struct sched_request *req);
+/* Forgets a finished request whose blocks are released. Returns 0, -EBUSY otherwise. */
+int sched_release(struct sched *s, struct sched_request *req);
+
+/*
+ * sched_reset_prefix_cache - vLLM reset_prefix_cache(reset_running_requests). With reset_running,
+ * every running request is preempted first (from the back). Returns 0, or -EBUSY (nothing
+ * changed in the cache) while blocks are still referenced.
+ */
+int sched_reset_prefix_cache(struct sched *s, bool reset_running);
+
+/* Queues, in order. The waiting view lists the skipped-waiting queue first, then the waiting
+ * queue, each in the order the scheduler would consider them. Return the counts. */
+uint32_t sched_running(const struct sched *s, struct sched_request *const **reqs);
+uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **out, uint32_t cap);
+uint32_t sched_num_unfinished(const struct sched *s);
+uint64_t sched_num_preemptions(const struct sched *s);
+/* Deferred-free entries not yet drained. */
+uint32_t sched_num_deferred_frees(const struct sched *s);
+
+/* An invariant violation at a scheduler boundary. */
+struct sched_violation {
+    char rule[48];         /* which invariant */
+    uint64_t request_id;   /* 0 when no request is involved */
+    kvpool_block_id block; /* -1 when no block is involved */
+    enum kvpool_owner_class owner;
+    enum sched_status status;
+    enum sched_transition last_transition;
+    int64_t expected, found;
+};
+
+/*
+ * sched_check - the scheduler-boundary invariants: the pool's ownership reconciliation; every
+ * request in exactly the queue its status implies; computed <= tokens (+ placeholders);
+ * waiting/preempted requests hold no blocks unless an async load left them computed tokens;
+ * running <= max_num_seqs. Returns 0 or -EUCLEAN with *v filled. O(requests + blocks).
+ */
+int sched_check(struct sched *s, struct sched_violation *v);
+int sched_violation_format(const struct sched_violation *v, char *buf, size_t len);
+/* The violation behind the last -EUCLEAN from sched_schedule/sched_update, or NULL. */
+const struct sched_violation *sched_last_violation(const struct sched *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVSIM_SCHED_H */

@@ -1,0 +1,297 @@
+/*
+ * test_replay.c - the multi-engine replay: the default workload, every shared trace with every
+ * router, bit-identical results for 1 and 2 threads, sessions, rejections and bad input.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/replay.h"
+
+#define TRACES KVSIM_SOURCE_DIR "/../shared/traces/"
+#define INPUTS KVSIM_SOURCE_DIR "/tests/inputs/"
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = 0;
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static bool trace_available(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, TRACES "%s", name);
+    return access(path, R_OK) == 0;
+}
+
+/* Runs a replay; writes the report (wall fields zeroed) and the per-request records to
+ * files named after tag; returns the report. */
+static struct kvsim_report run(const struct kvsim_replay_config *base, uint32_t threads,
+                               const char *tag)
+{
+    char req_path[256], rep_path[256], err[512];
+    snprintf(req_path, sizeof req_path, "/tmp/kvsim-test-%d-%s.jsonl", (int)getpid(), tag);
+    snprintf(rep_path, sizeof rep_path, "/tmp/kvsim-test-%d-%s.json", (int)getpid(), tag);
+    struct kvsim_replay_config cfg = *base;
+    cfg.num_threads = threads;
+    cfg.quiet = true;
+    cfg.requests_path = req_path;
+    struct kvsim_report r;
+    int rc = kvsim_replay_run(&cfg, &r, err, sizeof err);
+    cr_assert_eq(rc, 0, "replay %s failed: %s", tag, err);
+    r.wall_ns = 0;
+    r.speed = 0;
+    r.wall_requests_per_s = 0;
+    r.num_threads = 0;
+    cr_assert_eq(kvsim_report_write_json(rep_path, &r, err, sizeof err), 0, "%s", err);
+    return r;
+}
+
+static void assert_same_files(const char *tag_a, const char *tag_b, const char *ext)
+{
+    char a[256], b[256];
+    snprintf(a, sizeof a, "/tmp/kvsim-test-%d-%s.%s", (int)getpid(), tag_a, ext);
+    snprintf(b, sizeof b, "/tmp/kvsim-test-%d-%s.%s", (int)getpid(), tag_b, ext);
+    size_t na, nb;
+    char *x = read_all(a, &na), *y = read_all(b, &nb);
+    cr_assert(na == nb && memcmp(x, y, na) == 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
+    unlink(a);
+    unlink(b);
+}
+
+static void base_config(struct kvsim_replay_config *c, const char *trace)
+{
+    kvsim_replay_config_default(c);
+    c->trace_path = trace;
+    c->num_engines = 8;
+#ifdef KVSIM_SANITIZED
+    c->trace_opts.max_requests = 1500; /* sanitizers are 5-20x slower: a prefix of each trace */
+#endif
+}
+
+Test(replay, default_workload_completes_with_prefix_reuse, .timeout = 120)
+{
+    struct kvsim_replay_config c;
+    kvsim_replay_config_default(&c);
+    struct kvsim_report r = run(&c, 2, "default");
+    cr_assert_gt(r.num_requests, 500, "the built-in workload is meaningful");
+    cr_assert_eq(r.completed, r.num_requests);
+    cr_assert_eq(r.rejected + r.incomplete, 0);
+    cr_assert_gt(r.prefix_cache_reuse, 0.2, "sessions share prefixes");
+    cr_assert_gt(r.ttft.p50, 0);
+    cr_assert_leq(r.ttft.p50, r.ttft.p99);
+    cr_assert_leq(r.ttft.p99, r.ttft.max);
+    cr_assert_gt(r.itl.count, 0);
+    cr_assert_gt(r.output_tokens_per_s, 0);
+    char a[256];
+    snprintf(a, sizeof a, "/tmp/kvsim-test-%d-default.json", (int)getpid());
+    unlink(a);
+    snprintf(a, sizeof a, "/tmp/kvsim-test-%d-default.jsonl", (int)getpid());
+    unlink(a);
+}
+
+/* The same replay at 1 and 2 threads: identical report and per-request records. */
+static void check_deterministic(const char *trace, enum kvsim_router_policy router, bool events)
+{
+    if (!trace_available(trace))
+        cr_skip_test("../shared/traces/%s is not available", trace);
+    char path[512];
+    snprintf(path, sizeof path, TRACES "%s", trace);
+    struct kvsim_replay_config c;
+    base_config(&c, path);
+    c.router = router;
+    c.kv_index_events = events;
+    struct kvsim_report r1 = run(&c, 1, "t1");
+    struct kvsim_report r2 = run(&c, 2, "t2");
+    cr_assert_eq(r1.completed + r1.rejected, r1.num_requests,
+                 "%s/%s: every request completes or is rejected", trace,
+                 kvsim_router_policy_name(router));
+    cr_assert_eq(r1.completed, r2.completed);
+    assert_same_files("t1", "t2", "json");
+    assert_same_files("t1", "t2", "jsonl");
+}
+
+Test(replay_determinism, conversation_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, conversation_least_loaded_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_LEAST_LOADED, false);
+}
+Test(replay_determinism, conversation_round_robin_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_ROUND_ROBIN, false);
+}
+Test(replay_determinism, synthetic_trace_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("synthetic_trace.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, mooncake_1000_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("mooncake_trace_1000.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, azure_code_least_loaded_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("AzureLLMInferenceTrace_code.csv", KVSIM_ROUTER_LEAST_LOADED, false);
+}
+Test(replay_determinism, azure_conv_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("AzureLLMInferenceTrace_conv.csv", KVSIM_ROUTER_KV, false);
+}
+
+/* The event-fed indexer and the pool queries see the same blocks at every boundary. */
+Test(replay_determinism, kv_index_events_equals_pool_queries, .timeout = 300)
+{
+    const char *trace = "mooncake_trace_1000.jsonl";
+    if (!trace_available(trace))
+        cr_skip_test("../shared/traces/%s is not available", trace);
+    char path[512];
+    snprintf(path, sizeof path, TRACES "%s", trace);
+    struct kvsim_replay_config c;
+    base_config(&c, path);
+    run(&c, 2, "pool");
+    c.kv_index_events = true;
+    run(&c, 2, "events");
+    assert_same_files("pool", "events", "json");
+    assert_same_files("pool", "events", "jsonl");
+}
+
+/* Every shared trace replays with every router: all requests complete or are rejected. */
+Test(replay, every_trace_with_every_router, .timeout = 600)
+{
+    static const char *traces[] = {"conversation_trace.jsonl", "synthetic_trace.jsonl",
+                                   "mooncake_trace_1000.jsonl", "AzureLLMInferenceTrace_code.csv",
+                                   "AzureLLMInferenceTrace_conv.csv"};
+    static const size_t sizes[] = {12031, 3993, 1000, 8819, 19366};
+    for (size_t t = 0; t < 5; t++) {
+        if (!trace_available(traces[t]))
+            cr_skip_test("../shared/traces/%s is not available", traces[t]);
+        char path[512];
+        snprintf(path, sizeof path, TRACES "%s", traces[t]);
+        for (int p = KVSIM_ROUTER_ROUND_ROBIN; p <= KVSIM_ROUTER_KV; p++) {
+            struct kvsim_replay_config c;
+            base_config(&c, path);
+            c.router = (enum kvsim_router_policy)p;
+            struct kvsim_report r = run(&c, 2, "all");
+#ifndef KVSIM_SANITIZED
+            cr_assert_eq(r.num_requests, sizes[t], "%s", traces[t]);
+#else
+            cr_assert_eq(r.num_requests, sizes[t] < 1500 ? sizes[t] : 1500, "%s", traces[t]);
+#endif
+            cr_assert_eq(r.completed + r.rejected, r.num_requests, "%s with %s: %lu incomplete",
+                         traces[t], kvsim_router_policy_name(c.router),
+                         (unsigned long)r.incomplete);
+            cr_assert_gt(r.completed, 0);
+        }
+    }
+    char a[256];
+    snprintf(a, sizeof a, "/tmp/kvsim-test-%d-all.json", (int)getpid());
+    unlink(a);
+    snprintf(a, sizeof a, "/tmp/kvsim-test-%d-all.jsonl", (int)getpid());
+    unlink(a);
+}
+
+/* Closed-loop sessions: a follow-up turn arrives after the previous turn finished plus its
+ * delay, whatever engine served the previous turn. */
+Test(replay, session_turns_wait_for_the_previous_turn)
+{
+    struct kvsim_replay_config c;
+    base_config(&c, INPUTS "mooncake_sessions.jsonl");
+    c.num_engines = 3;
+    c.trace_opts.trace_block_size = 512;
+    run(&c, 2, "sessions");
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-sessions.jsonl", (int)getpid());
+    struct kvsim_trace t;
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    char err[256];
+    cr_assert_eq(kvsim_trace_load(INPUTS "mooncake_sessions.jsonl", &o, &t, err, sizeof err), 0,
+                 "%s", err);
+    size_t len;
+    char *text = read_all(path, &len);
+    json_t *recs[64];
+    size_t n = 0;
+    for (char *line = strtok(text, "\n"); line && n < 64; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        recs[n] = json_loads(line, 0, &je);
+        cr_assert_not_null(recs[n], "bad JSONL line: %s", je.text);
+        n++;
+    }
+    cr_assert_eq(n, t.num_reqs);
+    size_t follow_ups = 0;
+    for (size_t i = 0; i < t.num_reqs; i++) {
+        int32_t p = t.reqs[i].prev_turn;
+        cr_assert_str_eq(json_string_value(json_object_get(recs[i], "status")), "completed");
+        if (p < 0)
+            continue;
+        follow_ups++;
+        double prev_finish = json_number_value(json_object_get(recs[p], "finish_ms"));
+        double arrival = json_number_value(json_object_get(recs[i], "arrival_ms"));
+        double delay = (double)t.reqs[i].delay_ns / 1e6;
+        cr_assert_float_eq(arrival, prev_finish + delay, 1e-6,
+                           "turn %zu arrives %f ms, previous finished %f + delay %f", i, arrival,
+                           prev_finish, delay);
+    }
+    cr_assert_gt(follow_ups, 0);
+    for (size_t i = 0; i < n; i++)
+        json_decref(recs[i]);
+    free(text);
+    kvsim_trace_free(&t);
+    unlink(path);
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-sessions.json", (int)getpid());
+    unlink(path);
+}
+
+Test(replay, requests_that_can_never_run_are_rejected_with_a_reason)
+{
+    struct kvsim_replay_config c;
+    base_config(&c, INPUTS "replay_reject.jsonl");
+    c.sched.max_model_len = 600; /* the second request's 900-token prompt never fits */
+    c.sched.max_num_batched_tokens = 600;
+    struct kvsim_report r = run(&c, 1, "reject");
+    cr_assert_eq(r.rejected, 1);
+    cr_assert_eq(r.completed, 2);
+    cr_assert_eq(r.num_reject_reasons, 1);
+    cr_assert_str_eq(r.rejects[0].reason, "prompt_too_long");
+    cr_assert_eq(r.rejects[0].count, 1);
+}
+
+Test(replay, bad_trace_names_file_line_and_field)
+{
+    struct kvsim_replay_config c;
+    base_config(&c, INPUTS "bad/missing_field.jsonl");
+    struct kvsim_report r;
+    char err[512];
+    int rc = kvsim_replay_run(&c, &r, err, sizeof err);
+    cr_assert_lt(rc, 0);
+    cr_assert(strstr(err, "missing_field.jsonl:") != NULL, "%s", err);
+    cr_assert(strstr(err, "field '") != NULL, "%s", err);
+}
+
+Test(replay, impossible_engine_configuration_is_an_error)
+{
+    struct kvsim_replay_config c;
+    kvsim_replay_config_default(&c);
+    c.sched.enable_chunked_prefill = false; /* budget 8192 < max_model_len 262144 */
+    struct kvsim_report r;
+    char err[512];
+    cr_assert_eq(kvsim_replay_run(&c, &r, err, sizeof err), -EINVAL);
+    cr_assert(strlen(err) > 0);
+}

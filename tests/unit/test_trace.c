@@ -1,0 +1,722 @@
+/*
+ * test_trace.c - request input: Mooncake JSONL and Azure CSV loading, and the synthetic workload.
+ *
+ * Small fixtures live in tests/inputs/ (good files) and tests/inputs/bad/ (one malformed-input
+ * class per file); every field of the good ones is checked, and every bad one must give its
+ * exact one-line message naming the file, the line and the field. The real traces are read in
+ * place from ../shared/traces/ (never copied into the repository); those tests are skipped when
+ * that directory is absent.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "runtime/trace.h"
+
+#ifndef KVSIM_SOURCE_DIR
+#error "KVSIM_SOURCE_DIR must be defined (the source tree, for tests/inputs and ../shared/traces)"
+#endif
+
+#define INPUTS     KVSIM_SOURCE_DIR "/tests/inputs/"
+#define BAD        INPUTS "bad/"
+#define TRACES_DIR KVSIM_SOURCE_DIR "/../shared/traces/"
+#define MS         INT64_C(1000000)
+
+TestSuite(trace, .timeout = 60);
+
+/* ---- helpers ----------------------------------------------------------------------------- */
+
+static void load_ok(const char *path, const struct kvsim_trace_opts *opts, struct kvsim_trace *t)
+{
+    char err[512] = "unset";
+    int rc = kvsim_trace_load(path, opts, t, err, sizeof err);
+    cr_assert_eq(rc, 0, "loading %s failed (%d): %s", path, rc, err);
+    cr_assert_str_empty(err, "err must be empty on success, is '%s'", err);
+}
+
+/* Loading path must fail with rc and exactly the message "<path><suffix>". */
+static void expect_error(const char *path, const struct kvsim_trace_opts *opts, int want_rc,
+                         const char *suffix)
+{
+    struct kvsim_trace t;
+    char err[512], want[1024];
+    memset(&t, 0xab, sizeof t);
+    int rc = kvsim_trace_load(path, opts, &t, err, sizeof err);
+    snprintf(want, sizeof want, "%s%s", path, suffix);
+    cr_assert_eq(rc, want_rc, "%s: rc %d, expected %d (message: %s)", path, rc, want_rc, err);
+    cr_assert_str_eq(err, want, "message\n  got:      %s\n  expected: %s", err, want);
+    cr_assert_null(strchr(err, '\n'), "the message must be one line: %s", err);
+    cr_assert(t.reqs == NULL && t.num_reqs == 0 && t.hash_ids == NULL && t.num_hash_ids == 0,
+              "a failed load must leave the trace empty");
+    kvsim_trace_free(&t);
+}
+
+static void expect_hashes(const struct kvsim_trace *t, size_t i, const uint64_t *want, uint32_t n)
+{
+    const struct kvsim_req_spec *r = &t->reqs[i];
+    cr_assert_eq(r->num_hashes, n, "reqs[%zu]: %u hashes, expected %u", i, r->num_hashes, n);
+    cr_assert_leq((size_t)r->hash_off + r->num_hashes, t->num_hash_ids, "reqs[%zu]: hash range", i);
+    const uint64_t *h = kvsim_trace_hashes(t, r);
+    for (uint32_t k = 0; k < n; k++)
+        cr_assert_eq(h[k], want[k], "reqs[%zu]: hash %u is %" PRIu64 ", expected %" PRIu64, i, k,
+                     h[k], want[k]);
+}
+
+/* Expected values of one request (hashes checked separately). */
+struct want_req {
+    uint32_t line;
+    int64_t arrival_ns;
+    uint32_t input_len, output_len, num_hashes;
+    int32_t session, prev_turn;
+    int64_t delay_ns;
+    bool clamped;
+};
+
+static void expect_req(const struct kvsim_trace *t, size_t i, struct want_req w)
+{
+    cr_assert_lt(i, t->num_reqs);
+    const struct kvsim_req_spec *r = &t->reqs[i];
+    cr_assert_eq(r->line, w.line, "reqs[%zu].line = %u, expected %u", i, r->line, w.line);
+    cr_assert_eq(r->arrival_ns, w.arrival_ns,
+                 "reqs[%zu] (line %u).arrival_ns = %" PRId64 ", expected %" PRId64, i, r->line,
+                 r->arrival_ns, w.arrival_ns);
+    cr_assert_eq(r->input_len, w.input_len, "reqs[%zu] (line %u).input_len = %u, expected %u", i,
+                 r->line, r->input_len, w.input_len);
+    cr_assert_eq(r->output_len, w.output_len, "reqs[%zu] (line %u).output_len", i, r->line);
+    cr_assert_eq(r->num_hashes, w.num_hashes, "reqs[%zu] (line %u).num_hashes = %u, expected %u", i,
+                 r->line, r->num_hashes, w.num_hashes);
+    cr_assert_eq(r->session, w.session, "reqs[%zu] (line %u).session = %d, expected %d", i, r->line,
+                 r->session, w.session);
+    cr_assert_eq(r->prev_turn, w.prev_turn, "reqs[%zu] (line %u).prev_turn = %d, expected %d", i,
+                 r->line, r->prev_turn, w.prev_turn);
+    cr_assert_eq(r->delay_ns, w.delay_ns,
+                 "reqs[%zu] (line %u).delay_ns = %" PRId64 ", expected %" PRId64, i, r->line,
+                 r->delay_ns, w.delay_ns);
+    cr_assert_eq(r->clamped, w.clamped, "reqs[%zu] (line %u).clamped", i, r->line);
+}
+
+/* Properties every trace must have, whatever its source. */
+static void check_invariants(const struct kvsim_trace *t)
+{
+    cr_assert_gt(t->num_reqs, 0);
+    cr_assert_eq(t->reqs[0].arrival_ns, 0, "the first arrival must be 0");
+    size_t clamped = 0;
+    for (size_t i = 0; i < t->num_reqs; i++) {
+        const struct kvsim_req_spec *r = &t->reqs[i];
+        if (i > 0) {
+            const struct kvsim_req_spec *p = &t->reqs[i - 1];
+            cr_assert(p->arrival_ns < r->arrival_ns ||
+                          (p->arrival_ns == r->arrival_ns && p->line <= r->line),
+                      "reqs[%zu] out of order", i);
+        }
+        cr_assert_geq(r->input_len, 1);
+        cr_assert_geq(r->output_len, 1);
+        clamped += r->clamped;
+        if (r->num_hashes) {
+            cr_assert_gt(t->block_size, 0);
+            cr_assert_eq(r->num_hashes, (r->input_len + t->block_size - 1) / t->block_size,
+                         "reqs[%zu]: %u hashes for %u tokens", i, r->num_hashes, r->input_len);
+            cr_assert_leq((size_t)r->hash_off + r->num_hashes, t->num_hash_ids);
+        }
+        if (r->session < 0) {
+            cr_assert_eq(r->prev_turn, -1);
+            cr_assert_eq(r->delay_ns, 0);
+        } else {
+            cr_assert_lt((uint32_t)r->session, t->num_sessions);
+        }
+        if (r->prev_turn >= 0) {
+            cr_assert_lt((size_t)r->prev_turn, i, "reqs[%zu]: previous turn sorts later", i);
+            const struct kvsim_req_spec *p = &t->reqs[r->prev_turn];
+            cr_assert_eq(p->session, r->session);
+            cr_assert_geq(r->delay_ns, 0);
+            cr_assert_eq(r->arrival_ns, p->arrival_ns + r->delay_ns);
+        } else {
+            cr_assert_eq(r->delay_ns, 0, "reqs[%zu]: a first turn has no delay", i);
+        }
+    }
+    cr_assert_eq(clamped, t->num_clamped);
+}
+
+/* ---- Mooncake: good files ---------------------------------------------------------------- */
+
+Test(trace, mooncake_small_every_field)
+{
+    struct kvsim_trace t;
+    load_ok(INPUTS "mooncake_small.jsonl", NULL, &t);
+    cr_assert_eq(t.format, KVSIM_TRACE_MOONCAKE);
+    cr_assert_eq(t.block_size, 512);
+    cr_assert_eq(t.num_reqs, 4);
+    cr_assert_eq(t.num_hash_ids, 7);
+    cr_assert_eq(t.num_sessions, 0);
+    cr_assert_eq(t.num_clamped, 1);
+    /* Line 3 is blank; times are relative to line 1's 1000 ms; ties (lines 4, 5) by line. */
+    expect_req(&t, 0, (struct want_req){1, 0, 1000, 10, 2, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){4, 200 * MS, 1536, 7, 3, -1, -1, 0, true});
+    expect_req(&t, 2, (struct want_req){5, 200 * MS, 1, 3, 1, -1, -1, 0, false});
+    expect_req(&t, 3, (struct want_req){2, 500500000, 512, 1, 1, -1, -1, 0, false});
+    expect_hashes(&t, 0, (uint64_t[]){1, 2}, 2);
+    expect_hashes(&t, 1, (uint64_t[]){1, 2, 3}, 3);
+    expect_hashes(&t, 2, (uint64_t[]){9}, 1);
+    expect_hashes(&t, 3, (uint64_t[]){1}, 1);
+    /* hash_ids stay in file order; hash_off points into them. */
+    cr_assert_eq(t.reqs[0].hash_off, 0);
+    cr_assert_eq(t.reqs[3].hash_off, 2);
+    cr_assert_eq(t.reqs[1].hash_off, 3);
+    cr_assert_eq(t.reqs[2].hash_off, 6);
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+    kvsim_trace_free(&t); /* freeing twice is harmless */
+    cr_assert_null(t.reqs);
+}
+
+Test(trace, mooncake_clamping_follows_trace_block_size)
+{
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.trace_block_size = 256;
+    struct kvsim_trace t;
+    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    cr_assert_eq(t.block_size, 256);
+    cr_assert_eq(t.num_clamped, 3);
+    expect_req(&t, 0, (struct want_req){1, 0, 512, 10, 2, -1, -1, 0, true});
+    expect_req(&t, 1, (struct want_req){4, 200 * MS, 768, 7, 3, -1, -1, 0, true});
+    expect_req(&t, 2, (struct want_req){5, 200 * MS, 1, 3, 1, -1, -1, 0, false});
+    expect_req(&t, 3, (struct want_req){2, 500500000, 256, 1, 1, -1, -1, 0, true});
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+
+    /* With 1024-token blocks, line 1's two ids are more than 1000 tokens need. */
+    o.trace_block_size = 1024;
+    expect_error(INPUTS "mooncake_small.jsonl", &o, -EINVAL,
+                 ":1: field 'hash_ids': 2 hash ids, but input_length 1000 needs only 1 at 1024 "
+                 "tokens per id");
+}
+
+Test(trace, mooncake_sessions_sorted_with_prev_turn_fixed_up)
+{
+    struct kvsim_trace t;
+    load_ok(INPUTS "mooncake_sessions.jsonl", NULL, &t);
+    cr_assert_eq(t.num_reqs, 7);
+    cr_assert_eq(t.num_sessions, 3, "\"a\", 7 and \"7\" are three sessions");
+    cr_assert_eq(t.num_clamped, 0);
+    /*
+     * File order: 1 a#0 @5000, 2 independent @3000, 3 7#0 @4000, 4 a#1 delay 250,
+     * 5 7#1 (inferred 500), 6 a#2 (timestamp earlier than turn 1: delay 0), 7 "7"#0 @9000 with
+     * delay 0 (allowed). t0 = 3000 ms. Sorted: 2, 3, 5, 1, 4, 6, 7.
+     */
+    expect_req(&t, 0, (struct want_req){2, 0, 100, 5, 1, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){3, 1000 * MS, 100, 5, 1, 1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){5, 1500 * MS, 700, 5, 2, 1, 1, 500 * MS, false});
+    expect_req(&t, 3, (struct want_req){1, 2000 * MS, 600, 5, 2, 0, -1, 0, false});
+    expect_req(&t, 4, (struct want_req){4, 2250 * MS, 1200, 5, 3, 0, 3, 250 * MS, false});
+    expect_req(&t, 5, (struct want_req){6, 2250 * MS, 1300, 5, 3, 0, 4, 0, false});
+    expect_req(&t, 6, (struct want_req){7, 6000 * MS, 50, 2, 1, 2, -1, 0, false});
+    expect_hashes(&t, 2, (uint64_t[]){8, 9}, 2);
+    expect_hashes(&t, 5, (uint64_t[]){1, 2, 3}, 3);
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+}
+
+Test(trace, arrival_speedup_divides_gaps_and_delays)
+{
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.arrival_speedup = 2.0;
+    struct kvsim_trace t;
+    load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
+    expect_req(&t, 0, (struct want_req){2, 0, 100, 5, 1, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){3, 500 * MS, 100, 5, 1, 1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){5, 750 * MS, 700, 5, 2, 1, 1, 250 * MS, false});
+    expect_req(&t, 3, (struct want_req){1, 1000 * MS, 600, 5, 2, 0, -1, 0, false});
+    expect_req(&t, 4, (struct want_req){4, 1125 * MS, 1200, 5, 3, 0, 3, 125 * MS, false});
+    expect_req(&t, 5, (struct want_req){6, 1125 * MS, 1300, 5, 3, 0, 4, 0, false});
+    expect_req(&t, 6, (struct want_req){7, 3000 * MS, 50, 2, 1, 2, -1, 0, false});
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+
+    o.arrival_speedup = 4.0;
+    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    cr_assert_eq(t.reqs[1].arrival_ns, 50 * MS);
+    cr_assert_eq(t.reqs[3].arrival_ns, 125125000, "500.5 ms / 4 = 125.125 ms");
+    kvsim_trace_free(&t);
+
+    o.arrival_speedup = 0.5; /* a slowdown works too */
+    load_ok(INPUTS "azure_small.csv", &o, &t);
+    cr_assert_eq(t.reqs[1].arrival_ns, 2 * 479960000);
+    kvsim_trace_free(&t);
+}
+
+Test(trace, max_requests_keeps_the_first_rows_of_the_file)
+{
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.max_requests = 3;
+    struct kvsim_trace t;
+    load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
+    cr_assert_eq(t.num_reqs, 3);
+    cr_assert_eq(t.num_sessions, 2);
+    expect_req(&t, 0, (struct want_req){2, 0, 100, 5, 1, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){3, 1000 * MS, 100, 5, 1, 1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){1, 2000 * MS, 600, 5, 2, 0, -1, 0, false});
+    cr_assert_eq(t.num_hash_ids, 4);
+    kvsim_trace_free(&t);
+
+    /* Blank lines do not count as rows; rows after the N-th are not even read. */
+    o.max_requests = 2;
+    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    cr_assert_eq(t.num_reqs, 2);
+    cr_assert_eq(t.reqs[0].line, 1);
+    cr_assert_eq(t.reqs[1].line, 2);
+    kvsim_trace_free(&t);
+    load_ok(BAD "wrong_type.jsonl", &o, &t); /* its bad row is the third */
+    cr_assert_eq(t.num_reqs, 2);
+    kvsim_trace_free(&t);
+
+    o.max_requests = 1000;
+    load_ok(INPUTS "azure_small.csv", &o, &t);
+    cr_assert_eq(t.num_reqs, 5);
+    kvsim_trace_free(&t);
+    o.max_requests = 2;
+    load_ok(INPUTS "azure_small.csv", &o, &t);
+    cr_assert_eq(t.num_reqs, 2);
+    cr_assert_eq(t.reqs[1].arrival_ns, 420040000, "18:17:04.4 - 18:17:03.97996");
+    kvsim_trace_free(&t);
+}
+
+/* ---- Azure: good file -------------------------------------------------------------------- */
+
+Test(trace, azure_small_every_field)
+{
+    struct kvsim_trace t;
+    load_ok(INPUTS "azure_small.csv", NULL, &t);
+    cr_assert_eq(t.format, KVSIM_TRACE_AZURE);
+    cr_assert_eq(t.num_reqs, 5);
+    cr_assert_eq(t.num_hash_ids, 0);
+    cr_assert_null(t.hash_ids);
+    cr_assert_eq(t.block_size, 0);
+    cr_assert_eq(t.num_sessions, 0);
+    cr_assert_eq(t.num_clamped, 0);
+    /*
+     * CRLF, a blank line 4, 1/7/9/0 fraction digits, no final newline; line 5 is earlier than
+     * the first row and becomes time 0; the last rows cross a year end and 2024-02-29.
+     */
+    expect_req(&t, 0, (struct want_req){5, 0, 5, 5, 0, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){2, 479960000, 4808, 10, 0, -1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){3, 900000000, 100, 1, 0, -1, -1, 0, false});
+    expect_req(&t, 3, (struct want_req){6, INT64_C(3908575623456789), 1, 1, 0, -1, -1, 0, false});
+    expect_req(&t, 4, (struct want_req){7, INT64_C(9092576500000000), 2, 3, 0, -1, -1, 0, false});
+    cr_assert_null(kvsim_trace_hashes(&t, &t.reqs[0]));
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+}
+
+Test(trace, explicit_format_overrides_the_extension)
+{
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.format = KVSIM_TRACE_AZURE;
+    struct kvsim_trace t;
+    load_ok(INPUTS "azure_small.csv", &o, &t);
+    cr_assert_eq(t.num_reqs, 5);
+    kvsim_trace_free(&t);
+    o.format = KVSIM_TRACE_MOONCAKE;
+    expect_error(INPUTS "azure_small.csv", &o, -EINVAL,
+                 ":1: invalid JSON at column 9: '[' or '{' expected near 'TIMESTAMP'");
+    o.format = KVSIM_TRACE_AZURE;
+    expect_error(INPUTS "mooncake_small.jsonl", &o, -EINVAL,
+                 ":1: bad header '{\"timestamp\": 1000, \"input_length\": 1000, \"outpu...' "
+                 "(expected 'TIMESTAMP,ContextTokens,GeneratedTokens')");
+    o.format = KVSIM_TRACE_SYNTHETIC;
+    expect_error(INPUTS "azure_small.csv", &o, -EINVAL,
+                 ": trace format 'synthetic' cannot be loaded from a file");
+}
+
+/* ---- malformed input: one class per fixture ---------------------------------------------- */
+
+Test(trace, bad_json)
+{
+    expect_error(BAD "bad_json.jsonl", NULL, -EINVAL,
+                 ":2: invalid JSON: ']' expected near end of file");
+}
+Test(trace, not_an_object)
+{
+    expect_error(BAD "not_object.jsonl", NULL, -EINVAL, ":2: expected a JSON object, got an array");
+}
+Test(trace, missing_field)
+{
+    expect_error(BAD "missing_field.jsonl", NULL, -EINVAL, ":2: field 'output_length': missing");
+}
+Test(trace, wrong_type)
+{
+    expect_error(BAD "wrong_type.jsonl", NULL, -EINVAL,
+                 ":3: field 'input_length': expected an integer, got a string");
+}
+Test(trace, negative_length)
+{
+    expect_error(BAD "negative_length.jsonl", NULL, -EINVAL,
+                 ":2: field 'output_length': must be >= 1, got -3");
+}
+Test(trace, negative_timestamp)
+{
+    expect_error(BAD "negative_timestamp.jsonl", NULL, -EINVAL,
+                 ":2: field 'timestamp': must be >= 0, got -5");
+}
+Test(trace, value_too_large_for_uint32)
+{
+    expect_error(BAD "too_large.jsonl", NULL, -EINVAL,
+                 ":2: field 'input_length': 5000000000 is too large (max 4294967295)");
+}
+Test(trace, unknown_key)
+{
+    expect_error(BAD "unknown_key.jsonl", NULL, -EINVAL,
+                 ":2: field 'input_lenght': unknown field (expected timestamp, input_length, "
+                 "output_length, hash_ids, session_id, delay)");
+}
+Test(trace, hash_ids_too_long)
+{
+    expect_error(BAD "hash_ids_too_long.jsonl", NULL, -EINVAL,
+                 ":2: field 'hash_ids': 3 hash ids, but input_length 600 needs only 2 at 512 "
+                 "tokens per id");
+}
+Test(trace, hash_ids_empty)
+{
+    expect_error(BAD "empty_hash_ids.jsonl", NULL, -EINVAL,
+                 ":2: field 'hash_ids': empty (at least one hash id is needed)");
+}
+Test(trace, hash_id_not_an_integer)
+{
+    expect_error(BAD "bad_hash_element.jsonl", NULL, -EINVAL,
+                 ":2: field 'hash_ids': element 1 is a string, expected a non-negative integer");
+}
+Test(trace, delay_on_a_first_turn)
+{
+    expect_error(BAD "delay_first_turn.jsonl", NULL, -EINVAL,
+                 ":2: field 'delay': non-zero delay on the first turn of session 's1' (a delay is "
+                 "only allowed on a later turn)");
+}
+Test(trace, empty_file)
+{
+    expect_error(BAD "empty.jsonl", NULL, -EINVAL, ": empty trace (no requests)");
+    expect_error(BAD "blank_only.jsonl", NULL, -EINVAL, ": empty trace (no requests)");
+    expect_error(BAD "empty.csv", NULL, -EINVAL, ": empty trace (no requests)");
+    expect_error(BAD "header_only.csv", NULL, -EINVAL, ": empty trace (no requests)");
+}
+Test(trace, bad_csv_header)
+{
+    expect_error(BAD "bad_header.csv", NULL, -EINVAL,
+                 ":1: bad header 'TIMESTAMP,ContextTokens,GenTokens' (expected "
+                 "'TIMESTAMP,ContextTokens,GeneratedTokens')");
+}
+Test(trace, bad_csv_timestamp)
+{
+    expect_error(BAD "bad_timestamp.csv", NULL, -EINVAL,
+                 ":3: field 'TIMESTAMP': '2023-11-16T18:17:04.1': expected YYYY-MM-DD "
+                 "HH:MM:SS[.fffffffff]");
+    expect_error(BAD "bad_date.csv", NULL, -EINVAL,
+                 ":3: field 'TIMESTAMP': '2023-02-29 18:17:04.1': day out of range");
+}
+Test(trace, zero_tokens)
+{
+    expect_error(BAD "zero_tokens.csv", NULL, -EINVAL,
+                 ":3: field 'GeneratedTokens': 0 tokens (must be >= 1)");
+}
+Test(trace, non_numeric_csv_field)
+{
+    expect_error(BAD "non_numeric.csv", NULL, -EINVAL,
+                 ":3: field 'ContextTokens': '12x' is not a non-negative integer");
+}
+Test(trace, wrong_column_count)
+{
+    expect_error(BAD "wrong_columns.csv", NULL, -EINVAL,
+                 ":3: expected 3 columns (TIMESTAMP,ContextTokens,GeneratedTokens), got 2");
+}
+Test(trace, file_level_problems)
+{
+    expect_error(BAD "no_such_file.jsonl", NULL, -ENOENT,
+                 ": cannot open: No such file or directory");
+    expect_error(BAD "unknown_extension.txt", NULL, -EINVAL,
+                 ": cannot tell the trace format from the file name (expected .jsonl, .json or "
+                 ".csv)");
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.trace_block_size = 0;
+    expect_error(INPUTS "mooncake_small.jsonl", &o, -EINVAL, ": trace_block_size must be >= 1");
+    kvsim_trace_opts_default(&o);
+    o.arrival_speedup = 0;
+    expect_error(INPUTS "mooncake_small.jsonl", &o, -EINVAL,
+                 ": arrival_speedup must be a positive finite number, got 0");
+    o.arrival_speedup = NAN;
+    expect_error(INPUTS "mooncake_small.jsonl", &o, -EINVAL,
+                 ": arrival_speedup must be a positive finite number, got nan");
+    /* A NULL error buffer is allowed. */
+    struct kvsim_trace t;
+    cr_assert_eq(kvsim_trace_load(BAD "missing_field.jsonl", NULL, &t, NULL, 0), -EINVAL);
+}
+
+/* ---- the real traces, read in place ------------------------------------------------------ */
+
+struct real_trace {
+    const char *name;
+    size_t num_reqs, num_hash_ids;
+    int64_t span_ms; /* last arrival, ms (rounded down) */
+};
+
+static void load_real(const struct real_trace *w)
+{
+    struct stat st;
+    if (stat(TRACES_DIR, &st) != 0 || !S_ISDIR(st.st_mode))
+        cr_skip_test("the shared traces are not at %s", TRACES_DIR);
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s", TRACES_DIR, w->name);
+    struct kvsim_trace t;
+    load_ok(path, NULL, &t);
+    cr_assert_eq(t.num_reqs, w->num_reqs, "%s: %zu requests, expected %zu", w->name, t.num_reqs,
+                 w->num_reqs);
+    cr_assert_eq(t.num_hash_ids, w->num_hash_ids, "%s: %zu hash ids, expected %zu", w->name,
+                 t.num_hash_ids, w->num_hash_ids);
+    cr_assert_eq(t.num_clamped, 0);
+    cr_assert_eq(t.num_sessions, 0);
+    cr_assert_eq(t.reqs[t.num_reqs - 1].arrival_ns / MS, w->span_ms, "%s: span %" PRId64 " ms",
+                 w->name, t.reqs[t.num_reqs - 1].arrival_ns / MS);
+    check_invariants(&t);
+    kvsim_trace_free(&t);
+}
+
+Test(trace, real_conversation_trace)
+{
+    load_real(&(struct real_trace){"conversation_trace.jsonl", 12031, 288500, 3536999});
+}
+Test(trace, real_mooncake_trace_1000)
+{
+    load_real(&(struct real_trace){"mooncake_trace_1000.jsonl", 1000, 19686, 177098});
+}
+Test(trace, real_synthetic_trace)
+{
+    load_real(&(struct real_trace){"synthetic_trace.jsonl", 3993, 121877, 1022025});
+}
+Test(trace, real_azure_code)
+{
+    /* 2023-11-16 18:17:03.9799600 .. 19:14:19.9280160 */
+    load_real(&(struct real_trace){"AzureLLMInferenceTrace_code.csv", 8819, 0, 3435948});
+}
+Test(trace, real_azure_conv)
+{
+    /* 2023-11-16 18:15:46.6805900 .. 19:14:08.4025270 */
+    load_real(&(struct real_trace){"AzureLLMInferenceTrace_conv.csv", 19366, 0, 3501721});
+}
+
+/* ---- the synthetic workload -------------------------------------------------------------- */
+
+static void synth_ok(const struct kvsim_synth_opts *o, struct kvsim_trace *t)
+{
+    char err[256] = "unset";
+    int rc = kvsim_workload_synthetic(o, t, err, sizeof err);
+    cr_assert_eq(rc, 0, "synthetic workload failed (%d): %s", rc, err);
+    cr_assert_str_empty(err);
+}
+
+Test(trace, synthetic_is_deterministic)
+{
+    struct kvsim_synth_opts o;
+    kvsim_synth_opts_default(&o);
+    struct kvsim_trace a, b;
+    synth_ok(&o, &a);
+    synth_ok(&o, &b);
+    cr_assert_eq(a.num_reqs, b.num_reqs);
+    cr_assert_eq(a.num_hash_ids, b.num_hash_ids);
+    cr_assert_eq(a.num_sessions, b.num_sessions);
+    cr_assert_eq(memcmp(a.hash_ids, b.hash_ids, a.num_hash_ids * sizeof *a.hash_ids), 0);
+    for (size_t i = 0; i < a.num_reqs; i++) {
+        const struct kvsim_req_spec *x = &a.reqs[i], *y = &b.reqs[i];
+        cr_assert(x->line == y->line && x->arrival_ns == y->arrival_ns &&
+                      x->input_len == y->input_len && x->output_len == y->output_len &&
+                      x->hash_off == y->hash_off && x->num_hashes == y->num_hashes &&
+                      x->session == y->session && x->prev_turn == y->prev_turn &&
+                      x->delay_ns == y->delay_ns && x->clamped == y->clamped,
+                  "request %zu differs between two generations", i);
+    }
+    kvsim_trace_free(&b);
+
+    o.seed = 2; /* another seed, another workload */
+    synth_ok(&o, &b);
+    bool differs = a.num_reqs != b.num_reqs;
+    for (size_t i = 0; !differs && i < a.num_reqs; i++)
+        differs = a.reqs[i].arrival_ns != b.reqs[i].arrival_ns ||
+                  a.reqs[i].input_len != b.reqs[i].input_len;
+    cr_assert(differs, "seeds 1 and 2 gave the same workload");
+    kvsim_trace_free(&a);
+    kvsim_trace_free(&b);
+}
+
+Test(trace, synthetic_defaults_counts_and_shape)
+{
+    struct kvsim_synth_opts o;
+    kvsim_synth_opts_default(&o);
+    struct kvsim_trace t;
+    synth_ok(&o, &t);
+    cr_assert_eq(t.format, KVSIM_TRACE_SYNTHETIC);
+    cr_assert_eq(t.block_size, 16);
+    cr_assert_eq(t.num_sessions, 300);
+    cr_assert_eq(t.num_clamped, 0);
+    cr_assert_eq(t.num_reqs, 1050, "documented: 1,050 requests with seed 1, got %zu", t.num_reqs);
+    check_invariants(&t);
+
+    uint32_t turns[300] = {0};
+    double sum_in = 0;
+    for (size_t i = 0; i < t.num_reqs; i++) {
+        const struct kvsim_req_spec *r = &t.reqs[i];
+        cr_assert_eq(r->line, 0);
+        cr_assert_geq(r->session, 0);
+        cr_assert_leq(r->output_len, o.max_output_len);
+        cr_assert_eq(r->prev_turn < 0, turns[r->session] == 0, "first turn iff prev_turn is -1");
+        turns[r->session]++;
+        sum_in += r->input_len;
+    }
+    for (int s = 0; s < 300; s++)
+        cr_assert(turns[s] >= 1 && turns[s] <= o.max_turns, "session %d has %u turns", s, turns[s]);
+    double mean_in = sum_in / (double)t.num_reqs;
+    cr_assert(mean_in > 1500 && mean_in < 4000, "mean prompt %.0f tokens", mean_in);
+    /* Poisson first turns at 6/s: 300 sessions start within about 50 s. */
+    int64_t last_first = 0;
+    for (size_t i = 0; i < t.num_reqs; i++)
+        if (t.reqs[i].prev_turn < 0)
+            last_first = t.reqs[i].arrival_ns;
+    cr_assert(last_first > 30 * INT64_C(1000000000) && last_first < 80 * INT64_C(1000000000),
+              "last session starts at %" PRId64 " ns", last_first);
+    kvsim_trace_free(&t);
+}
+
+/* Checks the prefix structure of a synthetic trace generated with o. */
+static void check_synthetic_prefixes(const struct kvsim_synth_opts *o, const struct kvsim_trace *t)
+{
+    const uint32_t bs = o->block_size;
+    const uint64_t sys_blocks = o->system_prompt_len / bs;
+    const uint64_t first_fresh = o->num_prefix_groups * sys_blocks;
+    uint64_t max_id = 0;
+    for (size_t i = 0; i < t->num_hash_ids; i++)
+        max_id = t->hash_ids[i] > max_id ? t->hash_ids[i] : max_id;
+    /* Where each id was seen: session + 1 (0 = never) and block position. */
+    int32_t *owner = calloc(max_id + 1, sizeof *owner);
+    uint32_t *pos = calloc(max_id + 1, sizeof *pos);
+    uint32_t *uses = calloc(max_id + 1, sizeof *uses);
+    cr_assert(owner && pos && uses);
+    bool group_seen[64] = {false};
+    for (size_t i = 0; i < t->num_reqs; i++) {
+        const struct kvsim_req_spec *r = &t->reqs[i];
+        const uint64_t *h = kvsim_trace_hashes(t, r);
+        cr_assert_eq(r->num_hashes, (r->input_len + bs - 1) / bs);
+        /* The system prompt's full blocks are one group's ids 0..sys_blocks-1, in order. */
+        if (sys_blocks) {
+            uint64_t g = h[0] / sys_blocks;
+            cr_assert_lt(g, o->num_prefix_groups);
+            group_seen[g] = true;
+            for (uint64_t j = 0; j < sys_blocks; j++)
+                cr_assert_eq(h[j], g * sys_blocks + j, "reqs[%zu] block %" PRIu64, i, j);
+        }
+        for (uint32_t k = (uint32_t)sys_blocks; k < r->num_hashes; k++) {
+            uint64_t id = h[k];
+            cr_assert_geq(id, first_fresh, "reqs[%zu] block %u reuses a system-prompt id", i, k);
+            /* Distinct content, distinct id: an id belongs to one session and one position. */
+            if (owner[id] == 0) {
+                owner[id] = r->session + 1;
+                pos[id] = k;
+            }
+            cr_assert_eq(owner[id], r->session + 1, "id %" PRIu64 " shared across sessions", id);
+            cr_assert_eq(pos[id], k, "id %" PRIu64 " at two positions", id);
+            uses[id]++;
+        }
+        /* A partial trailing block is fresh: used by this request only. */
+        if (r->input_len % bs && r->num_hashes > sys_blocks)
+            cr_assert_eq(uses[h[r->num_hashes - 1]], 1, "reqs[%zu]: partial block id reused", i);
+        if (r->prev_turn >= 0) {
+            const struct kvsim_req_spec *p = &t->reqs[r->prev_turn];
+            const uint64_t *ph = kvsim_trace_hashes(t, p);
+            uint32_t shared = p->input_len / bs; /* every full block of the previous prompt */
+            cr_assert_gt(r->input_len, p->input_len + p->output_len - 1,
+                         "a later turn contains the previous prompt and answer");
+            for (uint32_t k = 0; k < shared; k++)
+                cr_assert_eq(h[k], ph[k], "reqs[%zu] block %u differs from its previous turn", i,
+                             k);
+            if (p->input_len % bs)
+                cr_assert_neq(h[shared], ph[shared], "reqs[%zu]: previous partial block reused", i);
+        }
+    }
+    for (uint32_t g = 0; sys_blocks && g < o->num_prefix_groups && g < 64; g++)
+        cr_assert(group_seen[g], "prefix group %u never used", g);
+    free(owner);
+    free(pos);
+    free(uses);
+}
+
+Test(trace, synthetic_sessions_and_groups_share_prefixes)
+{
+    struct kvsim_synth_opts o;
+    kvsim_synth_opts_default(&o);
+    struct kvsim_trace t;
+    synth_ok(&o, &t);
+    check_synthetic_prefixes(&o, &t);
+    kvsim_trace_free(&t);
+
+    /* A system prompt that is not a whole number of blocks, other sizes. */
+    kvsim_synth_opts_default(&o);
+    o.seed = 7;
+    o.num_sessions = 40;
+    o.max_turns = 4;
+    o.num_prefix_groups = 3;
+    o.system_prompt_len = 1000;
+    o.block_size = 64;
+    o.mean_think_s = 0;
+    synth_ok(&o, &t);
+    cr_assert_eq(t.block_size, 64);
+    check_invariants(&t);
+    check_synthetic_prefixes(&o, &t);
+    for (size_t i = 0; i < t.num_reqs; i++)
+        cr_assert_eq(t.reqs[i].delay_ns, 0, "no think time");
+    kvsim_trace_free(&t);
+
+    /* No system prompt at all: nothing is shared between sessions. */
+    o.system_prompt_len = 0;
+    synth_ok(&o, &t);
+    check_invariants(&t);
+    check_synthetic_prefixes(&o, &t);
+    kvsim_trace_free(&t);
+}
+
+Test(trace, synthetic_rejects_impossible_options)
+{
+    struct kvsim_synth_opts o;
+    struct kvsim_trace t;
+    char err[256];
+#define REJECT(field, value, text)                                                                 \
+    do {                                                                                           \
+        kvsim_synth_opts_default(&o);                                                              \
+        o.field = value;                                                                           \
+        cr_assert_eq(kvsim_workload_synthetic(&o, &t, err, sizeof err), -EINVAL, #field);          \
+        cr_assert_str_eq(err, "synthetic workload: " text);                                        \
+        cr_assert_null(t.reqs);                                                                    \
+    } while (0)
+    REJECT(num_sessions, 0, "num_sessions must be >= 1");
+    REJECT(max_turns, 0, "max_turns must be >= 1");
+    REJECT(session_rate, 0, "session_rate must be a positive finite number, got 0");
+    REJECT(session_rate, INFINITY, "session_rate must be a positive finite number, got inf");
+    REJECT(num_prefix_groups, 0, "num_prefix_groups must be >= 1");
+    REJECT(mean_user_len, 0, "mean_user_len must be >= 1");
+    REJECT(mean_output_len, 0, "mean_output_len must be >= 1");
+    REJECT(max_output_len, 0, "max_output_len must be >= 1");
+    REJECT(mean_think_s, -1, "mean_think_s must be a finite number >= 0, got -1");
+    REJECT(block_size, 0, "block_size must be >= 1");
+#undef REJECT
+    /* Prompts must fit in uint32 tokens (big blocks keep the system prompt's id list small). */
+    kvsim_synth_opts_default(&o);
+    o.system_prompt_len = UINT32_MAX;
+    o.block_size = 1u << 20;
+    cr_assert_eq(kvsim_workload_synthetic(&o, &t, err, sizeof err), -EINVAL);
+    cr_assert_str_eq(err, "synthetic workload: a prompt of session 0 exceeds 4294967295 tokens");
+    cr_assert_null(t.reqs);
+}

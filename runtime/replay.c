@@ -26,6 +26,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <urcu/wfcqueue.h>
 
 #include "runtime/replay.h"
 #include "runtime/runtime.h"
@@ -81,9 +82,15 @@ struct replay {
     const struct kvpool **pools;
     bool drain_events; /* kv policy fed by events */
     uint32_t num_engines, num_threads;
-    /* per-engine inbox for the current boundary */
-    uint32_t **inbox;
-    uint32_t *inbox_len, *inbox_cap;
+    /*
+     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
+     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
+     * other engines' threads enqueue cross-engine messages the same way. The nodes are
+     * preallocated, one per request: no allocation per hand-off.
+     */
+    struct __cds_wfcq_head *inbox_head;
+    struct cds_wfcq_tail *inbox_tail;
+    struct cds_wfcq_node *nodes;
     int *engine_rc;
     /* epoch */
     int64_t b_cur, b_next;
@@ -182,18 +189,10 @@ static int64_t next_arrival(struct replay *rp)
     return a;
 }
 
-static int inbox_push(struct replay *rp, uint32_t e, uint32_t req)
+/* Context: coordinator (any thread may produce). Wait-free; the node is the request's own. */
+static void inbox_push(struct replay *rp, uint32_t e, uint32_t req)
 {
-    if (rp->inbox_len[e] == rp->inbox_cap[e]) {
-        uint32_t nc = rp->inbox_cap[e] ? rp->inbox_cap[e] * 2 : 16;
-        uint32_t *ni = realloc(rp->inbox[e], nc * sizeof *ni);
-        if (!ni)
-            return -ENOMEM;
-        rp->inbox[e] = ni;
-        rp->inbox_cap[e] = nc;
-    }
-    rp->inbox[e][rp->inbox_len[e]++] = req;
-    return 0;
+    cds_wfcq_enqueue(&rp->inbox_head[e], &rp->inbox_tail[e], &rp->nodes[req]);
 }
 
 static void apply_event(void *ctx, const struct kvpool_event *ev)
@@ -238,7 +237,8 @@ static int route_one(struct replay *rp, uint32_t req)
     rp->routed++;
     if (rp->next_turn[req] >= 0)
         rp->parents_in_flight++;
-    return inbox_push(rp, e, req);
+    inbox_push(rp, e, req);
+    return 0;
 }
 
 /* Boundary work at rp->b_cur (coordinator, all workers parked). */
@@ -307,9 +307,14 @@ static void work(struct replay *rp, uint32_t w, enum phase phase)
         struct kvsim_engine *eng = rp->engines[e];
         int rc = 0;
         if (phase != PHASE_ADVANCE) {
-            for (uint32_t i = 0; i < rp->inbox_len[e] && rc == 0; i++)
-                rc = kvsim_engine_admit_owner(eng, rp->inbox[e][i], rp->b_cur);
-            rp->inbox_len[e] = 0;
+            /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
+            struct cds_wfcq_node *n;
+            while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
+                uint32_t req = (uint32_t)(n - rp->nodes);
+                cds_wfcq_node_init(n);
+                if (rc == 0)
+                    rc = kvsim_engine_admit_owner(eng, req, rp->b_cur);
+            }
         }
         if (rc == 0)
             rc = kvsim_engine_advance_owner(eng, phase == PHASE_ADMIT ? rp->b_cur : rp->b_next);
@@ -375,17 +380,14 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
 
 static void replay_free(struct replay *rp)
 {
-    for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++) {
+    for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++)
         kvsim_engine_destroy(rp->engines[e]);
-        if (rp->inbox)
-            free(rp->inbox[e]);
-    }
     free(rp->engines);
     free(rp->pubs);
     free(rp->pools);
-    free(rp->inbox);
-    free(rp->inbox_len);
-    free(rp->inbox_cap);
+    free(rp->inbox_head);
+    free(rp->inbox_tail);
+    free(rp->nodes);
     free(rp->engine_rc);
     free(rp->next_turn);
     free(rp->heap);
@@ -445,13 +447,13 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
     rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
     rp.drain_events = cfg->router == KVSIM_ROUTER_KV && cfg->kv_index_events;
-    rp.inbox = calloc(rp.num_engines, sizeof *rp.inbox);
-    rp.inbox_len = calloc(rp.num_engines, sizeof *rp.inbox_len);
-    rp.inbox_cap = calloc(rp.num_engines, sizeof *rp.inbox_cap);
+    rp.inbox_head = calloc(rp.num_engines, sizeof *rp.inbox_head);
+    rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
+    rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
     rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
     rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
-    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox || !rp.inbox_len ||
-                    !rp.inbox_cap || !rp.engine_rc || !rp.next_turn))
+    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
+                    !rp.nodes || !rp.engine_rc || !rp.next_turn))
         rc = -ENOMEM;
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
@@ -482,6 +484,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         replay_free(&rp);
         return rc;
     }
+    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++)
+        __cds_wfcq_init(&rp.inbox_head[e], &rp.inbox_tail[e]);
+    for (size_t i = 0; rc == 0 && i < R; i++)
+        cds_wfcq_node_init(&rp.nodes[i]);
     rp.min_delay = INT64_MAX;
     for (size_t i = 0; i < R; i++)
         rp.next_turn[i] = -1;

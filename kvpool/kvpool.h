@@ -128,7 +128,8 @@ int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool
 /*
  * kvpool_hash_prompt - the block hashes a sequence with this prompt would have, without a pool
  * (routers use it to compare a request against engines' cached blocks). salt as for
- * kvpool_seq_init. Writes at most cap hashes; returns the number of full blocks, or -ENOMEM.
+ * kvpool_seq_init. Hashes only the first min(full blocks, cap) blocks (callers that stop at the
+ * first miss ask for a few and come back for more) and returns that count, or -ENOMEM.
  */
 int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
                            const struct kvpool_token_run *runs, uint32_t num_runs,

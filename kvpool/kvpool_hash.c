@@ -38,9 +38,9 @@ int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_le
     kvpool_hash parent = KVPOOL_NONE_HASH;
     int64_t nblocks = 0;
     uint32_t fill = 0;
-    for (uint32_t r = 0; r < num_runs; r++) {
+    for (uint32_t r = 0; r < num_runs && nblocks < cap; r++) {
         uint32_t left = runs[r].count;
-        while (left) {
+        while (left && nblocks < cap) {
             uint32_t k = block_size - fill < left ? block_size - fill : left;
             for (uint32_t i = 0; i < k; i++)
                 buf[fill + i] = runs[r].token;
@@ -48,9 +48,7 @@ int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_le
             left -= k;
             if (fill == block_size) {
                 parent = kvpool__hash_block(parent, buf, block_size, nblocks == 0 ? extra : 0);
-                if (nblocks < cap)
-                    hashes[nblocks] = parent;
-                nblocks++;
+                hashes[nblocks++] = parent;
                 fill = 0;
             }
         }

@@ -50,7 +50,7 @@ static void barrier_wait(struct barrier *b)
         syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
         return;
     }
-    for (int spin = 0; spin < 4000; spin++) {
+    for (int spin = 0; spin < 500; spin++) {
         if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
             return;
         __builtin_ia32_pause();
@@ -219,18 +219,25 @@ static int route_one(struct replay *rp, uint32_t req)
             rp->cap_runs = n;
             kvsim_prompt_runs(&rp->trace, req, rp->runs, n);
         }
-        uint32_t need = s->input_len / bs;
-        if (need > rp->cap_hashes) {
-            kvpool_hash *nh2 = realloc(rp->hashes, need * sizeof *nh2);
-            if (!nh2)
-                return -ENOMEM;
-            rp->hashes = nh2;
-            rp->cap_hashes = need;
+        /* Hash only as far as some engine could match: start with a few blocks and double
+         * while an engine still holds every hash so far (most prompts miss early). */
+        uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
+        for (;;) {
+            if (want > rp->cap_hashes) {
+                kvpool_hash *nh2 = realloc(rp->hashes, want * sizeof *nh2);
+                if (!nh2)
+                    return -ENOMEM;
+                rp->hashes = nh2;
+                rp->cap_hashes = want;
+            }
+            int64_t got = kvpool_hash_prompt(bs, NULL, 0, rp->runs, n, rp->hashes, want);
+            if (got < 0)
+                return (int)got;
+            nh = (uint32_t)got;
+            if (nh == full || kvsim_router_max_overlap(rp->router, rp->hashes, nh) < nh)
+                break;
+            want = want * 2 < full ? want * 2 : full;
         }
-        int64_t got = kvpool_hash_prompt(bs, NULL, 0, rp->runs, n, rp->hashes, rp->cap_hashes);
-        if (got < 0)
-            return (int)got;
-        nh = (uint32_t)got;
     }
     uint32_t blocks = (s->input_len + bs - 1) / bs;
     uint32_t e = kvsim_router_route(rp->router, rp->pubs, rp->hashes, nh, blocks, s->input_len);

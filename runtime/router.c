@@ -226,6 +226,18 @@ static uint32_t overlap_on(const struct kvsim_router *r, uint32_t e, const kvpoo
     return i;
 }
 
+uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_hash *hashes,
+                                  uint32_t num_hashes)
+{
+    uint32_t best = 0;
+    for (uint32_t e = 0; e < r->n && best < num_hashes; e++) {
+        uint32_t ov = overlap_on(r, e, hashes, num_hashes);
+        if (ov > best)
+            best = ov;
+    }
+    return best;
+}
+
 uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
                             const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
                             uint64_t prompt_tokens)

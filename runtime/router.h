@@ -57,6 +57,14 @@ int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
 uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
                             const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
                             uint64_t prompt_tokens);
+/*
+ * kvsim_router_max_overlap - the longest prefix of hashes[0..num_hashes) cached on any engine
+ * (kv policy). When it equals num_hashes the caller may hash further blocks and ask again.
+ * Coordinator only, at a boundary.
+ */
+uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_hash *hashes,
+                                  uint32_t num_hashes);
+
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
 void kvsim_router_new_boundary(struct kvsim_router *r);
 /* Number of distinct block hashes the indexer tracks. */

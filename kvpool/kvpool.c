@@ -19,6 +19,25 @@
 
 enum { BLOCK_HASHED = 1u };
 
+/*
+ * Everything the pool keeps about a block, in one 32-byte record: allocation, caching, eviction
+ * and freeing each touch one block's record and its neighbours', instead of one line per field
+ * array (the working set of 8 engines of 16k blocks no longer fits in cache otherwise).
+ */
+struct block {
+    kvpool_hash hash;         /* valid when BLOCK_HASHED */
+    uint32_t ref;             /* references: sequences' block tables + transfer holds */
+    struct kvpool_fq_link fq; /* free-queue links (-1 when not queued) */
+    int32_t mprev, mnext;     /* bucket chain links, -1 = none */
+    uint16_t holds;           /* transfer source holds (part of ref) */
+    uint8_t flags;            /* BLOCK_HASHED */
+};
+_Static_assert(sizeof(struct block) == 32, "a block record is half a cache line");
+
+struct bucket {
+    int32_t head, tail; /* -1 = empty */
+};
+
 struct kvpool_event_rec {
     enum kvpool_event_type type;
     bool has_parent;
@@ -31,14 +50,8 @@ struct kvpool {
     struct kvpool_config cfg;
     uint32_t num_blocks;
     uint32_t bs;
-    uint32_t *ref;   /* references: sequences' block tables + transfer holds */
-    uint32_t *holds; /* transfer source holds (part of ref) */
-    kvpool_hash *hash;
-    uint8_t *flags; /* BLOCK_HASHED */
-    int32_t *mprev; /* bucket chain links, -1 = none */
-    int32_t *mnext;
-    int32_t *bhead; /* bucket heads/tails, -1 = empty */
-    int32_t *btail;
+    struct block *blk; /* num_blocks records, then the free queue's two sentinels */
+    struct bucket *bk; /* prefix-cache buckets */
     uint64_t bmask;
     struct kvpool_free_queue fq;
     uint64_t generation;
@@ -56,49 +69,59 @@ struct kvpool {
 
 /* ---- free queue ---------------------------------------------------------------------------- */
 
+static void fq_reset(struct kvpool_free_queue *q)
+{
+    for (int32_t i = 0; i < q->cap; i++)
+        *kvpool__fq_link(q, i) = (struct kvpool_fq_link){-1, -1};
+    *kvpool__fq_link(q, kvpool__fq_head(q)) = (struct kvpool_fq_link){-1, kvpool__fq_tail(q)};
+    *kvpool__fq_link(q, kvpool__fq_tail(q)) = (struct kvpool_fq_link){kvpool__fq_head(q), -1};
+    q->count = 0;
+}
+
 int kvpool__fq_init(struct kvpool_free_queue *q, int32_t cap)
 {
-    q->cap = cap;
-    q->count = 0;
-    q->prev = malloc(((size_t)cap + 2) * sizeof *q->prev);
-    q->next = malloc(((size_t)cap + 2) * sizeof *q->next);
-    if (!q->prev || !q->next) {
-        kvpool__fq_fini(q);
+    void *links = malloc(((size_t)cap + 2) * sizeof(struct kvpool_fq_link));
+    if (!links)
         return -ENOMEM;
-    }
-    for (int32_t i = 0; i < cap; i++)
-        q->prev[i] = q->next[i] = -1;
-    q->next[kvpool__fq_head(q)] = kvpool__fq_tail(q);
-    q->prev[kvpool__fq_head(q)] = -1;
-    q->prev[kvpool__fq_tail(q)] = kvpool__fq_head(q);
-    q->next[kvpool__fq_tail(q)] = -1;
+    kvpool__fq_init_borrowed(q, links, sizeof(struct kvpool_fq_link), cap);
+    q->owned = links;
     return 0;
+}
+
+void kvpool__fq_init_borrowed(struct kvpool_free_queue *q, void *links, size_t stride, int32_t cap)
+{
+    q->base = links;
+    q->stride = stride;
+    q->cap = cap;
+    q->owned = NULL;
+    fq_reset(q);
 }
 
 void kvpool__fq_fini(struct kvpool_free_queue *q)
 {
-    free(q->prev);
-    free(q->next);
-    q->prev = q->next = NULL;
+    free(q->owned);
+    q->owned = NULL;
+    q->base = NULL;
     q->count = 0;
 }
 
 void kvpool__fq_insert_after(struct kvpool_free_queue *q, int32_t at, int32_t id)
 {
-    int32_t nx = q->next[at];
-    q->prev[id] = at;
-    q->next[id] = nx;
-    q->next[at] = id;
-    q->prev[nx] = id;
+    struct kvpool_fq_link *a = kvpool__fq_link(q, at), *l = kvpool__fq_link(q, id);
+    int32_t nx = a->next;
+    l->prev = at;
+    l->next = nx;
+    a->next = id;
+    kvpool__fq_link(q, nx)->prev = id;
     q->count++;
 }
 
 void kvpool__fq_remove(struct kvpool_free_queue *q, int32_t id)
 {
-    int32_t pv = q->prev[id], nx = q->next[id];
-    q->next[pv] = nx;
-    q->prev[nx] = pv;
-    q->prev[id] = q->next[id] = -1;
+    struct kvpool_fq_link *l = kvpool__fq_link(q, id);
+    kvpool__fq_link(q, l->prev)->next = l->next;
+    kvpool__fq_link(q, l->next)->prev = l->prev;
+    l->prev = l->next = -1;
     q->count--;
 }
 
@@ -122,7 +145,7 @@ int kvpool__fq_popleft_n(struct kvpool_free_queue *q, int32_t *out, uint32_t n)
 
 void kvpool__fq_append(struct kvpool_free_queue *q, int32_t id)
 {
-    kvpool__fq_insert_after(q, q->prev[kvpool__fq_tail(q)], id);
+    kvpool__fq_insert_after(q, kvpool__fq_link(q, kvpool__fq_tail(q))->prev, id);
 }
 
 void kvpool__fq_append_n(struct kvpool_free_queue *q, const int32_t *ids, uint32_t n)
@@ -206,26 +229,19 @@ int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out)
     while (nb < n)
         nb <<= 1;
     p->bmask = nb - 1;
-    p->ref = calloc(n, sizeof *p->ref);
-    p->holds = calloc(n, sizeof *p->holds);
-    p->hash = calloc(n, sizeof *p->hash);
-    p->flags = calloc(n, sizeof *p->flags);
-    p->mprev = malloc(n * sizeof *p->mprev);
-    p->mnext = malloc(n * sizeof *p->mnext);
-    p->bhead = malloc(nb * sizeof *p->bhead);
-    p->btail = malloc(nb * sizeof *p->btail);
+    p->blk = malloc((n + 2) * sizeof *p->blk);
+    p->bk = malloc(nb * sizeof *p->bk);
     p->scratch_ref = calloc(n, sizeof *p->scratch_ref);
     p->scratch_owner = calloc(n, sizeof *p->scratch_owner);
-    if (!p->ref || !p->holds || !p->hash || !p->flags || !p->mprev || !p->mnext || !p->bhead ||
-        !p->btail || !p->scratch_ref || !p->scratch_owner ||
-        kvpool__fq_init(&p->fq, (int32_t)n) != 0) {
+    if (!p->blk || !p->bk || !p->scratch_ref || !p->scratch_owner) {
         kvpool_destroy(p);
         return -ENOMEM;
     }
-    memset(p->mprev, 0xff, n * sizeof *p->mprev);
-    memset(p->mnext, 0xff, n * sizeof *p->mnext);
-    memset(p->bhead, 0xff, nb * sizeof *p->bhead);
-    memset(p->btail, 0xff, nb * sizeof *p->btail);
+    for (size_t i = 0; i < n + 2; i++)
+        p->blk[i] = (struct block){.mprev = -1, .mnext = -1};
+    for (size_t i = 0; i < nb; i++)
+        p->bk[i] = (struct bucket){-1, -1};
+    kvpool__fq_init_borrowed(&p->fq, &p->blk[0].fq, sizeof *p->blk, (int32_t)n);
     /* Block 0 is the null block: popped at construction, never queued again. */
     for (int32_t id = 1; id < (int32_t)n; id++)
         kvpool__fq_append(&p->fq, id);
@@ -237,14 +253,8 @@ void kvpool_destroy(struct kvpool *pool)
 {
     if (!pool)
         return;
-    free(pool->ref);
-    free(pool->holds);
-    free(pool->hash);
-    free(pool->flags);
-    free(pool->mprev);
-    free(pool->mnext);
-    free(pool->bhead);
-    free(pool->btail);
+    free(pool->blk);
+    free(pool->bk);
     free(pool->scratch_ref);
     free(pool->scratch_owner);
     kvpool__fq_fini(&pool->fq);
@@ -335,38 +345,38 @@ size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx)
 static void map_insert(struct kvpool *p, kvpool_block_id b, kvpool_hash h)
 {
     uint64_t bk = h & p->bmask;
-    p->hash[b] = h;
-    p->flags[b] |= BLOCK_HASHED;
-    p->mnext[b] = -1;
-    p->mprev[b] = p->btail[bk];
-    if (p->btail[bk] >= 0)
-        p->mnext[p->btail[bk]] = b;
+    p->blk[b].hash = h;
+    p->blk[b].flags |= BLOCK_HASHED;
+    p->blk[b].mnext = -1;
+    p->blk[b].mprev = p->bk[bk].tail;
+    if (p->bk[bk].tail >= 0)
+        p->blk[p->bk[bk].tail].mnext = b;
     else
-        p->bhead[bk] = b;
-    p->btail[bk] = b;
+        p->bk[bk].head = b;
+    p->bk[bk].tail = b;
 }
 
 static void map_remove(struct kvpool *p, kvpool_block_id b)
 {
-    uint64_t bk = p->hash[b] & p->bmask;
-    int32_t pv = p->mprev[b], nx = p->mnext[b];
+    uint64_t bk = p->blk[b].hash & p->bmask;
+    int32_t pv = p->blk[b].mprev, nx = p->blk[b].mnext;
     if (pv >= 0)
-        p->mnext[pv] = nx;
+        p->blk[pv].mnext = nx;
     else
-        p->bhead[bk] = nx;
+        p->bk[bk].head = nx;
     if (nx >= 0)
-        p->mprev[nx] = pv;
+        p->blk[nx].mprev = pv;
     else
-        p->btail[bk] = pv;
-    p->mprev[b] = p->mnext[b] = -1;
-    p->flags[b] &= (uint8_t)~BLOCK_HASHED;
-    p->hash[b] = 0;
+        p->bk[bk].tail = pv;
+    p->blk[b].mprev = p->blk[b].mnext = -1;
+    p->blk[b].flags &= (uint8_t)~BLOCK_HASHED;
+    p->blk[b].hash = 0;
 }
 
 static kvpool_block_id map_find(const struct kvpool *p, kvpool_hash h)
 {
-    for (int32_t b = p->bhead[h & p->bmask]; b >= 0; b = p->mnext[b])
-        if (p->hash[b] == h)
+    for (int32_t b = p->bk[h & p->bmask].head; b >= 0; b = p->blk[b].mnext)
+        if (p->blk[b].hash == h)
             return b;
     return -ENOENT;
 }
@@ -482,7 +492,7 @@ void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,
         kvpool_block_id b = map_find(pool, seq->hashes[i]);
         if (b < 0)
             break;
-        if (pool->ref[b] == 0)
+        if (pool->blk[b].ref == 0)
             hits->num_evictable++;
         if (ids && i < ids_cap)
             ids[i] = b;
@@ -579,12 +589,12 @@ static int seq_reserve_blocks(struct kvpool_seq *seq, uint64_t need)
 static kvpool_block_id take_free_block(struct kvpool *p)
 {
     kvpool_block_id b = kvpool__fq_popleft(&p->fq);
-    if (p->flags[b] & BLOCK_HASHED) {
-        kvpool_hash h = p->hash[b];
+    if (p->blk[b].flags & BLOCK_HASHED) {
+        kvpool_hash h = p->blk[b].hash;
         map_remove(p, b);
         emit(p, KVPOOL_EVENT_REMOVED, false, 0, &h, 1);
     }
-    p->ref[b] = 1;
+    p->blk[b].ref = 1;
     return b;
 }
 
@@ -614,7 +624,7 @@ int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_pla
     /* 1. Touch the hits: they leave the free queue before anything is popped from it. */
     for (uint32_t i = 0; i < plan->num_hit_blocks; i++) {
         kvpool_block_id b = map_find(pool, seq->hashes[i]);
-        if (pool->ref[b]++ == 0)
+        if (pool->blk[b].ref++ == 0)
             kvpool__fq_remove(&pool->fq, b);
         seq->blocks[seq->num_blocks++] = b;
     }
@@ -661,10 +671,10 @@ static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_
     int32_t front_cursor = kvpool__fq_head(&p->fq);
     for (uint32_t i = 0; i < n; i++) {
         kvpool_block_id b = ids[i];
-        if (--p->ref[b] != 0)
+        if (--p->blk[b].ref != 0)
             continue;
         freed = true;
-        if (caching && (p->flags[b] & BLOCK_HASHED)) {
+        if (caching && (p->blk[b].flags & BLOCK_HASHED)) {
             kvpool__fq_append(&p->fq, b);
         } else {
             kvpool__fq_insert_after(&p->fq, front_cursor, b);
@@ -707,22 +717,24 @@ int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block)
 {
     if (block <= 0 || (uint32_t)block >= pool->num_blocks)
         return -EINVAL;
-    if (pool->ref[block] == 0) {
-        if (!(pool->flags[block] & BLOCK_HASHED))
+    if (pool->blk[block].holds == UINT16_MAX)
+        return -EOVERFLOW;
+    if (pool->blk[block].ref == 0) {
+        if (!(pool->blk[block].flags & BLOCK_HASHED))
             return -EINVAL;
         kvpool__fq_remove(&pool->fq, block);
     }
-    pool->ref[block]++;
-    pool->holds[block]++;
+    pool->blk[block].ref++;
+    pool->blk[block].holds++;
     pool->generation++;
     return 0;
 }
 
 int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
 {
-    if (block <= 0 || (uint32_t)block >= pool->num_blocks || pool->holds[block] == 0)
+    if (block <= 0 || (uint32_t)block >= pool->num_blocks || pool->blk[block].holds == 0)
         return -EINVAL;
-    pool->holds[block]--;
+    pool->blk[block].holds--;
     release_blocks(pool, &block, 1);
     pool->generation++;
     return 0;
@@ -742,15 +754,16 @@ uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block)
 {
     if (block < 0 || (uint32_t)block >= pool->num_blocks)
         return 0;
-    return pool->ref[block];
+    return pool->blk[block].ref;
 }
 
 bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block, kvpool_hash *hash)
 {
-    if (block < 0 || (uint32_t)block >= pool->num_blocks || !(pool->flags[block] & BLOCK_HASHED))
+    if (block < 0 || (uint32_t)block >= pool->num_blocks ||
+        !(pool->blk[block].flags & BLOCK_HASHED))
         return false;
     if (hash)
-        *hash = pool->hash[block];
+        *hash = pool->blk[block].hash;
     return true;
 }
 
@@ -758,7 +771,7 @@ uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *
 {
     uint32_t i = 0;
     for (int32_t b = kvpool__fq_front(&pool->fq); b >= 0 && b != kvpool__fq_tail(&pool->fq);
-         b = pool->fq.next[b], i++)
+         b = kvpool__fq_link(&pool->fq, b)->next, i++)
         if (ids && i < cap)
             ids[i] = b;
     return i;
@@ -772,7 +785,7 @@ int kvpool_reset_prefix_cache(struct kvpool *pool)
     if (pool->fq.count != pool->num_blocks - 1)
         return -EBUSY;
     for (uint32_t b = 1; b < pool->num_blocks; b++)
-        if (pool->flags[b] & BLOCK_HASHED)
+        if (pool->blk[b].flags & BLOCK_HASHED)
             map_remove(pool, (kvpool_block_id)b);
     for (struct kvpool_seq *s = pool->seqs; s; s = s->next)
         s->num_cached_blocks = 0;
@@ -816,11 +829,11 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
             if (!p->scratch_owner[b])
                 p->scratch_owner[b] = s;
             if (i < s->num_cached_blocks &&
-                (!(p->flags[b] & BLOCK_HASHED) || p->hash[b] != s->hashes[i]))
+                (!(p->blk[b].flags & BLOCK_HASHED) || p->blk[b].hash != s->hashes[i]))
                 return violation(v, b, s->owner, s->id, "seq_cached_hash", 1, 0);
         }
     }
-    if (p->ref[0] != 0 || kvpool__fq_contains(&p->fq, 0) || (p->flags[0] & BLOCK_HASHED))
+    if (p->blk[0].ref != 0 || kvpool__fq_contains(&p->fq, 0) || (p->blk[0].flags & BLOCK_HASHED))
         return violation(v, 0, KVPOOL_OWNER_NONE, 0, "null_block", 0, 1);
     uint32_t hashed = 0;
     for (uint32_t b = 1; b < n; b++) {
@@ -830,27 +843,29 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
         enum kvpool_owner_class cls = KVPOOL_OWNER_NONE;
         if (o)
             cls = o->owner;
-        else if (p->holds[b])
+        else if (p->blk[b].holds)
             cls = KVPOOL_OWNER_TRANSFER_HOLD;
-        else if (p->ref[b] == 0 && (p->flags[b] & BLOCK_HASHED))
+        else if (p->blk[b].ref == 0 && (p->blk[b].flags & BLOCK_HASHED))
             cls = KVPOOL_OWNER_CACHE_ENTRY;
         uint64_t oid = o ? o->id : 0;
-        int64_t expected = (int64_t)p->scratch_ref[b] + p->holds[b];
-        if ((int64_t)p->ref[b] != expected)
-            return violation(v, (kvpool_block_id)b, cls, oid, "ref_count", expected, p->ref[b]);
+        int64_t expected = (int64_t)p->scratch_ref[b] + p->blk[b].holds;
+        if ((int64_t)p->blk[b].ref != expected)
+            return violation(v, (kvpool_block_id)b, cls, oid, "ref_count", expected, p->blk[b].ref);
         bool queued = kvpool__fq_contains(&p->fq, (int32_t)b);
-        if (queued != (p->ref[b] == 0))
-            return violation(v, (kvpool_block_id)b, cls, oid, "free_queue", p->ref[b] == 0, queued);
-        if (p->flags[b] & BLOCK_HASHED)
+        if (queued != (p->blk[b].ref == 0))
+            return violation(v, (kvpool_block_id)b, cls, oid, "free_queue", p->blk[b].ref == 0,
+                             queued);
+        if (p->blk[b].flags & BLOCK_HASHED)
             hashed++;
     }
     /* Walk the free queue: consistent links and a length equal to the free count. */
     uint32_t len = 0;
     int32_t prev = kvpool__fq_head(&p->fq);
-    for (int32_t b = p->fq.next[prev]; b != kvpool__fq_tail(&p->fq); b = p->fq.next[b]) {
-        if (b <= 0 || (uint32_t)b >= n || p->fq.prev[b] != prev || ++len > n)
+    for (int32_t b = kvpool__fq_link(&p->fq, prev)->next; b != kvpool__fq_tail(&p->fq);
+         b = kvpool__fq_link(&p->fq, b)->next) {
+        if (b <= 0 || (uint32_t)b >= n || kvpool__fq_link(&p->fq, b)->prev != prev || ++len > n)
             return violation(v, b, KVPOOL_OWNER_NONE, 0, "free_queue_links", prev,
-                             b > 0 && (uint32_t)b < n ? p->fq.prev[b] : -1);
+                             b > 0 && (uint32_t)b < n ? kvpool__fq_link(&p->fq, b)->prev : -1);
         prev = b;
     }
     if (len != p->fq.count)
@@ -859,15 +874,15 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
     uint32_t mapped = 0;
     for (uint64_t bk = 0; bk <= p->bmask; bk++) {
         int32_t pv = -1;
-        for (int32_t b = p->bhead[bk]; b >= 0; b = p->mnext[b]) {
-            if ((uint32_t)b >= n || !(p->flags[b] & BLOCK_HASHED) ||
-                (p->hash[b] & p->bmask) != bk || p->mprev[b] != pv || ++mapped > n)
+        for (int32_t b = p->bk[bk].head; b >= 0; b = p->blk[b].mnext) {
+            if ((uint32_t)b >= n || !(p->blk[b].flags & BLOCK_HASHED) ||
+                (p->blk[b].hash & p->bmask) != bk || p->blk[b].mprev != pv || ++mapped > n)
                 return violation(v, b, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map", 1, 0);
             pv = b;
         }
-        if (p->btail[bk] != pv)
+        if (p->bk[bk].tail != pv)
             return violation(v, pv, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map_tail", pv,
-                             p->btail[bk]);
+                             p->bk[bk].tail);
     }
     if (mapped != hashed)
         return violation(v, -1, KVPOOL_OWNER_CACHE_ENTRY, 0, "cache_map_count", hashed, mapped);

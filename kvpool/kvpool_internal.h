@@ -12,26 +12,40 @@
 
 #include "kvpool/kvpool.h"
 
+struct kvpool_fq_link {
+    int32_t prev, next; /* -1 when not queued */
+};
+
+/* The links of id 0..cap-1 and of the two sentinels (cap, cap+1) live at base + id * stride:
+ * in an array of their own (kvpool__fq_init) or inside the caller's per-id records. */
 struct kvpool_free_queue {
-    int32_t *prev;  /* prev[id], or -1 when id is not queued; sentinels at cap and cap+1 */
-    int32_t *next;  /* next[id], or -1 when id is not queued */
+    char *base;
+    size_t stride;
+    void *owned;    /* storage allocated by kvpool__fq_init, or NULL */
     int32_t cap;    /* ids are 0 .. cap-1 */
     uint32_t count; /* queued ids */
 };
 
 /* Allocates an empty queue for ids 0..cap-1. Returns 0 or -ENOMEM. */
 int kvpool__fq_init(struct kvpool_free_queue *q, int32_t cap);
+/* An empty queue whose links live inside the caller's records (cap + 2 of them, stride bytes
+ * apart, the first link at links). Cannot fail. */
+void kvpool__fq_init_borrowed(struct kvpool_free_queue *q, void *links, size_t stride, int32_t cap);
 void kvpool__fq_fini(struct kvpool_free_queue *q);
+static inline struct kvpool_fq_link *kvpool__fq_link(const struct kvpool_free_queue *q, int32_t id)
+{
+    return (struct kvpool_fq_link *)(void *)(q->base + (size_t)id * q->stride);
+}
 static inline int32_t kvpool__fq_head(const struct kvpool_free_queue *q) { return q->cap; }
 static inline int32_t kvpool__fq_tail(const struct kvpool_free_queue *q) { return q->cap + 1; }
 static inline int kvpool__fq_contains(const struct kvpool_free_queue *q, int32_t id)
 {
-    return q->prev[id] >= 0;
+    return kvpool__fq_link(q, id)->prev >= 0;
 }
 /* First queued id, or -1 when empty. */
 static inline int32_t kvpool__fq_front(const struct kvpool_free_queue *q)
 {
-    int32_t f = q->next[kvpool__fq_head(q)];
+    int32_t f = kvpool__fq_link(q, kvpool__fq_head(q))->next;
     return f == kvpool__fq_tail(q) ? -1 : f;
 }
 /* Removes and returns the first id, or -ENOSPC ("no free blocks available") when empty. */

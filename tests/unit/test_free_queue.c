@@ -3,7 +3,7 @@
  *
  * Ported from tests/v1/core/test_kv_cache_utils.py::test_free_kv_cache_block_queue_* (see
  * shared/conformance/vllm-scenarios.md SC-28). The queue is read front to back by walking
- * q.next[] from the head sentinel until the tail sentinel, independently of the primitives.
+ * the links from the head sentinel until the tail sentinel, independently of the primitives.
  */
 #include <criterion/criterion.h>
 
@@ -17,21 +17,22 @@ TestSuite(free_queue);
 
 enum { MAX_IDS = 16 };
 
-/* Reads the queue front to back through q->next[]; returns the number of ids written. */
+/* Reads the queue front to back through the links; returns the number of ids written. */
 static uint32_t fq_read(const struct kvpool_free_queue *q, int32_t *out, uint32_t cap)
 {
     uint32_t n = 0;
     int32_t tail = kvpool__fq_tail(q);
-    for (int32_t id = q->next[kvpool__fq_head(q)]; id != tail; id = q->next[id]) {
+    for (int32_t id = kvpool__fq_link(q, kvpool__fq_head(q))->next; id != tail;
+         id = kvpool__fq_link(q, id)->next) {
         cr_assert(id >= 0 && id < q->cap, "free queue link out of range: %d", id);
         cr_assert(n < cap, "free queue longer than %u (cycle?)", cap);
         /* The backward link must agree with the forward walk. */
         int32_t expected_prev = n == 0 ? kvpool__fq_head(q) : out[n - 1];
-        cr_assert_eq(q->prev[id], expected_prev, "prev[%d] is %d, expected %d", id, q->prev[id],
-                     expected_prev);
+        cr_assert_eq(kvpool__fq_link(q, id)->prev, expected_prev, "prev[%d] is %d, expected %d", id,
+                     kvpool__fq_link(q, id)->prev, expected_prev);
         out[n++] = id;
     }
-    cr_assert_eq(q->prev[tail], n == 0 ? kvpool__fq_head(q) : out[n - 1],
+    cr_assert_eq(kvpool__fq_link(q, tail)->prev, n == 0 ? kvpool__fq_head(q) : out[n - 1],
                  "tail sentinel's prev link is wrong");
     return n;
 }

@@ -40,6 +40,14 @@ struct barrier {
     uint32_t parties;
 };
 
+/*
+ * barrier_wait - wait until all `parties` threads have arrived.
+ * Context: every replay thread, once per phase boundary; never while holding anything another
+ * party needs. Returns when the last party arrives.
+ * Ordering: the last arrival's release increment of `generation` pairs with every waiter's
+ * acquire load, so everything any party wrote before arriving is visible to all after. Spins a
+ * bounded number of pauses, then sleeps on the futex: threads are never more than cores.
+ */
 static void barrier_wait(struct barrier *b)
 {
     uint32_t gen = atomic_load_explicit(&b->generation, memory_order_acquire);
@@ -189,7 +197,12 @@ static int64_t next_arrival(struct replay *rp)
     return a;
 }
 
-/* Context: coordinator (any thread may produce). Wait-free; the node is the request's own. */
+/*
+ * inbox_push - hand request `req` to engine e's owner.
+ * Context: the coordinator at a boundary (any thread may produce: the queue is multi-producer).
+ * Wait-free; the node is the request's own, so nothing is allocated. Ordering: the consumer
+ * dequeues after the next barrier, which orders the enqueue before it.
+ */
 static void inbox_push(struct replay *rp, uint32_t e, uint32_t req)
 {
     cds_wfcq_enqueue(&rp->inbox_head[e], &rp->inbox_tail[e], &rp->nodes[req]);

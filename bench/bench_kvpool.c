@@ -36,6 +36,7 @@
 #include <jemalloc/jemalloc.h>
 #endif
 
+#include "bench_util.h"
 #include "kvpool/kvpool.h"
 #include "runtime/runtime.h"
 
@@ -140,36 +141,6 @@ static void die_rc(const char *what, int rc)
 {
     fprintf(stderr, "bench_kvpool: %s failed: %s (%d)\n", what, strerror(rc < 0 ? -rc : rc), rc);
     exit(1);
-}
-
-/* Creates every missing directory of path's directory part (mkdir -p of dirname). */
-static int make_parent_dirs(const char *path)
-{
-    char *buf = strdup(path);
-    if (!buf)
-        return -ENOMEM;
-    char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf) {
-        free(buf);
-        return 0;
-    }
-    *slash = '\0';
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-                int err = errno;
-                free(buf);
-                return -err;
-            }
-            *p = saved;
-            if (saved == '\0')
-                break;
-        }
-    }
-    free(buf);
-    return 0;
 }
 
 /* "12.3 M" style, for the table. */
@@ -1146,7 +1117,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "ok", json_boolean(all_ok));
     print_memory("at exit");
 
-    int rc = make_parent_dirs(opt.json_path);
+    int rc = bench_make_parent_dirs(opt.json_path);
     if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
         rc = -EIO;
     if (rc) {

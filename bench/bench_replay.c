@@ -37,6 +37,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "bench_util.h"
 #include "runtime/replay.h"
 #include "runtime/runtime.h"
 
@@ -88,36 +89,6 @@ static int64_t now_ns(void)
 static int64_t timeval_ns(struct timeval tv)
 {
     return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
-}
-
-/* Creates every missing directory of path's directory part (mkdir -p of dirname). */
-static int make_parent_dirs(const char *path)
-{
-    char *buf = strdup(path);
-    if (!buf)
-        return -ENOMEM;
-    char *slash = strrchr(buf, '/');
-    if (!slash || slash == buf) {
-        free(buf);
-        return 0;
-    }
-    *slash = '\0';
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-                int err = errno;
-                free(buf);
-                return -err;
-            }
-            *p = saved;
-            if (saved == '\0')
-                break;
-        }
-    }
-    free(buf);
-    return 0;
 }
 
 /* "12,345,678" for the table. */
@@ -1042,7 +1013,7 @@ int main(int argc, char **argv)
     bool ok = all_ok && all_identical;
     json_object_set_new(root, "ok", json_boolean(ok));
 
-    int rc = make_parent_dirs(opt.json_path);
+    int rc = bench_make_parent_dirs(opt.json_path);
     if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
         rc = -EIO;
     if (rc) {

@@ -1,0 +1,329 @@
+/*
+ * bench_settle.c - settlement round trips of the offload pipeline (offload.h).
+ *
+ * A round trip is what a scheduler does to push one batch through a lane and know it is done:
+ * offload_enqueue of a 1-block batch, then offload_settle on its token (plus, on a lane with a
+ * finite bandwidth, offload_advance_to its deadline in between). Measured for:
+ *   - inline executor, instant lane:     enqueue + settle (the bookkeeping floor);
+ *   - inline executor, 14 GB/s lane:     enqueue + advance_to + settle (adds the bandwidth model);
+ *   - pool executor (1 worker), instant: enqueue + settle, i.e. owner -> worker -> owner through
+ *     the SPSC rings, with the owner's bounded spin and futex sleep;
+ *   - pool executor (1 worker), 14 GB/s: enqueue + advance_to + settle;
+ *   - pool executor (2 workers), 4 permits, instant: 4 enqueues, then settle on the last
+ *     (batches per second with 4 batches in flight).
+ * Work functions do nothing: this measures the pipeline, not copies. Each figure does a fixed
+ * number of round trips per repetition, timed with CLOCK_MONOTONIC; the figure is the best of 3
+ * repetitions (after one untimed warm-up). Every settle must return 0 and every batch must
+ * complete; otherwise the exit status is 1. Results go to stdout and to a JSON file.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "bench_util.h"
+#include "offload/offload.h"
+#include "runtime/runtime.h"
+
+#define REPS         3
+#define DEFAULT_JSON "bench/results/bench_settle.json"
+
+struct options {
+    const char *json_path;
+    bool quick;
+};
+
+struct figure {
+    const char *key;   /* JSON key */
+    const char *label; /* table label */
+    const char *unit;
+    double value[REPS];
+    double seconds[REPS];
+    uint64_t work[REPS];
+    double best;
+    struct offload_stats stats; /* of the last repetition */
+};
+
+static bool all_ok = true;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void fail(const char *what, int rc)
+{
+    fprintf(stderr, "bench_settle: %s: %s\n", what, strerror(rc < 0 ? -rc : rc));
+    all_ok = false;
+}
+
+/* ---- one measurement --------------------------------------------------------------------- */
+
+enum shape {
+    INLINE_INSTANT,
+    INLINE_BANDWIDTH,
+    POOL_INSTANT,
+    POOL_BANDWIDTH,
+    POOL_PIPELINED,
+};
+
+struct shape_desc {
+    enum shape shape;
+    const char *key, *label, *unit;
+    bool pool;
+    uint32_t threads;
+    uint32_t permits;
+    int64_t bandwidth;
+    uint32_t per_settle; /* batches enqueued per settle */
+};
+
+static const struct shape_desc shapes[] = {
+    {INLINE_INSTANT, "inline_instant", "inline, instant lane", "round trips/s", false, 0, 1, 0, 1},
+    {INLINE_BANDWIDTH, "inline_bandwidth", "inline, 14 GB/s lane (+advance_to)", "round trips/s",
+     false, 0, 1, INT64_C(14000000000), 1},
+    {POOL_INSTANT, "pool_instant", "pool (1 worker), instant lane", "round trips/s", true, 1, 1, 0,
+     1},
+    {POOL_BANDWIDTH, "pool_bandwidth", "pool (1 worker), 14 GB/s (+advance_to)", "round trips/s",
+     true, 1, 1, INT64_C(14000000000), 1},
+    {POOL_PIPELINED, "pool_pipelined", "pool (2 workers), 4 in flight", "batches/s", true, 2, 4, 0,
+     4},
+};
+#define NUM_SHAPES (sizeof shapes / sizeof shapes[0])
+
+/* Runs `rounds` rounds on p; returns batches completed, or 0 after reporting an error. */
+static uint64_t run_rounds(struct offload_pipeline *p, const struct shape_desc *d, uint64_t rounds)
+{
+    offload_block_id block = 1;
+    for (uint64_t i = 0; i < rounds; i++) {
+        struct offload_token t;
+        for (uint32_t k = 0; k < d->per_settle; k++) {
+            int rc = offload_enqueue(p, OFFLOAD_LANE_G1_G2, &block, 1, i, &t);
+            if (rc) {
+                fail("offload_enqueue", rc);
+                return 0;
+            }
+        }
+        if (d->bandwidth > 0) {
+            int rc = offload_advance_to(p, offload_next_deadline(p));
+            if (rc < 0) {
+                fail("offload_advance_to", rc);
+                return 0;
+            }
+        }
+        int rc = offload_settle(p, &t);
+        if (rc) {
+            fail("offload_settle", rc);
+            return 0;
+        }
+    }
+    struct offload_lane_stats s;
+    offload_lane_stats(p, OFFLOAD_LANE_G1_G2, &s);
+    return s.completed;
+}
+
+static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *f)
+{
+    f->key = d->key;
+    f->label = d->label;
+    f->unit = d->unit;
+    f->best = 0;
+    struct offload_pool *pool = NULL;
+    if (d->pool) {
+        struct offload_pool_config pc;
+        offload_pool_config_default(&pc);
+        pc.threads = d->threads;
+        int rc = offload_pool_create(&pc, &pool);
+        if (rc) {
+            fail("offload_pool_create", rc);
+            return;
+        }
+    }
+    struct offload_config cfg;
+    offload_config_default(&cfg);
+    for (int l = 0; l < OFFLOAD_NUM_LANES; l++)
+        cfg.lanes[l].permits = 0;
+    cfg.lanes[OFFLOAD_LANE_G1_G2].permits = d->permits;
+    cfg.lanes[OFFLOAD_LANE_G1_G2].bandwidth = d->bandwidth;
+    cfg.lanes[OFFLOAD_LANE_G1_G2].max_blocks = 1;
+    cfg.lanes[OFFLOAD_LANE_G1_G2].capacity = 64;
+    for (int r = -1; r < REPS; r++) { /* r == -1: warm-up */
+        struct offload_pipeline *p;
+        int rc = offload_pipeline_create(&cfg, pool, &p);
+        if (rc) {
+            fail("offload_pipeline_create", rc);
+            break;
+        }
+        uint64_t n = r < 0 ? rounds / 10 + 1 : rounds;
+        double t0 = now_s();
+        uint64_t done = run_rounds(p, d, n);
+        double secs = now_s() - t0;
+        if (done != n * d->per_settle) {
+            fprintf(stderr, "bench_settle: %s: %" PRIu64 " of %" PRIu64 " batches completed\n",
+                    d->key, done, n * d->per_settle);
+            all_ok = false;
+        }
+        if (r >= 0) {
+            f->seconds[r] = secs;
+            f->work[r] = done;
+            f->value[r] = secs > 0 ? (double)(d->per_settle == 1 ? n : done) / secs : 0.0;
+            if (f->value[r] > f->best)
+                f->best = f->value[r];
+            offload_stats(p, &f->stats);
+        }
+        rc = offload_pipeline_destroy(p);
+        if (rc)
+            fail("offload_pipeline_destroy", rc);
+    }
+    int rc = offload_pool_destroy(pool);
+    if (rc)
+        fail("offload_pool_destroy", rc);
+}
+
+/* ---- output ------------------------------------------------------------------------------- */
+
+static json_t *fig_json(const struct figure *f)
+{
+    json_t *vals = json_array(), *secs = json_array(), *work = json_array();
+    for (int r = 0; r < REPS; r++) {
+        json_array_append_new(vals, json_real(f->value[r]));
+        json_array_append_new(secs, json_real(f->seconds[r]));
+        json_array_append_new(work, json_integer((json_int_t)f->work[r]));
+    }
+    return json_pack("{s:f, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:I}}", "value",
+                     f->best, "unit", f->unit, "statistic", "best of 3", "description", f->label,
+                     "repetitions", vals, "seconds", secs, "work", work, "last_repetition",
+                     "settles", (json_int_t)f->stats.settles, "settle_waits",
+                     (json_int_t)f->stats.settle_waits, "owner_sleeps",
+                     (json_int_t)f->stats.owner_sleeps, "timeouts", (json_int_t)f->stats.timeouts);
+}
+
+static json_t *machine_json(void)
+{
+    struct utsname u;
+    json_t *m = json_pack("{s:I}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN));
+    if (uname(&u) == 0) {
+        json_object_set_new(m, "os", json_string(u.sysname));
+        json_object_set_new(m, "os_release", json_string(u.release));
+        json_object_set_new(m, "arch", json_string(u.machine));
+    }
+    return m;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: bench_settle [--json FILE] [--quick] [--help]\n"
+            "\n"
+            "Settlement round trips (enqueue + settle) of the offload pipeline, for the inline\n"
+            "and the thread-pool executor.\n"
+            "\n"
+            "options:\n"
+            "  --json FILE   write the results as JSON to FILE (default %s;\n"
+            "                missing directories are created)\n"
+            "  --quick       small round counts (a smoke test: well under a second)\n"
+            "  -h, --help    print this help, then exit\n",
+            DEFAULT_JSON);
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    static const struct option longopts[] = {
+        {"json", required_argument, NULL, 'j'},
+        {"quick", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    o->json_path = DEFAULT_JSON;
+    o->quick = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            if (optarg[0] == '\0') {
+                fprintf(stderr, "bench_settle: empty --json path\n");
+                return 2;
+            }
+            o->json_path = optarg;
+            break;
+        case 'q': o->quick = true; break;
+        case 'h': usage(stdout); return 1;
+        default: fprintf(stderr, "bench_settle: try --help\n"); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench_settle: unexpected argument '%s' (try --help)\n", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options opt;
+    int prc = parse_options(argc, argv, &opt);
+    if (prc == 1)
+        return 0;
+    if (prc)
+        return prc;
+    char date[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string("bench_settle"));
+    json_object_set_new(root, "version", json_string(kvsim_version()));
+    json_object_set_new(root, "date", json_string(date));
+    json_object_set_new(root, "machine", machine_json());
+    json_object_set_new(root, "options",
+                        json_pack("{s:b, s:i}", "quick", opt.quick, "repetitions", REPS));
+
+    printf("%-42s %16s %12s %14s\n", "measurement", "throughput", "per op", "sleeps/settle");
+    json_t *figs = json_object();
+    for (size_t i = 0; i < NUM_SHAPES; i++) {
+        const struct shape_desc *d = &shapes[i];
+        uint64_t rounds = d->pool ? (opt.quick ? 2000 : 100000) : (opt.quick ? 20000 : 2000000);
+        struct figure f;
+        memset(&f, 0, sizeof f);
+        measure(d, rounds, &f);
+        double per = f.best > 0 ? 1e9 / f.best : 0.0;
+        double sleeps =
+            f.stats.settles ? (double)f.stats.owner_sleeps / (double)f.stats.settles : 0.0;
+        printf("%-42s %10.0f %-5s %9.1f ns %14.3f\n", d->label, f.best,
+               d->per_settle == 1 ? "rt/s" : "b/s", per, sleeps);
+        if (f.stats.timeouts) {
+            fprintf(stderr, "bench_settle: %s: %" PRIu64 " guard timeouts\n", d->key,
+                    (uint64_t)f.stats.timeouts);
+            all_ok = false;
+        }
+        json_object_set_new(figs, d->key, fig_json(&f));
+    }
+    json_object_set_new(root, "figures", figs);
+    json_object_set_new(root, "ok", json_boolean(all_ok));
+
+    int rc = bench_make_parent_dirs(opt.json_path);
+    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
+        rc = -EIO;
+    if (rc) {
+        fprintf(stderr, "bench_settle: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+        all_ok = false;
+    } else {
+        printf("results written to %s\n", opt.json_path);
+    }
+    json_decref(root);
+    if (!all_ok)
+        fprintf(stderr, "bench_settle: FAILED\n");
+    return all_ok ? 0 : 1;
+}

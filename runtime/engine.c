@@ -27,6 +27,8 @@ struct kvsim_engine {
     uint32_t cap_tok;
     struct kvpool_token_run *runs;
     uint32_t cap_runs;
+    struct sched_request **waiting_scratch; /* publish(): the waiting queue */
+    uint32_t cap_waiting_scratch;
     uint64_t steps;
     uint32_t unfinished;
     char err[384];
@@ -63,6 +65,20 @@ int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
         ms /= m->speedup_ratio;
     int64_t ns = llround(ms * 1e6);
     return ns > 0 ? ns : 1;
+}
+
+int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m)
+{
+    /* A prefill step has T >= 1 new tokens: with non-negative coefficients it costs at least
+     * p(1); a decode step at least the floor; a mixed step both. */
+    double pre = 0.0;
+    if (m->prefill_ms[0] >= 0 && m->prefill_ms[1] >= 0)
+        pre = m->prefill_ms[0] + m->prefill_ms[1] + m->prefill_ms[2];
+    double ms = pre < m->decode_floor_ms ? pre : m->decode_floor_ms;
+    if (m->speedup_ratio > 0)
+        ms /= m->speedup_ratio;
+    double ns = ms * 1e6 - 1.0; /* below any rounding of kvsim_step_model_duration_ns */
+    return ns > 1.0 ? (int64_t)ns : 1;
 }
 
 static int load_coeffs(json_t *v, double out[3], const char *path, const char *key, char *err,
@@ -215,6 +231,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->tok_ptr);
     free(e->tok_count);
     free(e->runs);
+    free(e->waiting_scratch);
     free(e);
 }
 
@@ -235,9 +252,30 @@ const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, u
     return e->done;
 }
 
+const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e, uint32_t *n)
+{
+    *n = e->num_done;
+    return e->done;
+}
+
 int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
 {
     return e->step ? e->step_end : INT64_MAX;
+}
+
+/* Fewest tokens any request with a session follow-up still has to produce here. */
+static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_request *const *reqs,
+                                     uint32_t n, uint32_t best)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const struct sched_request *r = reqs[i];
+        if (e->cfg.next_turn[r->id] < 0)
+            continue;
+        uint32_t left = r->max_tokens > r->num_output ? r->max_tokens - r->num_output : 1;
+        if (left < best)
+            best = left;
+    }
+    return best;
 }
 
 static void publish(struct kvsim_engine *e)
@@ -247,6 +285,30 @@ static void publish(struct kvsim_engine *e)
     struct sched_request *const *rr;
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+    e->pub.earliest_parent_finish = INT64_MAX;
+    if (!e->cfg.next_turn || !e->step)
+        return;
+    uint32_t best = min_parent_remaining(e, rr, e->pub.num_running, UINT32_MAX);
+    if (e->pub.num_waiting) {
+        if (e->pub.num_waiting > e->cap_waiting_scratch) {
+            struct sched_request **nw =
+                realloc(e->waiting_scratch, e->pub.num_waiting * sizeof *nw);
+            if (!nw) { /* no bound known: the coordinator falls back to the running step */
+                e->pub.earliest_parent_finish = e->step_end;
+                return;
+            }
+            e->waiting_scratch = nw;
+            e->cap_waiting_scratch = e->pub.num_waiting;
+        }
+        sched_waiting_snapshot(e->s, e->waiting_scratch, e->pub.num_waiting);
+        best = min_parent_remaining(e, e->waiting_scratch, e->pub.num_waiting, best);
+    }
+    if (best == UINT32_MAX)
+        return;
+    int64_t d = kvsim_step_model_min_duration_ns(&e->cfg.model);
+    int64_t more = (int64_t)(best - 1);
+    e->pub.earliest_parent_finish =
+        more > (INT64_MAX - e->step_end) / d ? INT64_MAX : e->step_end + more * d;
 }
 
 static int fail_invariant(struct kvsim_engine *e, int rc)

@@ -44,6 +44,8 @@ void kvsim_step_model_default(struct kvsim_step_model *m);
 /* Duration of a step in virtual nanoseconds (>= 1 for a non-empty step). */
 int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
                                      const struct kvsim_step_batch *b);
+/* A lower bound on the duration of any non-empty step (>= 1 ns). */
+int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m);
 /*
  * Reads {"step_model": {"prefill_ms": [p2,p1,p0], "decode_ms": [d2,d1,d0],
  * "decode_floor_ms": x}, "speedup_ratio": s} (every key optional, unknown keys rejected) from a
@@ -57,6 +59,10 @@ struct kvsim_engine_pub {
     uint32_t active_blocks; /* referenced KV blocks */
     uint64_t queued_tokens; /* prompt tokens of requests routed here and not yet admitted */
     uint32_t num_running, num_waiting;
+    /* Earliest instant a request with a session follow-up (cfg.next_turn) could finish here:
+     * its remaining tokens need that many sampling steps, the first ending no earlier than the
+     * running step. INT64_MAX when the engine holds none. */
+    int64_t earliest_parent_finish;
 };
 
 /* A request the engine finished (for closed-loop session follow-ups), in completion order. */
@@ -75,6 +81,7 @@ struct kvsim_engine_config {
     struct kvsim_metrics *metrics;   /* records (each written by the request's owner) */
     uint32_t thread;                 /* owning worker thread (metrics sketch index) */
     bool kv_events;                  /* keep Stored/Removed events for the router */
+    const int32_t *next_turn;        /* per request: its session follow-up or -1 (or NULL) */
 };
 
 /* Returns 0 and *out, or a negative errno (-EINVAL for an impossible configuration). */
@@ -101,6 +108,8 @@ int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
 const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e);
 /* Completed requests since the last call (coordinator, at a boundary); resets the list. */
 const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n);
+/* The same list without taking it (coordinator, at a boundary). */
+const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e, uint32_t *n);
 /* The pool, for KV events and statistics (owner between boundaries; coordinator at them). */
 struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
 uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);

@@ -310,12 +310,20 @@ static int boundary(struct replay *rp)
 static int64_t next_boundary(struct replay *rp)
 {
     int64_t nb = next_arrival(rp);
-    if (rp->parents_in_flight) {
-        for (uint32_t e = 0; e < rp->num_engines; e++) {
-            int64_t x = kvsim_engine_next_event(rp->engines[e]);
-            if (x != INT64_MAX && x + rp->min_delay < nb)
-                nb = x + rp->min_delay;
+    if (!rp->parents_in_flight)
+        return nb;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        /* Turns rejected at admission finished at b_cur; their follow-ups are due soon. */
+        uint32_t n;
+        const struct kvsim_engine_done *d = kvsim_engine_peek_done(rp->engines[e], &n);
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t nx = rp->next_turn[d[i].req];
+            if (nx >= 0 && d[i].finish_ns + rp->trace.reqs[nx].delay_ns < nb)
+                nb = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
         }
+        int64_t f = rp->pubs[e]->earliest_parent_finish;
+        if (f != INT64_MAX && f + rp->min_delay < nb)
+            nb = f + rp->min_delay;
     }
     return nb;
 }
@@ -484,6 +492,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .metrics = rp.metrics,
             .thread = e % rp.num_threads,
             .kv_events = rp.drain_events,
+            .next_turn = rp.next_turn,
         };
         rc = kvsim_engine_create(&ec, &rp.engines[e]);
         if (rc == -EINVAL)

@@ -267,10 +267,50 @@ Test(replay, requests_that_can_never_run_are_rejected_with_a_reason)
     c.sched.max_num_batched_tokens = 600;
     struct kvsim_report r = run(&c, 1, "reject");
     cr_assert_eq(r.rejected, 1);
-    cr_assert_eq(r.completed, 2);
+    cr_assert_eq(r.completed, 1);
     cr_assert_eq(r.num_reject_reasons, 1);
     cr_assert_str_eq(r.rejects[0].reason, "prompt_too_long");
     cr_assert_eq(r.rejects[0].count, 1);
+}
+
+/* A session turn rejected at admission still releases its follow-up on time (arrival + delay),
+ * even when no engine has anything else to do (no step would otherwise end an epoch). */
+Test(replay, rejected_turn_releases_its_follow_up_on_time)
+{
+    struct kvsim_replay_config c;
+    base_config(&c, INPUTS "replay_session_reject.jsonl");
+    c.num_engines = 2;
+    c.sched.max_model_len = 600;
+    c.sched.max_num_batched_tokens = 600;
+    struct kvsim_report r = run(&c, 2, "sreject");
+    cr_assert_eq(r.rejected, 1);
+    cr_assert_eq(r.completed, 1);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-sreject.jsonl", (int)getpid());
+    size_t len;
+    char *text = read_all(path, &len);
+    /* trace order: the rejected first turn (t=0), then its follow-up */
+    char *line = strtok(text, "\n");
+    json_error_t je;
+    json_t *first = json_loads(line, 0, &je);
+    json_t *follow = NULL;
+    for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *j = json_loads(line, 0, &je);
+        if (json_integer_value(json_object_get(j, "input_len")) == 100)
+            follow = j;
+        else
+            json_decref(j);
+    }
+    cr_assert_not_null(follow);
+    cr_assert_str_eq(json_string_value(json_object_get(first, "status")), "rejected");
+    cr_assert_float_eq(json_number_value(json_object_get(follow, "arrival_ms")),
+                       json_number_value(json_object_get(first, "finish_ms")) + 250.0, 1e-6);
+    json_decref(first);
+    json_decref(follow);
+    free(text);
+    unlink(path);
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-sreject.json", (int)getpid());
+    unlink(path);
 }
 
 Test(replay, bad_trace_names_file_line_and_field)

@@ -267,7 +267,7 @@ Test(replay, requests_that_can_never_run_are_rejected_with_a_reason)
     c.sched.max_num_batched_tokens = 600;
     struct kvsim_report r = run(&c, 1, "reject");
     cr_assert_eq(r.rejected, 1);
-    cr_assert_eq(r.completed, 1);
+    cr_assert_eq(r.completed, 2);
     cr_assert_eq(r.num_reject_reasons, 1);
     cr_assert_str_eq(r.rejects[0].reason, "prompt_too_long");
     cr_assert_eq(r.rejects[0].count, 1);

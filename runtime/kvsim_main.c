@@ -1,7 +1,8 @@
 /*
  * kvsim_main.c - the `kvsim` command line.
  *
- * Subcommands grow with the runtime (replay, conform, soak, stress); today: pool-demo.
+ * Subcommands grow with the runtime (replay, conform, soak, stress); today: replay, conform,
+ * stress, pool-demo.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -16,6 +17,8 @@ static void usage(FILE *out)
                  "commands:\n"
                  "  replay      replay a trace (or the built-in workload) through N engines\n"
                  "  conform     run conformance scenarios against the scheduler core\n"
+                 "  stress      hammer the offload pipeline and the block registry from many\n"
+                 "              threads and check their invariants\n"
                  "  pool-demo   walk through the G1 block pool (prefix hits, free order,\n"
                  "              eviction, an aborted plan, the ownership check)\n"
                  "\n"
@@ -57,6 +60,8 @@ int main(int argc, char **argv)
         return kvsim_replay_main(argc - optind, argv + optind);
     if (strcmp(cmd, "conform") == 0)
         return kvsim_conform_main(argc - optind, argv + optind);
+    if (strcmp(cmd, "stress") == 0)
+        return kvsim_stress_main(argc - optind, argv + optind);
     fprintf(stderr, "kvsim: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

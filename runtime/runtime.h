@@ -39,6 +39,14 @@ int kvsim_conform_main(int argc, char **argv);
  */
 int kvsim_replay_main(int argc, char **argv);
 
+/*
+ * kvsim_stress_main - `kvsim stress [options]` (argv[0] is "stress"): hammer the offload
+ * pipeline, then the block registry, from many threads, checking their invariants; print a
+ * summary line per part with operations per second and the verdict. Returns the exit status:
+ * 0, 1 (a violation), 2 (bad option).
+ */
+int kvsim_stress_main(int argc, char **argv);
+
 #ifdef __cplusplus
 }
 #endif

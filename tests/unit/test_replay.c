@@ -313,6 +313,29 @@ Test(replay, rejected_turn_releases_its_follow_up_on_time)
     unlink(path);
 }
 
+/* The step-time model from --config: prefill 0.01 ms/token + 5 ms, decode 2 ms, all halved by
+ * speedup_ratio 2. One 100-token request with 3 outputs on an idle engine: the first token at
+ * (1 + 5) / 2 = 3 ms, then one decode step (1 ms) per token. */
+Test(replay, step_model_from_a_config_file)
+{
+    struct kvsim_replay_config c;
+    base_config(&c, INPUTS "one_request.jsonl");
+    c.num_engines = 1;
+    char err[256];
+    cr_assert_eq(kvsim_step_model_load(INPUTS "step_model.json", &c.model, err, sizeof err), 0,
+                 "%s", err);
+    struct kvsim_report r = run(&c, 1, "model");
+    cr_assert_eq(r.completed, 1);
+    cr_assert_float_eq(r.ttft.max, 3e6, 1e-3, "TTFT %f ns", r.ttft.max);
+    cr_assert_float_eq(r.e2e.max, 5e6, 1e-3, "E2E %f ns", r.e2e.max);
+    cr_assert_float_eq(r.tpot.max, 1e6, 1e-3, "TPOT %f ns", r.tpot.max);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-model.json", (int)getpid());
+    unlink(path);
+    snprintf(path, sizeof path, "/tmp/kvsim-test-%d-model.jsonl", (int)getpid());
+    unlink(path);
+}
+
 Test(replay, bad_trace_names_file_line_and_field)
 {
     struct kvsim_replay_config c;

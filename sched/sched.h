@@ -227,7 +227,9 @@ int sched_release(struct sched *s, struct sched_request *req);
 int sched_reset_prefix_cache(struct sched *s, bool reset_running);
 
 /* Queues, in order. The waiting view lists the skipped-waiting queue first, then the waiting
- * queue, each in the order the scheduler would consider them. Return the counts. */
+ * queue, each in the order the scheduler would consider them. Return the counts; the waiting
+ * snapshot writes `out` only when cap covers the whole count (pass NULL/0 to size it first).
+ * sched_running's array is valid until the next call that adds or schedules. Owner thread. */
 uint32_t sched_running(const struct sched *s, struct sched_request *const **reqs);
 uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **out, uint32_t cap);
 uint32_t sched_num_unfinished(const struct sched *s);

@@ -825,15 +825,6 @@ static bool jemalloc_stats(uint64_t *allocated, uint64_t *resident)
 #endif
 }
 
-static const char *allocator_name(void)
-{
-#ifdef KVSIM_HAVE_JEMALLOC
-    return "jemalloc";
-#else
-    return "libc";
-#endif
-}
-
 static json_t *memory_json(void)
 {
     json_t *m =
@@ -856,45 +847,6 @@ static void print_memory(const char *when)
         printf(", jemalloc stats.allocated %.1f MiB (resident %.1f MiB)",
                (double)a / (1024.0 * 1024.0), (double)r / (1024.0 * 1024.0));
     printf("\n");
-}
-
-/* First "model name" of /proc/cpuinfo, or "unknown". */
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        char *colon = strchr(line, ':');
-        if (!colon)
-            break;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(buf, len, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
-static json_t *machine_json(void)
-{
-    struct utsname u;
-    char cpu[256];
-    cpu_model(cpu, sizeof cpu);
-    json_t *m = json_pack("{s:I, s:s, s:s}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
-                          "allocator", allocator_name(), "cpu_model", cpu);
-    if (uname(&u) == 0) {
-        json_object_set_new(m, "os", json_string(u.sysname));
-        json_object_set_new(m, "os_release", json_string(u.release));
-        json_object_set_new(m, "arch", json_string(u.machine));
-    }
-    return m;
 }
 
 /* ---- command line -----------------------------------------------------------------------------
@@ -1006,7 +958,7 @@ int main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     printf("bench_kvpool: %s, allocator %s, %ld CPUs, seed %" PRIu64 ", KV events %s, %s run\n",
-           kvsim_version(), allocator_name(), nproc, opt.seed, opt.events ? "on" : "off",
+           kvsim_version(), kvsim_allocator(), nproc, opt.seed, opt.events ? "on" : "off",
            opt.quick ? "quick" : "full");
     printf("block size %u, prefix caching on, pools %s; fixed work per repetition, best of %d\n\n",
            BLOCK_SIZE, opt.fresh ? "fresh (free queue in id order)" : "aged (free queue shuffled)",
@@ -1017,7 +969,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "benchmark", json_string("bench_kvpool"));
     json_object_set_new(root, "version", json_string(kvsim_version()));
     json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", machine_json());
+    json_object_set_new(root, "machine", bench_machine_json());
     json_object_set_new(root, "options",
                         json_pack("{s:I, s:b, s:b, s:b, s:i}", "seed", (json_int_t)opt.seed,
                                   "quick", opt.quick, "events", opt.events, "aged_pools",

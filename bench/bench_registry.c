@@ -505,43 +505,6 @@ static void run_one(struct run *r)
     }
 }
 
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        char *colon = strchr(line, ':');
-        if (!colon)
-            break;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(buf, len, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
-static json_t *machine_json(void)
-{
-    struct utsname u;
-    char cpu[256];
-    cpu_model(cpu, sizeof cpu);
-    json_t *m = json_pack("{s:I, s:s, s:s}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
-                          "allocator", kvsim_allocator(), "cpu_model", cpu);
-    if (uname(&u) == 0) {
-        json_object_set_new(m, "os", json_string(u.sysname));
-        json_object_set_new(m, "os_release", json_string(u.release));
-    }
-    return m;
-}
-
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -731,7 +694,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "benchmark", json_string("bench_registry"));
     json_object_set_new(root, "version", json_string(kvsim_version()));
     json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", machine_json());
+    json_object_set_new(root, "machine", bench_machine_json());
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:f}", "quick",
                                   opt.quick, "seed", (json_int_t)opt.seed, "live_entries",

@@ -526,44 +526,10 @@ static json_t *config_json(const struct config_result *cr)
     return j;
 }
 
-/* First "model name" of /proc/cpuinfo, or "unknown". */
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0)
-            continue;
-        char *colon = strchr(line, ':');
-        if (!colon)
-            break;
-        colon++;
-        while (*colon == ' ' || *colon == '\t')
-            colon++;
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(buf, len, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
 static json_t *machine_json(long parent_rss_kib)
 {
-    struct utsname u;
-    char cpu[256];
-    cpu_model(cpu, sizeof cpu);
-    json_t *m =
-        json_pack("{s:I, s:s, s:s, s:I}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
-                  "allocator", kvsim_allocator(), "cpu_model", cpu,
-                  "parent_peak_rss_kib_at_first_fork", (json_int_t)parent_rss_kib);
-    if (uname(&u) == 0) {
-        json_object_set_new(m, "os", json_string(u.sysname));
-        json_object_set_new(m, "os_release", json_string(u.release));
-        json_object_set_new(m, "arch", json_string(u.machine));
-    }
+    json_t *m = bench_machine_json();
+    json_object_set_new(m, "parent_peak_rss_kib_at_first_fork", json_integer(parent_rss_kib));
     return m;
 }
 

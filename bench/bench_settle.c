@@ -208,18 +208,6 @@ static json_t *fig_json(const struct figure *f)
                      (json_int_t)f->stats.owner_sleeps, "timeouts", (json_int_t)f->stats.timeouts);
 }
 
-static json_t *machine_json(void)
-{
-    struct utsname u;
-    json_t *m = json_pack("{s:I}", "nproc", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN));
-    if (uname(&u) == 0) {
-        json_object_set_new(m, "os", json_string(u.sysname));
-        json_object_set_new(m, "os_release", json_string(u.release));
-        json_object_set_new(m, "arch", json_string(u.machine));
-    }
-    return m;
-}
-
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -286,7 +274,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "benchmark", json_string("bench_settle"));
     json_object_set_new(root, "version", json_string(kvsim_version()));
     json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", machine_json());
+    json_object_set_new(root, "machine", bench_machine_json());
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:i}", "quick", opt.quick, "repetitions", REPS));
 

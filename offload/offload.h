@@ -442,6 +442,120 @@ uint32_t offload_generation(const struct offload_pipeline *p);
 /* True after offload_shutdown until offload_reset. */
 bool offload_is_shut_down(const struct offload_pipeline *p);
 
+/* ==== G2/G3 tier store (offload/tier.c) ===================================================== */
+
+/*
+ * A tier of the offload hierarchy (KVBM, reference §5.1): G2 (host memory, one per engine) or G3
+ * (disk; one per engine or one shared by all engines, a configuration choice). A tier is a set of
+ * block hashes (uint64_t, any value) with a capacity in blocks, kept in LRU order. It models
+ * residency only: no bytes move here; the copies are the pipeline's lanes above.
+ *
+ * How the hierarchy uses it. Newly stored full G1 blocks are offloaded G1->G2 (write-through, in
+ * batches); G2->G3 happens on G2 eviction (the hash reported by offload_tier_insert) or by
+ * write-through (a configuration choice). A block already present in the destination is
+ * filtered out, not copied again (presence filtering): offload_tier_filter_present() for a
+ * batch, or the -EEXIST of offload_tier_insert() for one block. The caller inserts a block when
+ * it reserves the destination (the entry is the reservation), so a copy in flight already counts
+ * against capacity and already filters duplicates.
+ *
+ * LRU and pins. Unpinned entries form one LRU list; when the tier is full, insert evicts the
+ * least recently used unpinned entry. A pinned entry (the source of an in-flight copy, e.g.
+ * G2->G1 onboarding or G2->G3 write-through) is never evicted and cannot be removed; pins nest
+ * (a count per entry). A pinned entry leaves the LRU order; when its last pin is dropped it
+ * re-enters at the MRU end (like a block returning to an inactive pool). When the tier is full
+ * and every entry is pinned, insert fails with -ENOSPC.
+ *
+ * Cost. Every operation except create, destroy, filter_present (O(n)) and export (O(size)) is
+ * O(1) expected: an open-addressing hash table (linear probing, backward-shift deletion, load
+ * <= 1/2) maps a hash to a slot, and a doubly linked list over slot indices keeps the LRU order.
+ * All memory is allocated by create; no operation allocates.
+ *
+ * Threads. A tier has no internal locking and no function here is thread-safe. A per-engine
+ * tier (G2, or a per-engine G3) is owned by its engine's worker thread: only that thread calls
+ * these functions on it. A shared G3 is touched only by the coordinator at boundaries (between
+ * prepare and acknowledge of a tick, while the engines are stopped), never by engine threads
+ * concurrently. Read-only functions (const tier) may run concurrently with each other only.
+ *
+ * Errors are negative errno values: -EINVAL (bad argument), -ENOMEM, -EEXIST (already present:
+ * skip the copy), -ENOSPC (full and every entry pinned), -ENOENT (absent), -EBUSY (pinned),
+ * -EOVERFLOW (pin count overflow).
+ */
+struct offload_tier;
+
+/* Largest capacity accepted by offload_tier_create (blocks). */
+#define OFFLOAD_TIER_MAX_CAPACITY (UINT32_C(1) << 30)
+
+struct offload_tier_counters {
+    uint64_t inserts;   /* successful inserts */
+    uint64_t hits;      /* offload_tier_touch on a present hash */
+    uint64_t misses;    /* offload_tier_touch on an absent hash */
+    uint64_t evictions; /* entries evicted by insert (LRU) */
+    uint64_t filtered;  /* duplicates filtered: insert -EEXIST + hashes dropped by filter_present */
+    uint64_t removes;   /* successful offload_tier_remove */
+    uint64_t full;      /* inserts refused with -ENOSPC */
+};
+
+/*
+ * offload_tier_create - an empty tier of capacity blocks, 1 <= capacity <=
+ * OFFLOAD_TIER_MAX_CAPACITY. Allocates everything the tier will ever use.
+ * Returns: 0 and sets *out; -EINVAL (out NULL or capacity out of range); -ENOMEM.
+ */
+int offload_tier_create(uint32_t capacity, struct offload_tier **out);
+/* Frees the tier. Accepts NULL. */
+void offload_tier_destroy(struct offload_tier *t);
+
+/* True if hash is resident (pinned or not). No LRU change, no counter. */
+bool offload_tier_contains(const struct offload_tier *t, uint64_t hash);
+/* A lookup hit: if hash is resident, moves it to the MRU end (a pinned entry keeps its place
+ * outside the LRU order) and counts a hit; else counts a miss. Returns whether it is resident. */
+bool offload_tier_touch(struct offload_tier *t, uint64_t hash);
+
+/*
+ * offload_tier_insert - store (reserve) hash at the MRU end. If the tier is full, first evicts
+ * the LRU unpinned entry and reports it: *evicted = true and *evicted_hash = its hash (so the
+ * caller can write it through to G3); otherwise *evicted = false. Both out parameters may be
+ * NULL. A hash already resident is not touched (presence filtering; call touch for a hit).
+ * Returns: 0 (inserted); -EEXIST (already resident: skip the copy; counted in filtered);
+ * -ENOSPC (full and every entry pinned: nothing changed).
+ */
+int offload_tier_insert(struct offload_tier *t, uint64_t hash, bool *evicted,
+                        uint64_t *evicted_hash);
+/* Removes hash. Returns 0; -ENOENT (absent); -EBUSY (pinned: nothing changed). */
+int offload_tier_remove(struct offload_tier *t, uint64_t hash);
+
+/* Pins hash (one more in-flight copy reads it): it cannot be evicted or removed until the last
+ * unpin. Returns 0; -ENOENT (absent); -EOVERFLOW (UINT32_MAX pins already). */
+int offload_tier_pin(struct offload_tier *t, uint64_t hash);
+/* Drops one pin; the last one puts the entry back at the MRU end.
+ * Returns 0; -ENOENT (absent); -EINVAL (not pinned). */
+int offload_tier_unpin(struct offload_tier *t, uint64_t hash);
+/* Pin count of hash (0 if absent or unpinned). */
+uint32_t offload_tier_pins(const struct offload_tier *t, uint64_t hash);
+
+/*
+ * offload_tier_filter_present - presence filtering of a batch: writes to out the hashes of
+ * in[0 .. n) that are not resident, in their input order, and returns how many. out has room for
+ * n; out == in is allowed (filter in place). Duplicates inside the batch are not merged. No LRU
+ * change; the hashes dropped are counted in filtered.
+ */
+size_t offload_tier_filter_present(struct offload_tier *t, const uint64_t *in, size_t n,
+                                   uint64_t *out);
+
+/* The LRU unpinned entry (the next victim): true and *hash, or false if there is none. */
+bool offload_tier_peek_lru(const struct offload_tier *t, uint64_t *hash);
+/* Writes up to max unpinned hashes in LRU order (least recent first) and returns how many were
+ * written. O(size); for tests and diagnostics. */
+size_t offload_tier_export_lru(const struct offload_tier *t, uint64_t *out, size_t max);
+
+uint32_t offload_tier_size(const struct offload_tier *t);     /* resident entries */
+uint32_t offload_tier_capacity(const struct offload_tier *t); /* blocks */
+uint32_t offload_tier_pinned(const struct offload_tier *t);   /* entries with a pin */
+void offload_tier_counters(const struct offload_tier *t, struct offload_tier_counters *out);
+/* Zeroes the counters (contents unchanged). */
+void offload_tier_reset_counters(struct offload_tier *t);
+
+/* ==== end of G2/G3 tier store ================================================================ */
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,6 +38,9 @@ struct bucket {
     int32_t head, tail; /* -1 = empty */
 };
 
+/* A block whose every reference is a transfer hold: capacity that returns when a copy ends. */
+static inline bool held_only(const struct block *b) { return b->holds && b->ref == b->holds; }
+
 struct kvpool_event_rec {
     enum kvpool_event_type type;
     bool has_parent;
@@ -56,6 +59,9 @@ struct kvpool {
     struct kvpool_free_queue fq;
     uint64_t generation;
     uint64_t capacity_generation;
+    uint32_t num_held_only; /* blocks referenced only by transfer holds (ref == holds > 0) */
+    kvpool_store_fn store_hook;
+    void *store_ctx;
     struct kvpool_seq *seqs; /* attached sequences (for kvpool_check) */
     /* events */
     struct kvpool_event_rec *events;
@@ -517,6 +523,17 @@ static uint64_t blocks_to_allocate(const struct kvpool *p, const struct kvpool_s
     return fresh + (hits ? hits->num_evictable : 0);
 }
 
+/* Not enough free blocks: exhausted, unless blocks held only by in-flight copies would cover the
+ * shortfall once those copies end (then waiting is the answer, not preemption). */
+static int short_outcome(const struct kvpool *pool, struct kvpool_plan *plan, uint64_t shortfall)
+{
+    plan->num_blocks_short = shortfall > UINT32_MAX ? UINT32_MAX : (uint32_t)shortfall;
+    plan->outcome = pool->num_held_only && shortfall <= pool->num_held_only
+                        ? KVPOOL_BLOCKED_ON_OFFLOAD
+                        : KVPOOL_CAPACITY_EXHAUSTED;
+    return (int)plan->outcome;
+}
+
 int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
                    const struct kvpool_alloc_args *args, struct kvpool_plan *plan)
 {
@@ -554,13 +571,15 @@ int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
     if (args->full_sequence_must_fit) {
         uint64_t full = blocks_to_allocate(pool, seq, min_u64(seq->num_tokens, mml), hits);
         if (full + wm > free_blocks)
-            return (int)plan->outcome;
+            return short_outcome(pool, plan, full + wm - free_blocks);
     }
     uint64_t need = blocks_to_allocate(pool, seq, slots, hits);
     uint64_t demand;
     if (__builtin_add_overflow(need, wm, &demand) ||
-        __builtin_add_overflow(demand, args->reserved_blocks, &demand) || demand > free_blocks)
+        __builtin_add_overflow(demand, args->reserved_blocks, &demand))
         return (int)plan->outcome;
+    if (demand > free_blocks)
+        return short_outcome(pool, plan, demand - free_blocks);
 
     uint64_t required = cdiv(slots, pool->bs);
     uint64_t have = (uint64_t)seq->num_blocks + (hits ? hits->num_blocks : 0);
@@ -609,6 +628,8 @@ static void cache_range(struct kvpool *p, struct kvpool_seq *seq, uint32_t upto)
     emit(p, KVPOOL_EVENT_STORED, from > 0, from > 0 ? seq->hashes[from - 1] : 0, seq->hashes + from,
          upto - from);
     seq->num_cached_blocks = upto;
+    if (p->store_hook)
+        p->store_hook(p->store_ctx, seq->blocks + from, seq->hashes + from, upto - from);
 }
 
 int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan)
@@ -624,6 +645,7 @@ int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_pla
     /* 1. Touch the hits: they leave the free queue before anything is popped from it. */
     for (uint32_t i = 0; i < plan->num_hit_blocks; i++) {
         kvpool_block_id b = map_find(pool, seq->hashes[i]);
+        pool->num_held_only -= held_only(&pool->blk[b]);
         if (pool->blk[b].ref++ == 0)
             kvpool__fq_remove(&pool->fq, b);
         seq->blocks[seq->num_blocks++] = b;
@@ -671,8 +693,10 @@ static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_
     int32_t front_cursor = kvpool__fq_head(&p->fq);
     for (uint32_t i = 0; i < n; i++) {
         kvpool_block_id b = ids[i];
-        if (--p->blk[b].ref != 0)
+        if (--p->blk[b].ref != 0) {
+            p->num_held_only += held_only(&p->blk[b]);
             continue;
+        }
         freed = true;
         if (caching && (p->blk[b].flags & BLOCK_HASHED)) {
             kvpool__fq_append(&p->fq, b);
@@ -724,8 +748,10 @@ int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block)
             return -EINVAL;
         kvpool__fq_remove(&pool->fq, block);
     }
+    pool->num_held_only -= held_only(&pool->blk[block]);
     pool->blk[block].ref++;
     pool->blk[block].holds++;
+    pool->num_held_only += held_only(&pool->blk[block]);
     pool->generation++;
     return 0;
 }
@@ -734,6 +760,7 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
 {
     if (block <= 0 || (uint32_t)block >= pool->num_blocks || pool->blk[block].holds == 0)
         return -EINVAL;
+    pool->num_held_only -= held_only(&pool->blk[block]);
     pool->blk[block].holds--;
     release_blocks(pool, &block, 1);
     pool->generation++;
@@ -743,6 +770,29 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
 /* ---- state --------------------------------------------------------------------------------- */
 
 uint32_t kvpool_num_free_blocks(const struct kvpool *pool) { return pool->fq.count; }
+uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool) { return pool->num_held_only; }
+
+void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx)
+{
+    pool->store_hook = fn;
+    pool->store_ctx = ctx;
+}
+
+int kvpool_commit_partial_legacy(struct kvpool *pool, struct kvpool_seq *seq,
+                                 const struct kvpool_plan *plan)
+{
+    if (plan->outcome != KVPOOL_BLOCKED_ON_OFFLOAD || plan->seq != seq)
+        return -EINVAL;
+    if (plan->generation != pool->generation || plan->first_new_index != seq->num_blocks)
+        return -ESTALE;
+    uint32_t n = pool->fq.count;
+    if (seq_reserve_blocks(seq, (uint64_t)seq->num_blocks + n) != 0)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        seq->blocks[seq->num_blocks++] = take_free_block(pool);
+    pool->generation++;
+    return (int)n;
+}
 uint32_t kvpool_num_usable_blocks(const struct kvpool *pool) { return pool->num_blocks - 1; }
 
 double kvpool_usage(const struct kvpool *pool)
@@ -835,7 +885,7 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
     }
     if (p->blk[0].ref != 0 || kvpool__fq_contains(&p->fq, 0) || (p->blk[0].flags & BLOCK_HASHED))
         return violation(v, 0, KVPOOL_OWNER_NONE, 0, "null_block", 0, 1);
-    uint32_t hashed = 0;
+    uint32_t hashed = 0, held = 0;
     for (uint32_t b = 1; b < n; b++) {
         const struct kvpool_seq *o = p->scratch_owner[b];
         /* A referenced block nobody claims is a leak (NONE), hashed or not: only an
@@ -857,7 +907,11 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
                              queued);
         if (p->blk[b].flags & BLOCK_HASHED)
             hashed++;
+        held += held_only(&p->blk[b]);
     }
+    if (held != p->num_held_only)
+        return violation(v, -1, KVPOOL_OWNER_TRANSFER_HOLD, 0, "held_only_count", held,
+                         p->num_held_only);
     /* Walk the free queue: consistent links and a length equal to the free count. */
     uint32_t len = 0;
     int32_t prev = kvpool__fq_head(&p->fq);

@@ -189,12 +189,19 @@ struct kvpool_plan {
     uint32_t first_new_index;     /* index in seq->blocks of the first block commit adds */
     uint64_t generation;          /* pool state the plan was prepared against */
     uint64_t capacity_generation; /* capacity state seen (evidence for RETRY_NOW) */
+    uint32_t num_blocks_short;    /* not READY: free blocks missing (BLOCKED: all of them are
+                                   * held only by in-flight copies, kvpool_num_held_only_blocks) */
     const struct kvpool_seq *seq;
 };
 
 /*
  * kvpool_prepare - the whole allocate_slots preflight: watermark, full-sequence gate, main check
  * against free - reserved, with evictable hits consuming free capacity; checked arithmetic.
+ * When free capacity falls short, the outcome is BLOCKED_ON_OFFLOAD if the blocks held only by
+ * transfer sources (kvpool_hold_block) would cover the shortfall once released, else
+ * CAPACITY_EXHAUSTED; plan->num_blocks_short says by how much. (RETRY_NOW is never produced
+ * here: it is the caller's verdict when a synchronous release moved capacity_generation past
+ * the plan's.)
  * Writes the outcome into plan->outcome and returns it (>= 0), or a negative errno: -EINVAL
  * for impossible arguments (num_new_tokens 0 without external tokens, hits larger than the
  * sequence), -ESTALE when args->hits were computed against an older pool state.
@@ -212,6 +219,16 @@ int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
 int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan);
 /* kvpool_abort - drop a plan. Never changes the pool: prepare reserved nothing to give back. */
 void kvpool_abort(struct kvpool_plan *plan);
+
+/*
+ * kvpool_commit_partial_legacy - THE OLD BUG, kept to prove the soak finds it (issue #6,
+ * `--legacy-partial-alloc`): for a BLOCKED_ON_OFFLOAD plan, take every free block now and keep
+ * them, as a non-transactional allocator that blocks half way would. Hits are not taken. Never
+ * use it outside that reproduction. Returns the number of blocks taken (>= 0), -EINVAL (plan not
+ * BLOCKED_ON_OFFLOAD or for another sequence), -ESTALE, -ENOMEM.
+ */
+int kvpool_commit_partial_legacy(struct kvpool *pool, struct kvpool_seq *seq,
+                                 const struct kvpool_plan *plan);
 
 /* Registers seq's full blocks up to num_tokens in the prefix cache (vLLM cache_blocks). */
 void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t num_tokens);
@@ -231,6 +248,16 @@ void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq);
  */
 int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct kvpool_seq *src);
 
+/*
+ * A store hook sees every run of blocks entering the prefix cache (the Stored event, with block
+ * ids): the offload policy writes them through to G2. Called inside commit / cache_blocks on the
+ * owner thread; it must not call any mutating kvpool function (record, act after).
+ */
+typedef void (*kvpool_store_fn)(void *ctx, const kvpool_block_id *blocks,
+                                const kvpool_hash *hashes, uint32_t n);
+/* Installs (or with fn NULL removes) the store hook. */
+void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx);
+
 /* Transfer source holds: an extra reference owned by an in-flight copy. A ref-0 cached block
  * leaves the free queue while held. Returns 0, or -EINVAL (null or out-of-range block, or an
  * unreferenced block without a hash, which holds no data worth copying). */
@@ -242,6 +269,8 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
 /* ---- state --------------------------------------------------------------------------------- */
 
 uint32_t kvpool_num_free_blocks(const struct kvpool *pool);   /* null block excluded */
+/* Blocks referenced only by transfer source holds: free once their copies end. */
+uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
 uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
 double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
 uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);

@@ -2292,3 +2292,149 @@ Test(kvpool_abort, commit_with_a_plan_prepared_for_another_sequence_is_einval)
     cr_assert_eq(kvpool_commit(fx.pool, &fx.s, &sp), 0, "the plan still commits to its own seq");
     afx_teardown(&fx);
 }
+
+/* ---- capacity held by in-flight copies: BLOCKED_ON_OFFLOAD ------------------------------------
+ */
+
+struct kp_stored {
+    uint32_t calls, n;
+    kvpool_block_id blocks[KP_MAXB];
+    kvpool_hash hashes[KP_MAXB];
+};
+
+static void kp_on_stored(void *ctx, const kvpool_block_id *blocks, const kvpool_hash *hashes,
+                         uint32_t n)
+{
+    struct kp_stored *s = ctx;
+    s->calls++;
+    for (uint32_t i = 0; i < n && s->n < KP_MAXB; i++, s->n++) {
+        s->blocks[s->n] = blocks[i];
+        s->hashes[s->n] = hashes[i];
+    }
+}
+
+Test(kvpool, store_hook_sees_every_block_entering_the_cache_with_its_hash)
+{
+    struct kvpool *pool = kp_pool(8, true, false, 0.0);
+    struct kp_stored st = {0};
+    kvpool_set_store_hook(pool, kp_on_stored, &st);
+    struct kvpool_seq a, b;
+    kp_seq(pool, &a, 1, 1000, 40); /* 2 full blocks + a partial one */
+    kp_admit(pool, &a);
+    cr_assert_eq(st.calls, 1, "one Stored run for a's admission, got %u", st.calls);
+    kp_assert_ids(st.blocks, st.n, (const kvpool_block_id[]){1, 2}, 2, "stored blocks");
+    cr_assert_eq(st.hashes[0], a.hashes[0], "hash of block 0");
+    cr_assert_eq(st.hashes[1], a.hashes[1], "hash of block 1");
+    /* A full hit stores nothing new. */
+    kp_seq(pool, &b, 2, 1000, 33);
+    kp_admit(pool, &b);
+    cr_assert_eq(st.n, 2, "hits are not stored again (got %u blocks)", st.n);
+    kvpool_set_store_hook(pool, NULL, NULL);
+    kp_done(pool, &a);
+    kp_done(pool, &b);
+    kvpool_destroy(pool);
+}
+
+/* 8 usable blocks; a holds [1..4] (4 full blocks) then frees them while copies hold 1..3. */
+static struct kvpool *kp_pool_with_held(struct kvpool_seq *a)
+{
+    struct kvpool *pool = kp_pool(9, true, false, 0.0);
+    kp_seq(pool, a, 1, 1000, 64);
+    kp_admit(pool, a);
+    for (kvpool_block_id blk = 1; blk <= 3; blk++)
+        cr_assert_eq(kvpool_hold_block(pool, blk), 0, "hold %d", blk);
+    kvpool_free(pool, a);
+    cr_assert_eq(kvpool_num_free_blocks(pool), 5, "4 free + a's unheld block");
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 3, "blocks 1..3 are held only");
+    kp_assert_check(pool, "held only");
+    return pool;
+}
+
+Test(kvpool, shortfall_covered_by_held_blocks_is_blocked_on_offload_and_changes_nothing)
+{
+    struct kvpool_seq a, r;
+    struct kvpool *pool = kp_pool_with_held(&a);
+    kp_seq(pool, &r, 2, 5000, 7 * KP_BS); /* needs 7 blocks: 5 free, 2 short, 3 held */
+    struct kp_state before, after;
+    kp_capture(pool, &before);
+    uint64_t gen = kvpool_generation(pool);
+    struct kvpool_alloc_args args = {.num_new_tokens = 7 * KP_BS, .is_admission = true};
+    struct kvpool_plan plan;
+    int rc = kvpool_prepare(pool, &r, &args, &plan);
+    cr_assert_eq(rc, KVPOOL_BLOCKED_ON_OFFLOAD, "got %s",
+                 kvpool_outcome_name((enum kvpool_outcome)rc));
+    cr_assert_eq(plan.num_blocks_short, 2, "2 blocks short, got %u", plan.num_blocks_short);
+    kp_capture(pool, &after);
+    kp_assert_same_state(&before, &after, "a blocked prepare is invisible");
+    cr_assert_eq(kvpool_generation(pool), gen, "generation unchanged");
+    cr_assert_eq(kvpool_commit(pool, &r, &plan), -EINVAL, "a blocked plan cannot commit");
+    cr_assert_eq(r.num_blocks, 0, "r holds nothing");
+
+    /* Beyond what the holds would return it is plain exhaustion. */
+    args.num_new_tokens = 9 * KP_BS;
+    kvpool_seq_append_repeat(pool, &r, 7, 2 * KP_BS);
+    rc = kvpool_prepare(pool, &r, &args, &plan);
+    cr_assert_eq(rc, KVPOOL_CAPACITY_EXHAUSTED, "got %s",
+                 kvpool_outcome_name((enum kvpool_outcome)rc));
+    cr_assert_eq(plan.num_blocks_short, 4, "4 short, got %u", plan.num_blocks_short);
+
+    /* When the copies end, the same request fits. */
+    args.num_new_tokens = 7 * KP_BS;
+    for (kvpool_block_id blk = 1; blk <= 3; blk++)
+        cr_assert_eq(kvpool_release_hold(pool, blk), 0, "release %d", blk);
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 0, "nothing held");
+    cr_assert_gt(kvpool_capacity_generation(pool), plan.capacity_generation,
+                 "releases move the capacity generation");
+    rc = kvpool_prepare(pool, &r, &args, &plan);
+    cr_assert_eq(rc, KVPOOL_READY, "got %s", kvpool_outcome_name((enum kvpool_outcome)rc));
+    cr_assert_eq(kvpool_commit(pool, &r, &plan), 0, "commit");
+    kp_assert_check(pool, "end");
+    kp_done(pool, &a);
+    kp_done(pool, &r);
+    kvpool_destroy(pool);
+}
+
+Test(kvpool, held_only_count_tracks_holds_refs_and_hits)
+{
+    struct kvpool_seq a, b;
+    struct kvpool *pool = kp_pool_with_held(&a);
+    /* b hits the held blocks: they are referenced by a request again, no longer held only. */
+    kp_seq(pool, &b, 2, 1000, 40);
+    kp_admit(pool, &b);
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 1, "block 3 is still held only");
+    kp_assert_check(pool, "hit on held blocks");
+    kvpool_free(pool, &b);
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 3, "held only again after b frees");
+    cr_assert_eq(kvpool_hold_block(pool, 1), 0, "a second hold");
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 3, "two holds, still held only");
+    for (kvpool_block_id blk = 1; blk <= 3; blk++)
+        cr_assert_eq(kvpool_release_hold(pool, blk), 0, "release %d", blk);
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 1, "block 1 keeps one hold");
+    cr_assert_eq(kvpool_release_hold(pool, 1), 0, "release the second hold");
+    cr_assert_eq(kvpool_num_held_only_blocks(pool), 0, "none");
+    kp_assert_check(pool, "end");
+    kp_done(pool, &a);
+    kp_done(pool, &b);
+    kvpool_destroy(pool);
+}
+
+Test(kvpool, legacy_partial_commit_keeps_blocks_from_a_blocked_attempt)
+{
+    struct kvpool_seq a, r;
+    struct kvpool *pool = kp_pool_with_held(&a);
+    kp_seq(pool, &r, 2, 5000, 7 * KP_BS);
+    struct kvpool_alloc_args args = {.num_new_tokens = 7 * KP_BS, .is_admission = true};
+    struct kvpool_plan plan;
+    cr_assert_eq(kvpool_prepare(pool, &r, &args, &plan), KVPOOL_BLOCKED_ON_OFFLOAD, "blocked");
+    cr_assert_eq(kvpool_commit_partial_legacy(pool, &r, &plan), 5, "takes the 5 free blocks");
+    cr_assert_eq(r.num_blocks, 5, "r keeps a partial allocation");
+    cr_assert_eq(kvpool_num_free_blocks(pool), 0, "nothing free");
+    kp_assert_check(pool, "partial allocation is still owned");
+    struct kvpool_plan ready = {.outcome = KVPOOL_READY, .seq = &r};
+    cr_assert_eq(kvpool_commit_partial_legacy(pool, &r, &ready), -EINVAL, "only blocked plans");
+    kp_done(pool, &a);
+    for (kvpool_block_id blk = 1; blk <= 3; blk++)
+        kvpool_release_hold(pool, blk);
+    kp_done(pool, &r);
+    kvpool_destroy(pool);
+}

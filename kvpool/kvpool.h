@@ -253,8 +253,8 @@ int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct k
  * ids): the offload policy writes them through to G2. Called inside commit / cache_blocks on the
  * owner thread; it must not call any mutating kvpool function (record, act after).
  */
-typedef void (*kvpool_store_fn)(void *ctx, const kvpool_block_id *blocks,
-                                const kvpool_hash *hashes, uint32_t n);
+typedef void (*kvpool_store_fn)(void *ctx, const kvpool_block_id *blocks, const kvpool_hash *hashes,
+                                uint32_t n);
 /* Installs (or with fn NULL removes) the store hook. */
 void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx);
 
@@ -268,7 +268,7 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
 
 /* ---- state --------------------------------------------------------------------------------- */
 
-uint32_t kvpool_num_free_blocks(const struct kvpool *pool);   /* null block excluded */
+uint32_t kvpool_num_free_blocks(const struct kvpool *pool); /* null block excluded */
 /* Blocks referenced only by transfer source holds: free once their copies end. */
 uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
 uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */

@@ -225,6 +225,8 @@ struct sched {
     size_t num_spare_steps;
     struct sched_violation violation;
     bool has_violation;
+    struct sched_offload_status offload_status;
+    struct sched_offload_counters offload_counters;
 };
 
 void sched_config_default(struct sched_config *cfg)
@@ -725,6 +727,8 @@ static int set_violation_rc(struct sched *s)
     return sched_check(s, &s->violation) == 0 ? 0 : (s->has_violation = true, -EUCLEAN);
 }
 
+static bool relieve_moved_capacity(struct sched *s, const struct kvpool_plan *plan);
+
 /* §4.2. Returns 0 or a negative errno; *preempted_any tells whether anyone was preempted. */
 static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *budget,
                             bool *preempted_any)
@@ -750,7 +754,7 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
             i++; /* nothing schedulable now (e.g. its previous step is in flight) */
             continue;
         }
-        bool scheduled = false;
+        bool scheduled = false, retried = false;
         for (;;) {
             struct kvpool_alloc_args args = {
                 .num_computed_tokens = nc,
@@ -762,6 +766,16 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
             int rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
             if (rc < 0)
                 return rc;
+            if (rc == KVPOOL_BLOCKED_ON_OFFLOAD) {
+                s->offload_counters.blocked++;
+                if (!retried && relieve_moved_capacity(s, &plan)) {
+                    retried = true; /* RETRY_NOW: once */
+                    continue;
+                }
+                /* Capacity is coming back when a copy ends: wait for it, preempt nobody. */
+                s->offload_status = (struct sched_offload_status){r, plan.num_blocks_short, true};
+                break;
+            }
             if (rc == KVPOOL_READY) {
                 uint32_t before = r->kv.num_blocks;
                 rc = kvpool_commit(s->pool, &r->kv, &plan);
@@ -809,16 +823,99 @@ static struct rq *pick_queue(struct sched *s)
     return prio_less(w, k) ? &s->waiting : &s->skipped;
 }
 
-/* A finished async load becomes an ordinary waiting request with computed tokens (§10). */
+/* A finished async load becomes an ordinary waiting request with computed tokens (§10). A failed
+ * onboarding gives its blocks back (they were never cached) and the request starts its admission
+ * again, recomputing what it could not load. */
 static void promote(struct sched *s, struct sched_request *r)
 {
-    kvpool_cache_blocks(s->pool, &r->kv, r->num_computed_tokens);
-    if (r->num_computed_tokens >= sched_request_num_tokens(r))
-        r->num_computed_tokens = sched_request_num_tokens(r) - 1; /* recompute the last token */
+    if (r->offload_load && r->load_failed) {
+        kvpool_free(s->pool, &r->kv);
+        inflight_remove(s, r);
+        r->num_computed_tokens = 0;
+        r->onboard_disabled = true;
+    } else {
+        if (r->offload_load) {
+            uint64_t t = (uint64_t)r->onboard_blocks * s->cfg.block_size;
+            r->onboarded_tokens += t;
+            s->offload_counters.onboarded_tokens += t;
+        }
+        kvpool_cache_blocks(s->pool, &r->kv, r->num_computed_tokens);
+        if (r->num_computed_tokens >= sched_request_num_tokens(r))
+            r->num_computed_tokens = sched_request_num_tokens(r) - 1; /* recompute the last */
+    }
     r->status = r->num_preemptions ? SCHED_PREEMPTED : SCHED_WAITING;
     r->recv_finished = false;
+    r->offload_load = false;
+    r->load_failed = false;
+    r->onboard_blocks = 0;
     r->kv.owner = KVPOOL_OWNER_REQUEST;
     transition(s, r, SCHED_T_PROMOTED);
+}
+
+int sched_load_finished(struct sched *s, struct sched_request *r, bool ok)
+{
+    if (!r->offload_load)
+        return -EINVAL;
+    if (r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) {
+        r->recv_finished = true;
+        r->load_failed = !ok;
+        s->offload_counters.load_failures += !ok;
+        return 0;
+    }
+    if (r->free_delayed) { /* finished while loading: the blocks were waiting for this */
+        r->free_delayed = false;
+        r->offload_load = false;
+        kvpool_free(s->pool, &r->kv);
+        transition(s, r, SCHED_T_FINISHED);
+        return 0;
+    }
+    return -EINVAL;
+}
+
+void sched_offload_status(const struct sched *s, struct sched_offload_status *out)
+{
+    *out = s->offload_status;
+}
+
+void sched_offload_counters(const struct sched *s, struct sched_offload_counters *out)
+{
+    *out = s->offload_counters;
+}
+
+/*
+ * An allocation came back BLOCKED_ON_OFFLOAD: ask the tiers to release what needs no copy any
+ * more. True when that moved the pool's capacity (the RETRY_NOW evidence); the caller then
+ * prepares exactly once more, never again for the same attempt.
+ */
+static bool relieve_moved_capacity(struct sched *s, const struct kvpool_plan *plan)
+{
+    if (!s->cfg.offload || !s->cfg.offload->relieve)
+        return false;
+    s->cfg.offload->relieve(s->cfg.offload_ctx, plan->num_blocks_short);
+    if (kvpool_capacity_generation(s->pool) == plan->capacity_generation)
+        return false;
+    s->offload_counters.retry_now++;
+    return true;
+}
+
+/*
+ * THE OLD BUG (issue #6's reproduction, cfg.legacy_partial_alloc): a non-transactional
+ * allocator that stopped half way. The blocked head keeps the free blocks it got, the shortfall
+ * is treated as capacity exhaustion, and the last running request is preempted and put back at
+ * the front of the waiting queue, ahead of the head. Returns 0 or a negative errno.
+ */
+static int legacy_partial_alloc(struct sched *s, struct sched_step *st, uint64_t *budget,
+                                struct sched_request *r, const struct kvpool_plan *plan)
+{
+    int rc = kvpool_commit_partial_legacy(s->pool, &r->kv, plan);
+    if (rc < 0)
+        return rc;
+    if (s->num_running == 0)
+        return 0;
+    struct sched_request *victim = pick_victim(s);
+    *budget += step_rollback(st, victim);
+    running_remove_at(s, running_index(s, victim));
+    return preempt(s, victim);
 }
 
 /* §4.3 */
@@ -827,6 +924,7 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
     const struct sched_config *c = &s->cfg;
     size_t nskipped = 0;
     int rc = 0;
+    bool retried = false;
     while ((s->waiting.len || s->skipped.len) && *budget > 0) {
         if (s->num_running >= c->max_num_seqs)
             break;
@@ -842,9 +940,11 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         }
         struct kvpool_hits hits = {0};
         uint64_t external = 0;
-        bool load_async = false;
+        bool load_async = false, onboard = false;
         uint64_t nt = sched_request_num_tokens(r);
-        if (r->num_computed_tokens == 0) {
+        /* A request holding blocks without computed tokens (the legacy partial allocation)
+         * cannot take hits: they would have to come first in its table. */
+        if (r->num_computed_tokens == 0 && r->kv.num_blocks == 0) {
             kvpool_lookup(s->pool, &r->kv, &hits, NULL, 0);
             if (r->external_tokens) {
                 /* The connector model: a synchronous load leaves the last token to compute
@@ -853,6 +953,13 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
                 uint64_t room = nt - hits.num_tokens - (r->external_async ? 0 : 1);
                 external = min_u64(r->external_tokens, room);
                 load_async = r->external_async && external > 0;
+            } else if (c->offload && !r->onboard_disabled) {
+                /* Onboarding: blocks after the G1 hits that G2/G3 hold load asynchronously
+                 * into a destination reservation instead of being recomputed. */
+                uint64_t blocks = c->offload->lookup(c->offload_ctx, r, hits.num_blocks);
+                external = min_u64(blocks * c->block_size, nt - hits.num_tokens);
+                external -= external % c->block_size;
+                load_async = onboard = external > 0;
             }
         }
         uint64_t computed = r->num_computed_tokens + hits.num_tokens + external;
@@ -882,6 +989,19 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
         if (rc < 0)
             break;
+        if (rc == KVPOOL_BLOCKED_ON_OFFLOAD) {
+            s->offload_counters.blocked++;
+            if (!retried && relieve_moved_capacity(s, &plan)) {
+                retried = true; /* RETRY_NOW: this head, once, from its lookup */
+                continue;
+            }
+            s->offload_status = (struct sched_offload_status){r, plan.num_blocks_short, false};
+            if (c->legacy_partial_alloc) {
+                rc = legacy_partial_alloc(s, st, budget, r, &plan);
+                break;
+            }
+        }
+        retried = false;
         if (rc != KVPOOL_READY) {
             rc = 0;
             break; /* the waiting phase never preempts; the head keeps its place */
@@ -899,6 +1019,14 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             inflight_add(s, r);
             s->tmp_skipped[nskipped++] = r;
             transition(s, r, SCHED_T_PARKED);
+            if (onboard) {
+                r->offload_load = true;
+                r->onboard_blocks = (uint32_t)(external / c->block_size);
+                s->offload_counters.loads++;
+                if (c->offload->start_load(c->offload_ctx, r, hits.num_blocks, r->onboard_blocks) !=
+                    0)
+                    sched_load_finished(s, r, false);
+            }
             continue;
         }
         if (r->status == SCHED_PREEMPTED)
@@ -932,8 +1060,10 @@ struct sched_step *sched_schedule(struct sched *s, int *err)
     st->index = ++s->step_index;
     uint64_t budget = s->cfg.max_num_batched_tokens;
     bool preempted_any = false;
+    memset(&s->offload_status, 0, sizeof s->offload_status);
     int rc = schedule_running(s, st, &budget, &preempted_any);
-    if (rc == 0 && !preempted_any)
+    /* A running request waiting for held capacity keeps it from new admissions too. */
+    if (rc == 0 && !preempted_any && !s->offload_status.blocked)
         rc = schedule_waiting(s, st, &budget);
     /* _update_after_schedule */
     if (s->cfg.defer_block_free && st->total_tokens > 0)

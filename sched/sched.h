@@ -30,6 +30,25 @@ extern "C" {
 
 enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY };
 
+struct sched_request;
+
+/*
+ * Offload hooks: the G2/G3 tiers behind G1 (runtime/tiers.h implements them). Every hook is
+ * called on the owner thread from inside sched_schedule(); none may call back into the scheduler.
+ */
+struct sched_offload_ops {
+    /* Blocks after the request's first `first_block` blocks (its local prefix hits) that a lower
+     * tier holds and can load into G1 instead of recomputing them (0 = none). */
+    uint32_t (*lookup)(void *ctx, const struct sched_request *r, uint32_t first_block);
+    /* The request was admitted as a load: r->kv.blocks[first_block .. first_block + n) are its
+     * destination reservation. Start the transfer; report its end with sched_load_finished().
+     * Returns 0, or a negative errno (the scheduler then treats the load as failed at once). */
+    int (*start_load)(void *ctx, struct sched_request *r, uint32_t first_block, uint32_t n);
+    /* An allocation is short of num_short blocks that only in-flight copies hold: release now
+     * whatever needs no copy any more (presence filtering). Returns the blocks released. */
+    uint32_t (*relieve)(void *ctx, uint32_t num_short);
+};
+
 struct sched_config {
     uint32_t block_size;                   /* tokens per KV block (16) */
     uint32_t num_blocks;                   /* including the null block 0 (10000) */
@@ -47,6 +66,11 @@ struct sched_config {
     bool preempted_victim_guard;           /* #49675: a fenced victim stops the retry (true) */
     bool check_invariants;                 /* run sched_check at every boundary (false) */
     bool enable_kv_events;                 /* record the pool's KV events (false) */
+    /* THE OLD BUG, for issue #6's proof only: a waiting request whose allocation is blocked on
+     * offload keeps the blocks it could get and running requests are preempted for it (false) */
+    bool legacy_partial_alloc;
+    const struct sched_offload_ops *offload; /* G2/G3 tiers (NULL: none) */
+    void *offload_ctx;                       /* first argument of every offload hook */
 };
 
 /* Fills cfg with the defaults shown above. */
@@ -128,10 +152,15 @@ struct sched_request {
     uint64_t last_sched_seq; /* deferred-free fence bookkeeping */
     uint32_t external_tokens;
     bool external_async;
-    bool recv_finished;     /* async load reported in finished_recving */
-    bool free_delayed;      /* finished while parked: blocks wait for finished_recving */
-    bool in_flight_prefill; /* in the #44560 reservation set */
-    int64_t stop_reason;    /* stop token that finished it, -1 otherwise */
+    bool recv_finished;        /* async load reported in finished_recving */
+    bool free_delayed;         /* finished while parked: blocks wait for finished_recving */
+    bool in_flight_prefill;    /* in the #44560 reservation set */
+    bool offload_load;         /* the pending async load is an onboarding from G2/G3 */
+    bool load_failed;          /* ... and it failed: the request recomputes instead */
+    bool onboard_disabled;     /* a load of it failed once: never onboard it again */
+    uint32_t onboard_blocks;   /* blocks of the pending onboarding */
+    uint64_t onboarded_tokens; /* tokens loaded from G2/G3 instead of recomputed (total) */
+    int64_t stop_reason;       /* stop token that finished it, -1 otherwise */
     enum sched_transition last_transition;
     uint64_t last_transition_step;
     struct kvpool_seq kv;                                /* tokens' hashes and block table */
@@ -213,6 +242,27 @@ int sched_update(struct sched *s, struct sched_step *step, const struct sched_mo
 
 /* Requests finished by the last sched_update / sched_abort call. */
 struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
+
+/*
+ * sched_load_finished - an onboarding started by the start_load hook has ended (ok: its blocks
+ * hold the data; otherwise the request recomputes them). The request is promoted by the next
+ * schedule (vLLM delivers this as finished_recving with the next model output; the engine here
+ * may also be idle). Owner thread. Returns 0, -EINVAL (no load in flight for r).
+ */
+int sched_load_finished(struct sched *s, struct sched_request *r, bool ok);
+
+/* Offload pressure seen by the last sched_schedule() call. */
+struct sched_offload_status {
+    struct sched_request *blocked; /* request whose allocation was BLOCKED_ON_OFFLOAD, or NULL */
+    uint32_t num_short;            /* blocks it lacked (all held by in-flight copies) */
+    bool in_running_phase;         /* it was running (waiting admissions were skipped) */
+};
+void sched_offload_status(const struct sched *s, struct sched_offload_status *out);
+/* Totals: BLOCKED_ON_OFFLOAD outcomes, RETRY_NOW retries, loads started / failed. */
+struct sched_offload_counters {
+    uint64_t blocked, retry_now, loads, load_failures, onboarded_tokens;
+};
+void sched_offload_counters(const struct sched *s, struct sched_offload_counters *out);
 
 /* Client abort from any state (FINISHED_ABORTED). Returns 0, or -EALREADY if finished. */
 int sched_abort(struct sched *s, struct sched_request *req);

@@ -31,6 +31,10 @@ struct kvsim_engine {
     uint32_t cap_waiting_scratch;
     uint64_t steps;
     uint32_t unfinished;
+    struct kvsim_tiers *tiers; /* NULL without offload tiers */
+    uint64_t prefill_tokens;
+    int64_t blocked_since; /* -1: no request blocked on held capacity */
+    int64_t blocked_ns;
     char err[384];
 };
 
@@ -210,21 +214,47 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     if (!e)
         return -ENOMEM;
     e->cfg = *cfg;
+    e->blocked_since = -1;
     struct sched_config sc = cfg->sched;
     sc.enable_kv_events = cfg->kv_events;
-    int rc = sched_create(&sc, &e->s);
+    int rc = 0;
+    if (cfg->tiers) {
+        struct kvsim_tiers_config tc = *cfg->tiers;
+        tc.pipe.seed ^= (uint64_t)cfg->id * UINT64_C(0x9e3779b97f4a7c15); /* per-engine stream */
+        rc = kvsim_tiers_create(&tc, &e->tiers);
+        sc.offload = &kvsim_tiers_sched_ops;
+        sc.offload_ctx = e->tiers;
+    }
+    if (rc == 0)
+        rc = sched_create(&sc, &e->s);
     if (rc) {
+        kvsim_tiers_destroy(e->tiers);
         free(e);
         return rc;
     }
+    if (e->tiers)
+        kvsim_tiers_bind(e->tiers, e->s);
     *out = e;
     return 0;
+}
+
+void kvsim_engine_offload_stats(const struct kvsim_engine *e, struct kvsim_engine_offload *out)
+{
+    memset(out, 0, sizeof *out);
+    out->prefill_tokens = e->prefill_tokens;
+    if (!e->tiers)
+        return;
+    out->enabled = true;
+    kvsim_tiers_stats(e->tiers, &out->tiers);
+    sched_offload_counters(e->s, &out->sched);
+    out->blocked_ns = e->blocked_ns;
 }
 
 void kvsim_engine_destroy(struct kvsim_engine *e)
 {
     if (!e)
         return;
+    kvsim_tiers_destroy(e->tiers); /* first: undrained copies give back holds and loads */
     sched_destroy(e->s);
     free(e->done);
     free(e->tok);
@@ -258,9 +288,18 @@ const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine
     return e->done;
 }
 
+static int64_t tiers_deadline(const struct kvsim_engine *e)
+{
+    if (!e->tiers)
+        return INT64_MAX;
+    int64_t d = kvsim_tiers_next_deadline(e->tiers);
+    return d == OFFLOAD_NEVER ? INT64_MAX : d;
+}
+
 int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
 {
-    return e->step ? e->step_end : INT64_MAX;
+    int64_t d = tiers_deadline(e);
+    return e->step && e->step_end < d ? e->step_end : d;
 }
 
 /* Fewest tokens any request with a session follow-up still has to produce here. */
@@ -286,7 +325,14 @@ static void publish(struct kvsim_engine *e)
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
     e->pub.earliest_parent_finish = INT64_MAX;
-    if (!e->cfg.next_turn || !e->step)
+    /* The first step that can end: the running one, or (idle, waiting for a transfer) one that
+     * starts when the transfer ends. */
+    int64_t first_end = e->step ? e->step_end : INT64_MAX;
+    if (!e->step && e->unfinished && tiers_deadline(e) != INT64_MAX) {
+        int64_t d = tiers_deadline(e), m = kvsim_step_model_min_duration_ns(&e->cfg.model);
+        first_end = d > INT64_MAX - m ? INT64_MAX : d + m;
+    }
+    if (!e->cfg.next_turn || first_end == INT64_MAX)
         return;
     uint32_t best = min_parent_remaining(e, rr, e->pub.num_running, UINT32_MAX);
     if (e->pub.num_waiting) {
@@ -294,7 +340,7 @@ static void publish(struct kvsim_engine *e)
             struct sched_request **nw =
                 realloc(e->waiting_scratch, e->pub.num_waiting * sizeof *nw);
             if (!nw) { /* no bound known: the coordinator falls back to the running step */
-                e->pub.earliest_parent_finish = e->step_end;
+                e->pub.earliest_parent_finish = first_end;
                 return;
             }
             e->waiting_scratch = nw;
@@ -308,7 +354,7 @@ static void publish(struct kvsim_engine *e)
     int64_t d = kvsim_step_model_min_duration_ns(&e->cfg.model);
     int64_t more = (int64_t)(best - 1);
     e->pub.earliest_parent_finish =
-        more > (INT64_MAX - e->step_end) / d ? INT64_MAX : e->step_end + more * d;
+        more > (INT64_MAX - first_end) / d ? INT64_MAX : first_end + more * d;
 }
 
 static int fail_invariant(struct kvsim_engine *e, int rc)
@@ -426,20 +472,25 @@ static int start_step(struct kvsim_engine *e)
         for (uint32_t i = 0; i < st->num_preempted; i++)
             if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
                 return fail_invariant(e, rc);
+        if (e->tiers) {
+            struct sched_offload_status os;
+            sched_offload_status(e->s, &os);
+            if (os.blocked && e->blocked_since < 0)
+                e->blocked_since = e->now;
+            else if (!os.blocked && e->blocked_since >= 0) {
+                e->blocked_ns += e->now - e->blocked_since;
+                e->blocked_since = -1;
+            }
+            if ((rc = kvsim_tiers_flush(e->tiers)) != 0)
+                return fail_invariant(e, rc);
+        }
         if (st->total_tokens == 0) {
             rc = sched_update(e->s, st, NULL);
             if (rc)
                 return fail_invariant(e, rc);
             if (st->num_preempted)
                 continue;
-            if (e->unfinished) {
-                snprintf(e->err, sizeof e->err,
-                         "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, "
-                         "nothing schedulable, no step, transfer or arrival can wake them",
-                         e->cfg.id, e->now, e->unfinished);
-                return -EDEADLK;
-            }
-            return 0;
+            return 0; /* idle: the caller decides whether anything can wake it */
         }
         for (uint32_t i = 0; i < st->num_new; i++) {
             const struct sched_request *r = st->new_reqs[i];
@@ -470,6 +521,7 @@ static int start_step(struct kvsim_engine *e)
             }
         }
         b.kv_usage = kvpool_usage(sched_pool(e->s));
+        e->prefill_tokens += b.prefill_tokens;
         e->step = st;
         e->step_end = e->now + kvsim_step_model_duration_ns(&e->cfg.model, &b);
         e->steps++;
@@ -512,28 +564,108 @@ static int complete_step(struct kvsim_engine *e)
         if (sched_release(e->s, fin[i]) != 0)
             return fail_invariant(e, -EBUSY);
     e->unfinished -= nf;
+    if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0) /* blocks cached by the update */
+        return fail_invariant(e, rc);
     return 0;
+}
+
+/* Blocks a request still needs for its whole known sequence. */
+static uint64_t blocks_needed(const struct sched_request *r, uint32_t bs)
+{
+    uint64_t want = (sched_request_num_tokens(r) + bs - 1) / bs;
+    return want > r->kv.num_blocks ? want - r->kv.num_blocks : 0;
+}
+
+/* An idle engine with unfinished requests that no step, transfer or arrival can wake. */
+static int dead_end(struct kvsim_engine *e)
+{
+    struct kvpool *pool = sched_pool(e->s);
+    uint32_t free_blocks = kvpool_num_free_blocks(pool);
+    uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
+    struct sched_request *head = NULL;
+    uint32_t nw = sched_waiting_snapshot(e->s, NULL, 0);
+    if (nw && nw <= e->cap_waiting_scratch) {
+        sched_waiting_snapshot(e->s, e->waiting_scratch, e->cap_waiting_scratch);
+        head = e->waiting_scratch[0];
+    } else if (nw) {
+        struct sched_request **w = malloc(nw * sizeof *w);
+        if (w) {
+            sched_waiting_snapshot(e->s, w, nw);
+            head = w[0];
+            free(w);
+        }
+    }
+    if (head)
+        snprintf(e->err, sizeof e->err,
+                 "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
+                 "blocks, head request %" PRIu64 " (%s) needs %" PRIu64 " blocks, %u free; no "
+                 "step, transfer or arrival can wake them",
+                 e->cfg.id, e->now, e->unfinished, active, head->id,
+                 sched_status_name(head->status),
+                 blocks_needed(head, sched_get_config(e->s)->block_size), free_blocks);
+    else
+        snprintf(e->err, sizeof e->err,
+                 "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
+                 "blocks, %u free; no step, transfer or arrival can wake them",
+                 e->cfg.id, e->now, e->unfinished, active, free_blocks);
+    return -EDEADLK;
+}
+
+static int tiers_advance(struct kvsim_engine *e, int64_t t)
+{
+    if (!e->tiers)
+        return 0;
+    int rc = kvsim_tiers_advance_to(e->tiers, t);
+    return rc < 0 ? fail_invariant(e, rc) : 0;
 }
 
 int kvsim_engine_advance_owner(struct kvsim_engine *e, int64_t until)
 {
+    int rc;
     for (;;) {
-        if (!e->step) {
-            if (!e->unfinished)
-                break;
-            int rc = start_step(e);
-            if (rc)
+        if (!e->step && e->unfinished) {
+            /* Transfers ending now come first: they release holds and finish loads. */
+            if ((rc = tiers_advance(e, e->now)) != 0 || (rc = start_step(e)) != 0)
                 return rc;
-            if (!e->step)
+        }
+        int64_t d = tiers_deadline(e);
+        if (!e->step) {
+            if (d == INT64_MAX) {
+                if (e->unfinished)
+                    return dead_end(e);
                 break;
+            }
+            if (d > until)
+                break;
+            if (d > e->now)
+                e->now = d; /* idle until a transfer ends */
+            if ((rc = tiers_advance(e, d)) != 0)
+                return rc;
+            continue;
+        }
+        if (d < e->step_end) { /* a transfer ends while the step runs */
+            if (d > until)
+                break;
+            if ((rc = tiers_advance(e, d)) != 0)
+                return rc;
+            continue;
         }
         if (e->step_end > until)
             break;
         e->now = e->step_end;
-        int rc = complete_step(e);
-        if (rc)
+        if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0)
             return rc;
+        if (e->tiers && e->cfg.sched.check_invariants) {
+            char msg[256];
+            if (kvsim_tiers_check(e->tiers, msg, sizeof msg) != 0) {
+                snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id,
+                         e->now, msg);
+                return -EUCLEAN;
+            }
+        }
     }
+    if (e->tiers && (rc = kvsim_tiers_settle(e->tiers)) != 0)
+        return fail_invariant(e, rc);
     publish(e);
     return 0;
 }

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "runtime/metrics.h"
+#include "runtime/tiers.h"
 #include "runtime/trace.h"
 #include "sched/sched.h"
 
@@ -77,12 +78,23 @@ struct kvsim_engine_config {
     uint32_t id;
     struct sched_config sched;
     struct kvsim_step_model model;
-    const struct kvsim_trace *trace; /* request specs (read-only, shared) */
-    struct kvsim_metrics *metrics;   /* records (each written by the request's owner) */
-    uint32_t thread;                 /* owning worker thread (metrics sketch index) */
-    bool kv_events;                  /* keep Stored/Removed events for the router */
-    const int32_t *next_turn;        /* per request: its session follow-up or -1 (or NULL) */
+    const struct kvsim_trace *trace;        /* request specs (read-only, shared) */
+    struct kvsim_metrics *metrics;          /* records (each written by the request's owner) */
+    uint32_t thread;                        /* owning worker thread (metrics sketch index) */
+    bool kv_events;                         /* keep Stored/Removed events for the router */
+    const int32_t *next_turn;               /* per request: its session follow-up or -1 (or NULL) */
+    const struct kvsim_tiers_config *tiers; /* G2/G3 offload tiers, or NULL for none */
 };
+
+/* What the offload side of an engine did (zero without tiers). */
+struct kvsim_engine_offload {
+    bool enabled;
+    struct kvsim_tiers_stats tiers;
+    struct sched_offload_counters sched;
+    uint64_t prefill_tokens; /* prompt tokens computed by steps (recomputation included) */
+    int64_t blocked_ns;      /* virtual time a request waited for capacity held by copies */
+};
+void kvsim_engine_offload_stats(const struct kvsim_engine *e, struct kvsim_engine_offload *out);
 
 /* Returns 0 and *out, or a negative errno (-EINVAL for an impossible configuration). */
 int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out);
@@ -102,7 +114,8 @@ int kvsim_engine_admit_owner(struct kvsim_engine *e, uint32_t req, int64_t t);
  * it can never make progress on).
  */
 int kvsim_engine_advance_owner(struct kvsim_engine *e, int64_t until);
-/* Earliest time this engine has something to do (its running step's end), or INT64_MAX. */
+/* Earliest time this engine has something to do (its running step's end or a transfer's end),
+ * or INT64_MAX. */
 int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
 /* Publishes load for the router (owner, before the barrier). */
 const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e);

@@ -700,6 +700,27 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
         fprintf(f, ROW "n/a\n", "wall time");
     }
 
+    const struct kvsim_offload_summary *o = &r->offload;
+    if (o->enabled) {
+        static const char *const lane[4] = {"G1->G2", "G2->G3", "G3->G2", "G2->G1"};
+        fprintf(f, "\n  offload %-16s %12s %12s %14s %8s\n", "lane", "batches", "blocks", "bytes",
+                "failed");
+        for (int l = 0; l < 4; l++)
+            fprintf(f, "          %-16s %12" PRIu64 " %12" PRIu64 " %14" PRIu64 " %8" PRIu64 "\n",
+                    lane[l], o->lanes[l].batches, o->lanes[l].blocks, o->lanes[l].bytes,
+                    o->lanes[l].failed);
+        fprintf(f, ROW "%.2f %% (%" PRIu64 " of %" PRIu64 " G1-miss blocks)\n", "G2 hit rate",
+                o->g2_hit_rate * 100.0, o->g2_hit_blocks, o->g1_miss_blocks);
+        fprintf(f, ROW "%.2f %% (%" PRIu64 " blocks)\n", "G3 hit rate", o->g3_hit_rate * 100.0,
+                o->g3_hit_blocks);
+        fprintf(f, ROW "%" PRIu64 " onboarded, %" PRIu64 " computed\n", "prompt tokens",
+                o->onboarded_tokens, o->recomputed_tokens);
+        fprintf(f, ROW "%" PRIu64 " (%" PRIu64 " failed), waited %.3f s\n", "loads", o->loads,
+                o->failed_loads, (double)o->onboard_wait_ns / 1e9);
+        fprintf(f, ROW "%" PRIu64 " times, %.3f s; %" PRIu64 " RETRY_NOW\n", "blocked on offload",
+                o->blocked, (double)o->blocked_ns / 1e9, o->retry_now);
+    }
+
     fprintf(f, "\n  %-6s %10s%11s%11s%11s%11s%11s%11s%11s\n", "(ms)", "count", "mean", "min", "p50",
             "p90", "p95", "p99", "max");
     print_latency_row(f, "TTFT", &r->ttft);
@@ -831,6 +852,43 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(root, "tpot_ms", latency_json(&r->tpot)) && ok;
     ok = put(root, "itl_ms", latency_json(&r->itl)) && ok;
     ok = put(root, "e2e_ms", latency_json(&r->e2e)) && ok;
+
+    const struct kvsim_offload_summary *o = &r->offload;
+    if (o->enabled) {
+        static const char *const lane[4] = {"g1_g2", "g2_g3", "g3_g2", "g2_g1"};
+        json_t *off = json_object(), *lanes = json_object();
+        for (int l = 0; l < 4; l++) {
+            json_t *lj = json_object();
+            ok = put(lj, "batches", json_u64(o->lanes[l].batches)) && ok;
+            ok = put(lj, "blocks", json_u64(o->lanes[l].blocks)) && ok;
+            ok = put(lj, "bytes", json_u64(o->lanes[l].bytes)) && ok;
+            ok = put(lj, "failed_batches", json_u64(o->lanes[l].failed)) && ok;
+            ok = put(lj, "cancelled_batches", json_u64(o->lanes[l].cancelled)) && ok;
+            ok = put(lanes, lane[l], lj) && ok;
+        }
+        ok = put(off, "lanes", lanes) && ok;
+        ok = put(off, "g1_miss_blocks", json_u64(o->g1_miss_blocks)) && ok;
+        ok = put(off, "g2_hit_blocks", json_u64(o->g2_hit_blocks)) && ok;
+        ok = put(off, "g3_hit_blocks", json_u64(o->g3_hit_blocks)) && ok;
+        ok = put(off, "g2_hit_rate", json_real(o->g2_hit_rate)) && ok;
+        ok = put(off, "g3_hit_rate", json_real(o->g3_hit_rate)) && ok;
+        ok = put(off, "onboarded_tokens", json_u64(o->onboarded_tokens)) && ok;
+        ok = put(off, "recomputed_tokens", json_u64(o->recomputed_tokens)) && ok;
+        ok = put(off, "loads", json_u64(o->loads)) && ok;
+        ok = put(off, "failed_loads", json_u64(o->failed_loads)) && ok;
+        ok = put(off, "blocked_on_offload", json_u64(o->blocked)) && ok;
+        ok = put(off, "retry_now", json_u64(o->retry_now)) && ok;
+        ok = put(off, "blocked_on_offload_ms", json_ns_as_ms((double)o->blocked_ns)) && ok;
+        ok = put(off, "onboard_wait_ms", json_ns_as_ms((double)o->onboard_wait_ns)) && ok;
+        ok = put(off, "written_g2_blocks", json_u64(o->written_g2)) && ok;
+        ok = put(off, "written_g3_blocks", json_u64(o->written_g3)) && ok;
+        ok = put(off, "filtered_blocks", json_u64(o->filtered)) && ok;
+        ok = put(off, "dropped_blocks", json_u64(o->dropped)) && ok;
+        ok = put(off, "failed_blocks", json_u64(o->failed_blocks)) && ok;
+        ok = put(off, "g2_resident_blocks", json_u64(o->g2_resident)) && ok;
+        ok = put(off, "g3_resident_blocks", json_u64(o->g3_resident)) && ok;
+        ok = put(root, "offload", off) && ok;
+    }
 
     json_t *wall = json_object();
     bool known = r->wall_ns > 0;

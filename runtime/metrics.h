@@ -232,6 +232,31 @@ struct kvsim_report_run {
  * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
  * everything else is bit-identical for identical inputs.
  */
+/* Traffic of one offload lane over all engines. */
+struct kvsim_lane_traffic {
+    uint64_t batches; /* completed batches */
+    uint64_t blocks;  /* blocks they moved */
+    uint64_t bytes;
+    uint64_t failed, cancelled; /* batches */
+};
+
+/* The offload tiers' part of a report (enabled = false: no tiers configured). */
+struct kvsim_offload_summary {
+    bool enabled;
+    struct kvsim_lane_traffic lanes[4];    /* G1->G2, G2->G3, G3->G2, G2->G1 */
+    uint64_t g1_miss_blocks;               /* full prompt blocks missing from G1 at admission */
+    uint64_t g2_hit_blocks, g3_hit_blocks; /* of which onboarded from G2 / from G3 */
+    double g2_hit_rate, g3_hit_rate;       /* hits / g1_miss_blocks (0 if none) */
+    uint64_t onboarded_tokens;             /* prompt tokens loaded from G2/G3 instead of computed */
+    uint64_t recomputed_tokens; /* prompt tokens computed by steps (preemption recompute too) */
+    uint64_t loads, failed_loads;
+    uint64_t blocked, retry_now; /* BLOCKED_ON_OFFLOAD outcomes; RETRY_NOW retries */
+    int64_t blocked_ns;          /* virtual time heads waited for capacity held by copies */
+    int64_t onboard_wait_ns;     /* virtual time requests waited for their loads (sum) */
+    uint64_t written_g2, written_g3, filtered, dropped, failed_blocks;
+    uint64_t g2_resident, g3_resident; /* blocks in the tiers at the end */
+};
+
 struct kvsim_report {
     /* run */
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
@@ -265,9 +290,10 @@ struct kvsim_report {
     struct kvsim_latency e2e;  /* finish - arrival */
     /* wall: machine- and thread-count-dependent */
     uint32_t num_threads;
-    int64_t wall_ns;            /* <= 0: unknown */
-    double speed;               /* simulated seconds per wall second (0: unknown) */
-    double wall_requests_per_s; /* completed requests per wall second (0: unknown) */
+    int64_t wall_ns;                      /* <= 0: unknown */
+    double speed;                         /* simulated seconds per wall second (0: unknown) */
+    double wall_requests_per_s;           /* completed requests per wall second (0: unknown) */
+    struct kvsim_offload_summary offload; /* filled by the replay after summarizing */
 };
 
 /*

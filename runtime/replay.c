@@ -82,6 +82,7 @@ struct follow_up {
 
 struct replay {
     const struct kvsim_replay_config *cfg;
+    struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
     struct kvsim_trace trace;
     struct kvsim_metrics *metrics;
     struct kvsim_router *router;
@@ -406,10 +407,51 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
     return 0;
 }
 
+/* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
+{
+    memset(o, 0, sizeof *o);
+    o->enabled = true;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        struct kvsim_engine_offload eo;
+        kvsim_engine_offload_stats(rp->engines[e], &eo);
+        for (int l = 0; l < 4; l++) {
+            o->lanes[l].batches += eo.tiers.lanes[l].completed;
+            o->lanes[l].blocks += eo.tiers.lanes[l].blocks;
+            o->lanes[l].bytes += eo.tiers.lanes[l].bytes;
+            o->lanes[l].failed += eo.tiers.lanes[l].failed;
+            o->lanes[l].cancelled += eo.tiers.lanes[l].cancelled;
+        }
+        o->g1_miss_blocks += eo.sched.g1_miss_blocks;
+        o->g2_hit_blocks += eo.tiers.g2_hit_blocks;
+        o->g3_hit_blocks += eo.tiers.g3_hit_blocks;
+        o->onboarded_tokens += eo.sched.onboarded_tokens;
+        o->recomputed_tokens += eo.prefill_tokens;
+        o->loads += eo.tiers.loads;
+        o->failed_loads += eo.tiers.failed_loads;
+        o->blocked += eo.sched.blocked;
+        o->retry_now += eo.sched.retry_now;
+        o->blocked_ns += eo.blocked_ns;
+        o->onboard_wait_ns += (int64_t)eo.tiers.onboard_wait_ns;
+        o->written_g2 += eo.tiers.written_g2;
+        o->written_g3 += eo.tiers.written_g3;
+        o->filtered += eo.tiers.filtered;
+        o->dropped += eo.tiers.dropped;
+        o->failed_blocks += eo.tiers.failed_blocks;
+        o->g2_resident += eo.tiers.g2_size;
+        o->g3_resident += eo.tiers.g3_size;
+    }
+    if (o->g1_miss_blocks) {
+        o->g2_hit_rate = (double)o->g2_hit_blocks / (double)o->g1_miss_blocks;
+        o->g3_hit_rate = (double)o->g3_hit_blocks / (double)o->g1_miss_blocks;
+    }
+}
+
 static void replay_free(struct replay *rp)
 {
     for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++)
         kvsim_engine_destroy(rp->engines[e]);
+    offload_pool_destroy(rp->offload_pool);
     free(rp->engines);
     free(rp->pubs);
     free(rp->pools);
@@ -443,6 +485,9 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->router = KVSIM_ROUTER_KV;
     c->overlap_weight = 1.0;
     c->seed = 1;
+    kvsim_tiers_config_default(&c->tiers);
+    c->offload_threads = 2;
+    c->kv_bytes_per_token = 131072; /* Llama-3.1-8B in bf16 */
 }
 
 int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
@@ -483,6 +528,22 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
                     !rp.nodes || !rp.engine_rc || !rp.next_turn))
         rc = -ENOMEM;
+    struct kvsim_tiers_config tiers = cfg->tiers;
+    tiers.pool = NULL;
+    if (rc == 0 && cfg->offload) {
+        tiers.pipe.block_bytes =
+            offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size);
+        if (cfg->offload_pool) {
+            struct offload_pool_config pc;
+            offload_pool_config_default(&pc);
+            pc.threads = cfg->offload_threads;
+            pc.max_pipelines = rp.num_engines;
+            rc = offload_pool_create(&pc, &rp.offload_pool);
+            tiers.pool = rp.offload_pool;
+            if (rc)
+                snprintf(err, errlen, "starting the offload thread pool: %s", strerror(-rc));
+        }
+    }
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
             .id = e,
@@ -493,6 +554,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .thread = e % rp.num_threads,
             .kv_events = rp.drain_events,
             .next_turn = rp.next_turn,
+            .tiers = cfg->offload ? &tiers : NULL,
         };
         rc = kvsim_engine_create(&ec, &rp.engines[e]);
         if (rc == -EINVAL)
@@ -601,6 +663,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .wall_ns = wall,
         };
         rc = kvsim_metrics_summarize(rp.metrics, &run, report);
+        if (rc == 0 && cfg->offload)
+            summarize_offload(&rp, &report->offload);
         if (rc == 0 && cfg->requests_path)
             rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
     } else if (!err[0]) {
@@ -641,6 +705,19 @@ static void replay_usage(FILE *out)
             "  --max-num-batched-tokens N token budget per step (8192)\n"
             "  --max-model-len N          longest sequence (262144)\n"
             "  --config FILE.json         step-time model coefficients and speedup_ratio\n"
+            "offload tiers (off unless --g2-blocks is given):\n"
+            "  --g2-blocks N              host-memory tier per engine, in blocks\n"
+            "  --g3-blocks N              disk tier per engine, in blocks (0: none)\n"
+            "  --g3-write-through         copy every block G2 receives on to G3 (default: only\n"
+            "                             blocks G2 evicts)\n"
+            "  --offload-executor inline|pool  run copies on the engine's thread or on a\n"
+            "                             thread pool; the report is the same (inline)\n"
+            "  --offload-threads N        pool workers (2)\n"
+            "  --offload-fail-rate F      probability in [0, 1] that a copy batch fails (0)\n"
+            "  --offload-seed S           seed of the failure injection (1)\n"
+            "  --kv-bytes-per-token N     KV bytes per token, all layers (131072)\n"
+            "  --g1-g2-gbps X             GPU<->host bandwidth per direction, GB/s (14)\n"
+            "  --g2-g3-gbps X             host<->disk bandwidth per direction, GB/s (7)\n"
             "output:\n"
             "  --report FILE              JSON report\n"
             "  --requests-out FILE        per-request records (JSONL)\n"
@@ -703,6 +780,16 @@ int kvsim_replay_main(int argc, char **argv)
         O_REQOUT,
         O_QUIET,
         O_KVINDEX,
+        O_G2,
+        O_G3,
+        O_G3WT,
+        O_OEXEC,
+        O_OTHREADS,
+        O_OFAIL,
+        O_OSEED,
+        O_KVBYTES,
+        O_G12BW,
+        O_G23BW,
     };
     static const struct option opts[] = {
         {"trace", required_argument, NULL, O_TRACE},
@@ -724,12 +811,23 @@ int kvsim_replay_main(int argc, char **argv)
         {"requests-out", required_argument, NULL, O_REQOUT},
         {"quiet", no_argument, NULL, O_QUIET},
         {"kv-index", required_argument, NULL, O_KVINDEX},
+        {"g2-blocks", required_argument, NULL, O_G2},
+        {"g3-blocks", required_argument, NULL, O_G3},
+        {"g3-write-through", no_argument, NULL, O_G3WT},
+        {"offload-executor", required_argument, NULL, O_OEXEC},
+        {"offload-threads", required_argument, NULL, O_OTHREADS},
+        {"offload-fail-rate", required_argument, NULL, O_OFAIL},
+        {"offload-seed", required_argument, NULL, O_OSEED},
+        {"kv-bytes-per-token", required_argument, NULL, O_KVBYTES},
+        {"g1-g2-gbps", required_argument, NULL, O_G12BW},
+        {"g2-g3-gbps", required_argument, NULL, O_G23BW},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct kvsim_replay_config cfg;
     kvsim_replay_config_default(&cfg);
     const char *report_path = NULL, *config_path = NULL;
+    const char *offload_opt = NULL; /* an offload option given (needs --g2-blocks) */
     uint64_t v;
     int c;
     optind = 1;
@@ -817,11 +915,86 @@ int kvsim_replay_main(int argc, char **argv)
                 rc = -EINVAL;
             }
             break;
+        case O_G2:
+            rc = parse_u64(optname, optarg, 1, OFFLOAD_TIER_MAX_CAPACITY, &v);
+            cfg.tiers.g2_blocks = (uint32_t)v;
+            cfg.offload = true;
+            break;
+        case O_G3:
+            rc = parse_u64(optname, optarg, 0, OFFLOAD_TIER_MAX_CAPACITY, &v);
+            cfg.tiers.g3_blocks = (uint32_t)v;
+            offload_opt = optname;
+            break;
+        case O_G3WT:
+            cfg.tiers.g3_write_through = true;
+            offload_opt = optname;
+            break;
+        case O_OEXEC:
+            if (!strcmp(optarg, "inline") || !strcmp(optarg, "pool")) {
+                cfg.offload_pool = !strcmp(optarg, "pool");
+            } else {
+                fprintf(stderr,
+                        "kvsim replay: option --offload-executor: '%s' is not inline or pool\n",
+                        optarg);
+                rc = -EINVAL;
+            }
+            offload_opt = "--offload-executor";
+            break;
+        case O_OTHREADS:
+            rc = parse_u64(optname, optarg, 1, 256, &v);
+            cfg.offload_threads = (uint32_t)v;
+            offload_opt = "--offload-threads";
+            break;
+        case O_OFAIL: {
+            char *end;
+            errno = 0;
+            double f = strtod(optarg, &end);
+            if (errno || *end || !*optarg || !(f >= 0 && f <= 1)) {
+                fprintf(stderr,
+                        "kvsim replay: option --offload-fail-rate: '%s' is not a number in "
+                        "[0, 1]\n",
+                        optarg);
+                rc = -EINVAL;
+            }
+            cfg.tiers.pipe.fail_rate = f;
+            offload_opt = "--offload-fail-rate";
+            break;
+        }
+        case O_OSEED:
+            rc = parse_u64(optname, optarg, 0, UINT64_MAX, &cfg.tiers.pipe.seed);
+            offload_opt = "--offload-seed";
+            break;
+        case O_KVBYTES:
+            rc = parse_u64(optname, optarg, 1, UINT64_C(1) << 40, &cfg.kv_bytes_per_token);
+            break;
+        case O_G12BW:
+        case O_G23BW: {
+            double gbps;
+            rc = parse_pos_double(optname, optarg, &gbps);
+            int64_t bw = (int64_t)(gbps * 1e9);
+            if (c == O_G12BW)
+                cfg.tiers.pipe.lanes[OFFLOAD_LANE_G1_G2].bandwidth =
+                    cfg.tiers.pipe.lanes[OFFLOAD_LANE_G2_G1].bandwidth = bw;
+            else
+                cfg.tiers.pipe.lanes[OFFLOAD_LANE_G2_G3].bandwidth =
+                    cfg.tiers.pipe.lanes[OFFLOAD_LANE_G3_G2].bandwidth = bw;
+            offload_opt = c == O_G12BW ? "--g1-g2-gbps" : "--g2-g3-gbps";
+            break;
+        }
         case 'h': replay_usage(stdout); return 0;
         default: replay_usage(stderr); return 2;
         }
         if (rc)
             return 2;
+    }
+    if (offload_opt && !cfg.offload) {
+        fprintf(stderr, "kvsim replay: option %s needs --g2-blocks (offload tiers are off)\n",
+                offload_opt);
+        return 2;
+    }
+    if (cfg.offload && offload_block_bytes(cfg.kv_bytes_per_token, cfg.sched.block_size) == 0) {
+        fprintf(stderr, "kvsim replay: --kv-bytes-per-token x --block-size overflows\n");
+        return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "kvsim replay: unexpected argument '%s'\n", argv[optind]);

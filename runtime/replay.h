@@ -27,6 +27,12 @@ struct kvsim_replay_config {
     uint64_t seed;
     const char *requests_path; /* per-request JSONL, or NULL */
     bool quiet;                /* no progress bar */
+    /* offload tiers (docs/offload.md) */
+    bool offload;                    /* G2 (and G3) behind every engine's G1 */
+    struct kvsim_tiers_config tiers; /* per engine; its pool is set by the replay */
+    bool offload_pool;               /* thread-pool executor instead of inline */
+    uint32_t offload_threads;        /* pool workers */
+    uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy */
 };
 
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,

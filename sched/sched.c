@@ -1011,6 +1011,8 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             break;
         if (r->num_cached_tokens < 0)
             r->num_cached_tokens = (int64_t)(hits.num_tokens + external);
+        if (c->offload && r->num_computed_tokens == 0)
+            s->offload_counters.g1_miss_blocks += r->kv.num_hashes - hits.num_blocks;
         rq_pop(q);
         if (load_async) {
             r->status = SCHED_WAITING_FOR_REMOTE_KVS;

@@ -258,9 +258,10 @@ struct sched_offload_status {
     bool in_running_phase;         /* it was running (waiting admissions were skipped) */
 };
 void sched_offload_status(const struct sched *s, struct sched_offload_status *out);
-/* Totals: BLOCKED_ON_OFFLOAD outcomes, RETRY_NOW retries, loads started / failed. */
+/* Totals: BLOCKED_ON_OFFLOAD outcomes, RETRY_NOW retries, loads started / failed, tokens
+ * onboarded, and (with offload hooks) full prompt blocks that missed G1 at admission. */
 struct sched_offload_counters {
-    uint64_t blocked, retry_now, loads, load_failures, onboarded_tokens;
+    uint64_t blocked, retry_now, loads, load_failures, onboarded_tokens, g1_miss_blocks;
 };
 void sched_offload_counters(const struct sched *s, struct sched_offload_counters *out);
 

@@ -358,3 +358,70 @@ Test(replay, impossible_engine_configuration_is_an_error)
     cr_assert_eq(kvsim_replay_run(&c, &r, err, sizeof err), -EINVAL);
     cr_assert(strlen(err) > 0);
 }
+
+/* ---- offload tiers ------------------------------------------------------------------------ */
+
+/* A G1 small enough that G2/G3 matter, slow enough links that copies overlap steps, and
+ * failure injection: the report must be identical for either executor and 1 or 2 threads. */
+static void offload_config(struct kvsim_replay_config *c, const char *trace)
+{
+    base_config(c, trace);
+    c->sched.num_blocks = 1200;
+    c->offload = true;
+    c->tiers.g2_blocks = 3000;
+    c->tiers.g3_blocks = 20000;
+    c->tiers.pipe.fail_rate = 0.02;
+    c->tiers.pipe.lanes[OFFLOAD_LANE_G1_G2].bandwidth = 2000000000;
+}
+
+static void check_offload_deterministic(const char *trace)
+{
+    char path[512];
+    if (trace) {
+        if (!trace_available(trace))
+            cr_skip_test("../shared/traces/%s is not available", trace);
+        snprintf(path, sizeof path, TRACES "%s", trace);
+    }
+    struct kvsim_replay_config c;
+    offload_config(&c, trace ? path : NULL);
+    struct kvsim_report r = run(&c, 1, "inline1");
+    run(&c, 2, "inline2");
+    c.offload_pool = true;
+    c.offload_threads = 2;
+    run(&c, 1, "pool1");
+    run(&c, 2, "pool2");
+    cr_assert_eq(r.completed + r.rejected, r.num_requests,
+                 "every request completes or is rejected");
+    cr_assert(r.offload.enabled, "the report has an offload section");
+    cr_assert_gt(r.offload.lanes[0].blocks, 0, "G1->G2 traffic");
+    cr_assert_gt(r.offload.lanes[3].blocks, 0, "G2->G1 traffic");
+    cr_assert_gt(r.offload.g2_hit_blocks, 0, "G2 hits");
+    cr_assert_gt(r.offload.onboarded_tokens, 0, "tokens onboarded instead of recomputed");
+    cr_assert_gt(r.offload.failed_blocks, 0, "failures were injected");
+    static const char *const tags[] = {"inline2", "pool1", "pool2"};
+    for (int i = 0; i < 3; i++) {
+        /* assert_same_files deletes both: keep a copy of the reference run for the next one */
+        char from[256], to[256], cmd[600];
+        for (int k = 0; k < 2; k++) {
+            const char *ext = k ? "jsonl" : "json";
+            snprintf(from, sizeof from, "/tmp/kvsim-test-%d-inline1.%s", (int)getpid(), ext);
+            snprintf(to, sizeof to, "/tmp/kvsim-test-%d-ref.%s", (int)getpid(), ext);
+            snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
+            cr_assert_eq(system(cmd), 0, "%s", cmd);
+        }
+        assert_same_files("ref", tags[i], "json");
+        assert_same_files("ref", tags[i], "jsonl");
+    }
+    assert_same_files("inline1", "inline1", "json");
+    assert_same_files("inline1", "inline1", "jsonl");
+}
+
+Test(replay_offload, default_workload_identical_for_both_executors_and_threads, .timeout = 300)
+{
+    check_offload_deterministic(NULL);
+}
+
+Test(replay_offload, conversation_identical_for_both_executors_and_threads, .timeout = 600)
+{
+    check_offload_deterministic("conversation_trace.jsonl");
+}

@@ -411,6 +411,10 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
         p->max_tokens == 0 || p->min_tokens > p->max_tokens ||
         (p->num_stop_token_ids && !p->stop_token_ids))
         return -EINVAL;
+    /* min_tokens suppresses even the length cap: a request that cannot reach min_tokens within
+     * max_model_len would never stop (vLLM's frontend refuses such requests). */
+    if ((uint64_t)p->num_prompt_tokens + p->min_tokens > s->cfg.max_model_len)
+        return -EINVAL;
     int rc = reserve_requests(s, s->num_live + 1);
     if (rc)
         return rc;

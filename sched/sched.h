@@ -219,7 +219,8 @@ struct kvpool *sched_pool(struct sched *s);
 
 /*
  * sched_add - add a request in WAITING at the tail of the waiting queue (PRIORITY: heap).
- * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0), -ENOMEM.
+ * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0, min_tokens > max_tokens, or prompt +
+ * min_tokens > max_model_len: it could never stop), -ENOMEM.
  */
 int sched_add(struct sched *s, const struct sched_request_params *p, struct sched_request **out);
 

@@ -469,3 +469,24 @@ Test(sched_random, every_feature_combination_keeps_invariants, .timeout = 120)
         }
     }
 }
+
+static void model_len_64(struct sched_config *c) { c->max_model_len = 64; }
+
+/* min_tokens suppresses even the length cap, so prompt + min_tokens must fit max_model_len
+ * (found by the soak: such a request neither finished nor got scheduled). */
+Test(sched, a_request_that_could_never_reach_min_tokens_is_refused)
+{
+    struct sched *s = make(model_len_64);
+    kvpool_token p[60] = {0};
+    struct sched_request_params rp = {.id = 1,
+                                      .prompt = p,
+                                      .num_prompt_tokens = 60,
+                                      .max_tokens = 10,
+                                      .min_tokens = 5,
+                                      .eos_token_id = -1};
+    struct sched_request *r = NULL;
+    cr_assert_eq(sched_add(s, &rp, &r), -EINVAL, "60 + 5 > 64: it could never stop");
+    rp.min_tokens = 4;
+    cr_assert_eq(sched_add(s, &rp, &r), 0, "60 + 4 = 64 is fine");
+    sched_destroy(s);
+}

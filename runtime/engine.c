@@ -221,6 +221,7 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     if (cfg->tiers) {
         struct kvsim_tiers_config tc = *cfg->tiers;
         tc.pipe.seed ^= (uint64_t)cfg->id * UINT64_C(0x9e3779b97f4a7c15); /* per-engine stream */
+        tc.g3_engine = cfg->id; /* this engine's slot in a shared G3 */
         rc = kvsim_tiers_create(&tc, &e->tiers);
         sc.offload = &kvsim_tiers_sched_ops;
         sc.offload_ctx = e->tiers;
@@ -665,6 +666,9 @@ int kvsim_engine_advance_owner(struct kvsim_engine *e, int64_t until)
         }
     }
     if (e->tiers && (rc = kvsim_tiers_settle(e->tiers)) != 0)
+        return fail_invariant(e, rc);
+    /* A shared G3: this engine's registry writer publishes until (nothing more at or before). */
+    if (e->tiers && (rc = kvsim_tiers_publish(e->tiers, until)) != 0)
         return fail_invariant(e, rc);
     publish(e);
     return 0;

@@ -109,7 +109,9 @@ int kvsim_engine_admit_owner(struct kvsim_engine *e, uint32_t req, int64_t t);
 /*
  * kvsim_engine_advance_owner - process every step that completes at or before `until`,
  * starting each next step at the completion instant, and start a step at `until` if the engine
- * is idle with work. Context: owner thread. Returns 0, or a negative errno (-EUCLEAN with a
+ * is idle with work; with a shared G3, publish `until` as the engine's registry watermark
+ * (kvsim_tiers_publish). Context: owner thread (registered with the block registry and online
+ * if its tiers use a shared G3). Returns 0, or a negative errno (-EUCLEAN with a
  * violation message for a broken invariant, -EDEADLK if the engine holds unfinished requests
  * it can never make progress on).
  */

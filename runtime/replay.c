@@ -11,6 +11,11 @@
  * published at boundaries, so results are identical for any thread count.
  *
  * The barrier spins briefly, then sleeps on a futex: never more spinning threads than cores.
+ *
+ * A shared G3 (--g3-shared) lives in the block registry: every replay thread is then registered
+ * with it (QSBR), reports a quiescent state after each engine advance and is offline while it
+ * waits at the barrier, joins or prints. At each boundary the coordinator merges the engines'
+ * G3 logs into the shared LRU (kvsim_g3_shared_boundary) before routing.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -83,6 +88,8 @@ struct follow_up {
 struct replay {
     const struct kvsim_replay_config *cfg;
     struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
+    struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
+    bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
     struct kvsim_trace trace;
     struct kvsim_metrics *metrics;
     struct kvsim_router *router;
@@ -262,9 +269,44 @@ static int route_one(struct replay *rp, uint32_t req)
     return 0;
 }
 
+/* The coordinator's registry state (a shared G3 only): offline before it blocks or prints,
+ * online before it touches the registry. */
+static void coord_offline(struct replay *rp)
+{
+    if (rp->rcu_online) {
+        kvpool_registry_thread_offline();
+        rp->rcu_online = false;
+    }
+}
+
+static void coord_online(struct replay *rp)
+{
+    if (rp->rcu_registered && !rp->rcu_online) {
+        kvpool_registry_thread_online();
+        rp->rcu_online = true;
+    }
+}
+
+/* The epoch barrier for any replay thread: offline while it waits (a shared G3's grace periods
+ * must not wait for a parked thread). */
+static void epoch_barrier(struct replay *rp)
+{
+    if (rp->g3)
+        kvpool_registry_thread_offline();
+    barrier_wait(&rp->barrier);
+    if (rp->g3)
+        kvpool_registry_thread_online();
+}
+
 /* Boundary work at rp->b_cur (coordinator, all workers parked). */
 static int boundary(struct replay *rp)
 {
+    /* 0. The shared G3 as of b_cur: the engines' writes and hits of the epoch, merged. */
+    if (rp->g3) {
+        int rc = kvsim_g3_shared_boundary(rp->g3, rp->b_cur);
+        if (rc)
+            return rc;
+    }
     /* 1. Finished turns release their follow-ups, in engine order. */
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         uint32_t n;
@@ -353,6 +395,8 @@ static void work(struct replay *rp, uint32_t w, enum phase phase)
             kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
             rc = ec.rc;
         }
+        if (rp->g3)
+            kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
         if (rc && !rp->engine_rc[e])
             rp->engine_rc[e] = rc;
     }
@@ -367,13 +411,18 @@ static void *worker_main(void *arg)
 {
     struct worker_arg *wa = arg;
     struct replay *rp = wa->rp;
+    if (rp->g3)
+        kvpool_registry_thread_register();
     for (;;) {
-        barrier_wait(&rp->barrier);
+        epoch_barrier(rp);
         if (rp->finished)
-            return NULL;
+            break;
         work(rp, wa->w, rp->phase);
-        barrier_wait(&rp->barrier);
+        epoch_barrier(rp);
     }
+    if (rp->g3)
+        kvpool_registry_thread_unregister();
+    return NULL;
 }
 
 static void show_progress(struct replay *rp, bool final)
@@ -389,10 +438,14 @@ static void show_progress(struct replay *rp, bool final)
     rp->last_progress = ts;
     double frac = rp->trace.num_reqs ? (double)rp->routed / (double)rp->trace.num_reqs : 1;
     int filled = (int)(frac * 30);
+    bool online = rp->rcu_online;
+    coord_offline(rp); /* terminal I/O may block */
     fprintf(stderr, "\r[%.*s%.*s] %5.1f%% %" PRIu64 "/%zu routed, sim t=%.1f s%s", filled,
             "##############################", 30 - filled, "                              ",
             frac * 100, rp->routed, rp->trace.num_reqs,
             rp->b_cur == INT64_MAX ? 0.0 : (double)rp->b_cur / 1e9, final ? "\n" : "");
+    if (online)
+        coord_online(rp);
 }
 
 static int check_engines(struct replay *rp, char *err, size_t errlen)
@@ -441,6 +494,11 @@ static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o
         o->g2_resident += eo.tiers.g2_size;
         o->g3_resident += eo.tiers.g3_size;
     }
+    if (rp->g3) {
+        struct kvsim_g3_shared_stats gs;
+        kvsim_g3_shared_stats(rp->g3, &gs);
+        o->g3_resident = gs.resident;
+    }
     if (o->g1_miss_blocks) {
         o->g2_hit_rate = (double)o->g2_hit_blocks / (double)o->g1_miss_blocks;
         o->g3_hit_rate = (double)o->g3_hit_blocks / (double)o->g1_miss_blocks;
@@ -449,9 +507,16 @@ static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o
 
 static void replay_free(struct replay *rp)
 {
+    coord_offline(rp); /* destroying pipelines may wait for the offload pool */
     for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++)
         kvsim_engine_destroy(rp->engines[e]);
     offload_pool_destroy(rp->offload_pool);
+    if (rp->rcu_registered) {
+        coord_online(rp);
+        kvsim_g3_shared_destroy(rp->g3);
+        kvpool_registry_thread_unregister();
+        rp->rcu_registered = rp->rcu_online = false;
+    }
     free(rp->engines);
     free(rp->pubs);
     free(rp->pools);
@@ -510,6 +575,11 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     }
     if (rc)
         return rc;
+    if (cfg->g3_shared && (!cfg->offload || cfg->tiers.g3_blocks == 0)) {
+        snprintf(err, errlen, "a shared G3 needs offload tiers and a G3 capacity > 0");
+        kvsim_trace_free(&rp.trace);
+        return -EINVAL;
+    }
     rp.num_engines = cfg->num_engines;
     rp.num_threads = cfg->num_threads < cfg->num_engines ? cfg->num_threads : cfg->num_engines;
     size_t R = rp.trace.num_reqs;
@@ -543,6 +613,17 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             if (rc)
                 snprintf(err, errlen, "starting the offload thread pool: %s", strerror(-rc));
         }
+    }
+    if (rc == 0 && cfg->g3_shared) {
+        /* The coordinator is a registry thread from here to replay_free. The registry's time
+         * starts at the first boundary (the first arrival). */
+        kvpool_registry_thread_register();
+        rp.rcu_registered = rp.rcu_online = true;
+        rc =
+            kvsim_g3_shared_create(cfg->tiers.g3_blocks, rp.num_engines, next_arrival(&rp), &rp.g3);
+        tiers.g3_shared = rp.g3;
+        if (rc)
+            snprintf(err, errlen, "creating the shared G3: %s", strerror(-rc));
     }
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
@@ -629,10 +710,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 rp.b_next = next_boundary(&rp);
             rp.phase = phases[ph];
             if (rp.num_threads > 1)
-                barrier_wait(&rp.barrier);
+                epoch_barrier(&rp);
             work(&rp, 0, rp.phase);
             if (rp.num_threads > 1)
-                barrier_wait(&rp.barrier);
+                epoch_barrier(&rp);
             rc = check_engines(&rp, err, errlen);
         }
         show_progress(&rp, false);
@@ -642,6 +723,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             break;
         rp.b_cur = rp.b_next;
     }
+    /* The last epoch's G3 writes and hits, for the end residency (the registry is done). */
+    if (rc == 0 && rp.g3 && (rc = kvsim_g3_shared_boundary(rp.g3, INT64_MAX)) != 0)
+        snprintf(err, errlen, "shared G3 at the end of the replay: %s", strerror(-rc));
+    coord_offline(&rp); /* joins, output files and the table: no registry access until free */
     if (rp.num_threads > 1 && threads) {
         rp.finished = true;
         barrier_wait(&rp.barrier);
@@ -708,6 +793,9 @@ static void replay_usage(FILE *out)
             "offload tiers (off unless --g2-blocks is given):\n"
             "  --g2-blocks N              host-memory tier per engine, in blocks\n"
             "  --g3-blocks N              disk tier per engine, in blocks (0: none)\n"
+            "  --g3-shared                one G3 of --g3-blocks blocks shared by all engines\n"
+            "                             instead (LRU at epoch boundaries; an engine sees the\n"
+            "                             others' writes from the next boundary on)\n"
             "  --g3-write-through         copy every block G2 receives on to G3 (default: only\n"
             "                             blocks G2 evicts)\n"
             "  --offload-executor inline|pool  run copies on the engine's thread or on a\n"
@@ -790,6 +878,7 @@ int kvsim_replay_main(int argc, char **argv)
         O_KVBYTES,
         O_G12BW,
         O_G23BW,
+        O_G3SHARED,
     };
     static const struct option opts[] = {
         {"trace", required_argument, NULL, O_TRACE},
@@ -821,6 +910,7 @@ int kvsim_replay_main(int argc, char **argv)
         {"kv-bytes-per-token", required_argument, NULL, O_KVBYTES},
         {"g1-g2-gbps", required_argument, NULL, O_G12BW},
         {"g2-g3-gbps", required_argument, NULL, O_G23BW},
+        {"g3-shared", no_argument, NULL, O_G3SHARED},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -929,6 +1019,10 @@ int kvsim_replay_main(int argc, char **argv)
             cfg.tiers.g3_write_through = true;
             offload_opt = optname;
             break;
+        case O_G3SHARED:
+            cfg.g3_shared = true;
+            offload_opt = optname;
+            break;
         case O_OEXEC:
             if (!strcmp(optarg, "inline") || !strcmp(optarg, "pool")) {
                 cfg.offload_pool = !strcmp(optarg, "pool");
@@ -986,6 +1080,11 @@ int kvsim_replay_main(int argc, char **argv)
         }
         if (rc)
             return 2;
+    }
+    if (cfg.g3_shared && cfg.tiers.g3_blocks == 0) {
+        fprintf(stderr, "kvsim replay: option --g3-shared needs --g3-blocks N with N > 0 (the "
+                        "shared G3's capacity)\n");
+        return 2;
     }
     if (offload_opt && !cfg.offload) {
         fprintf(stderr, "kvsim replay: option %s needs --g2-blocks (offload tiers are off)\n",

@@ -30,6 +30,8 @@ struct kvsim_replay_config {
     /* offload tiers (docs/offload.md) */
     bool offload;                    /* G2 (and G3) behind every engine's G1 */
     struct kvsim_tiers_config tiers; /* per engine; its pool is set by the replay */
+    bool g3_shared;                  /* one G3 of tiers.g3_blocks (> 0) for all engines, in the
+                                      * block registry (docs/offload.md) */
     bool offload_pool;               /* thread-pool executor instead of inline */
     uint32_t offload_threads;        /* pool workers */
     uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy */
@@ -45,6 +47,8 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c);
  * *report and write the per-request records if asked. Returns 0, or a negative errno with a
  * one-line message in err (-EINVAL/-ENOENT: bad input or configuration; -EDEADLK: an engine
  * reached a dead end; -EUCLEAN: an invariant broke).
+ * With cfg->g3_shared the calling thread (and every worker) is registered with the block
+ * registry for the duration of the run: the caller must not be registered already.
  */
 int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
                      size_t errlen);

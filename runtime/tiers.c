@@ -10,6 +10,12 @@
  *
  * Copies into G3 triggered inside a completion callback are collected and enqueued after the
  * pipeline call returns, at the pipeline's current time: still a function of virtual time only.
+ *
+ * Shared G3 (the end of this file, and tiers.h). Completion callbacks run inside pipeline calls,
+ * during which the owner may be offline (the pool executor's blocking waits), so they touch only
+ * engine-local state: the engine's own-writes set, its epoch log and the registrations still to
+ * make. The registry (reads as of the boundary, registrations at their completion times) is used
+ * once the pipeline call has returned and the thread is online again.
  */
 #include "runtime/tiers.h"
 
@@ -49,6 +55,54 @@ struct pending_g3 {
     bool pinned; /* a G2 pin taken for the copy (write-through of a resident block) */
 };
 
+/* ---- shared G3: its data (the functions are at the end of the file) ------------------------- */
+
+/*
+ * A growable set of hashes, emptied in O(1): a slot is occupied iff its stamp is the set's
+ * current epoch (open addressing, linear probing, load <= 1/2; never deletes one entry).
+ */
+struct hset {
+    kvpool_hash *key;
+    uint32_t *stamp;
+    uint32_t cap; /* 0 or a power of two */
+    uint32_t n, epoch;
+};
+
+enum g3_rec_kind { G3_WRITE, G3_TOUCH };
+
+/* One entry of an engine's epoch log. */
+struct g3_rec {
+    int64_t t;
+    kvpool_hash h;
+    uint32_t engine, seq; /* filled by the merge: the order of equal times */
+    uint32_t kind;        /* enum g3_rec_kind */
+};
+
+/* One engine's side of the shared G3: written by its owner during an epoch, read and cleared by
+ * the coordinator at the boundary (the epoch barrier orders the two). */
+struct g3_slot {
+    struct kvpool_registry_writer *w;
+    struct g3_rec *log; /* this epoch's writes and touches, in virtual-time order */
+    uint32_t nlog, caplog;
+    struct hset own; /* hashes this engine wrote to G3 since the boundary */
+};
+
+struct kvsim_g3_shared {
+    struct kvpool_registry *reg;
+    struct kvpool_registry_writer *w; /* the coordinator's */
+    struct offload_tier *lru;         /* the residency and its LRU order */
+    struct g3_slot *slots;
+    uint32_t num_engines;
+    int64_t b; /* the last boundary merged: engines read the registry as of b */
+    /* merge scratch */
+    struct g3_rec *merged;
+    uint32_t nmerged, capmerged;
+    kvpool_hash *evicted, *admitted;
+    uint32_t nev, capev, nad, capad;
+    uint64_t unreclaimed; /* registry removals since the last reclaim */
+    struct kvsim_g3_shared_stats st;
+};
+
 struct kvsim_tiers {
     struct kvsim_tiers_config cfg;
     struct offload_pipeline *pipe;
@@ -75,6 +129,17 @@ struct kvsim_tiers {
     struct pending_g3 *pg3;
     uint32_t npg3, cappg3;
     int err; /* first error inside a callback */
+    /* shared G3 (NULL without): this engine's slot, registrations not yet made (the copies'
+     * completion times and hashes), entries registered during this advance, the watermark */
+    struct kvsim_g3_shared *sh;
+    struct g3_slot *slot;
+    int64_t *preg_t;
+    kvpool_hash *preg_h;
+    uint32_t npreg, cappreg_t, cappreg_h;
+    kvpool_hash *open;
+    uint32_t nopen, capopen;
+    int64_t published;
+    bool offline_waits; /* pool executor: go offline around the pipeline's blocking calls */
     struct kvsim_tiers_stats st;
     uint64_t sent[OFFLOAD_NUM_LANES], recv[OFFLOAD_NUM_LANES], lost[OFFLOAD_NUM_LANES];
     uint32_t live_batches;
@@ -151,6 +216,179 @@ static kvpool_block_id *bg1(struct kvsim_tiers *t, uint32_t i)
     return t->bg1 + (size_t)i * t->max_blocks;
 }
 static bool *bpin(struct kvsim_tiers *t, uint32_t i) { return t->bpin + (size_t)i * t->max_blocks; }
+
+/* ---- shared G3: the engine side ------------------------------------------------------------ */
+
+static uint32_t hset_slot(kvpool_hash h, uint32_t cap)
+{
+    uint64_t x = h ^ (h >> 31);
+    x *= UINT64_C(0x9e3779b97f4a7c15);
+    return (uint32_t)(x >> 32) & (cap - 1);
+}
+
+static bool hset_contains(const struct hset *s, kvpool_hash h)
+{
+    if (s->n == 0)
+        return false;
+    for (uint32_t i = hset_slot(h, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (s->stamp[i] != s->epoch)
+            return false;
+        if (s->key[i] == h)
+            return true;
+    }
+}
+
+/* Places h (absent) in key/stamp of capacity cap, stamped epoch. */
+static void hset_place(kvpool_hash *key, uint32_t *stamp, uint32_t cap, uint32_t epoch,
+                       kvpool_hash h)
+{
+    uint32_t i = hset_slot(h, cap);
+    while (stamp[i] == epoch)
+        i = (i + 1) & (cap - 1);
+    key[i] = h;
+    stamp[i] = epoch;
+}
+
+/* Returns 1 (added), 0 (already there) or -ENOMEM. */
+static int hset_add(struct hset *s, kvpool_hash h)
+{
+    if (hset_contains(s, h))
+        return 0;
+    if ((uint64_t)(s->n + 1) * 2 > s->cap) {
+        uint32_t nc = s->cap ? s->cap * 2 : 64;
+        kvpool_hash *nk = malloc(nc * sizeof *nk);
+        uint32_t *ns = calloc(nc, sizeof *ns);
+        if (!nk || !ns || nc < s->cap) {
+            free(nk);
+            free(ns);
+            return -ENOMEM;
+        }
+        uint32_t epoch = s->epoch ? s->epoch : 1;
+        for (uint32_t i = 0; i < s->cap; i++)
+            if (s->stamp[i] == s->epoch)
+                hset_place(nk, ns, nc, epoch, s->key[i]);
+        free(s->key);
+        free(s->stamp);
+        s->key = nk;
+        s->stamp = ns;
+        s->cap = nc;
+        s->epoch = epoch;
+    }
+    hset_place(s->key, s->stamp, s->cap, s->epoch, h);
+    s->n++;
+    return 1;
+}
+
+static void hset_clear(struct hset *s)
+{
+    s->n = 0;
+    if (++s->epoch == 0) { /* wrapped: stale stamps could match again */
+        if (s->cap)
+            memset(s->stamp, 0, s->cap * sizeof *s->stamp);
+        s->epoch = 1;
+    }
+}
+
+static void hset_free(struct hset *s)
+{
+    free(s->key);
+    free(s->stamp);
+}
+
+/* Appends (t, h, kind) to this engine's epoch log. Context: the owner (online or not). */
+static int g3_log(struct kvsim_tiers *t, int64_t at, kvpool_hash h, enum g3_rec_kind kind)
+{
+    struct g3_slot *sl = t->slot;
+    if (grow((void **)&sl->log, &sl->caplog, sl->nlog + 1, sizeof *sl->log))
+        return -ENOMEM;
+    sl->log[sl->nlog++] = (struct g3_rec){.t = at, .h = h, .kind = kind};
+    return 0;
+}
+
+/* A G2->G3 copy of h completed at `at`: h is this engine's own write (visible to it at once), is
+ * logged for the coordinator and waits to be registered. Returns 1 (a new write), 0 (this
+ * engine wrote h already this epoch) or -ENOMEM. Context: the owner, maybe offline. */
+static int g3_shared_write(struct kvsim_tiers *t, kvpool_hash h, int64_t at)
+{
+    if (grow((void **)&t->preg_t, &t->cappreg_t, t->npreg + 1, sizeof *t->preg_t) ||
+        grow((void **)&t->preg_h, &t->cappreg_h, t->npreg + 1, sizeof *t->preg_h))
+        return -ENOMEM;
+    int rc = hset_add(&t->slot->own, h);
+    if (rc <= 0)
+        return rc;
+    if (g3_log(t, at, h, G3_WRITE) != 0)
+        return -ENOMEM;
+    t->preg_t[t->npreg] = at;
+    t->preg_h[t->npreg++] = h;
+    return 1;
+}
+
+/* Whether this engine holds h in the shared G3: in the registry as of the boundary, or its own
+ * write since. Context: the owner, online. */
+static bool g3_shared_holds(const struct kvsim_tiers *t, kvpool_hash h)
+{
+    return hset_contains(&t->slot->own, h) ||
+           kvpool_registry_contains_rcu(t->sh->reg, KVPOOL_TIER_G3, h, t->sh->b);
+}
+
+/* Whether G3 (per engine or shared) holds h. Context: the owner, online. */
+static bool g3_holds(const struct kvsim_tiers *t, kvpool_hash h)
+{
+    if (t->g3)
+        return offload_tier_contains(t->g3, h);
+    return t->sh && g3_shared_holds(t, h);
+}
+
+/* Registers the pending writes through the engine's writer, one batch per completion time.
+ * A write at or before the last published watermark (an instant copy at the boundary itself)
+ * is not registered: the registry cannot take it, and the coordinator registers it at the next
+ * boundary anyway. Context: the owner, online. */
+static int g3_register_pending(struct kvsim_tiers *t)
+{
+    int rc = 0;
+    uint32_t i = 0;
+    while (i < t->npreg && rc == 0) {
+        int64_t at = t->preg_t[i];
+        uint32_t j = i + 1;
+        while (j < t->npreg && t->preg_t[j] == at)
+            j++;
+        if (at > t->published) {
+            if (grow((void **)&t->open, &t->capopen, t->nopen + (j - i), sizeof *t->open))
+                return -ENOMEM;
+            int64_t n = kvpool_registry_register_batch(t->slot->w, KVPOOL_TIER_G3, t->preg_h + i,
+                                                       j - i, at);
+            if (n < 0)
+                rc = (int)n;
+            memcpy(t->open + t->nopen, t->preg_h + i, (j - i) * sizeof *t->open);
+            t->nopen += j - i;
+        }
+        i = j;
+    }
+    t->npreg = 0;
+    return rc;
+}
+
+int kvsim_tiers_publish(struct kvsim_tiers *t, int64_t until)
+{
+    if (!t->sh)
+        return 0;
+    int rc = g3_register_pending(t);
+    if (rc)
+        return rc;
+    /* Closed at until: the coordinator registers what its LRU admits at the boundary until,
+     * so presence is continuous. The last advance (until = never) leaves them live. */
+    if (t->nopen && until != KVPOOL_VTIME_NEVER) {
+        int64_t n =
+            kvpool_registry_remove_batch(t->slot->w, KVPOOL_TIER_G3, t->open, t->nopen, until);
+        if (n < 0)
+            return (int)n;
+    }
+    t->nopen = 0;
+    if ((rc = kvpool_registry_publish(t->slot->w, until)) != 0)
+        return rc;
+    t->published = until;
+    return 0;
+}
 
 /* Enqueues record i (filled) on its lane. On failure the record is freed and the error
  * returned (the caller undoes its holds and pins). */
@@ -275,9 +513,13 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
 
 /* ---- G3 ------------------------------------------------------------------------------------ */
 
+/* Context: maybe inside a completion callback: with a shared G3 only its engine-local part
+ * (this engine's writes) is checked here; flush_g3 checks the registry. */
 static void queue_g3(struct kvsim_tiers *t, kvpool_hash h, bool pin_g2)
 {
-    if (!t->g3 || offload_tier_contains(t->g3, h) || offload_tier_contains(t->to_g3, h))
+    if (t->g3 ? offload_tier_contains(t->g3, h) : !t->sh || hset_contains(&t->slot->own, h))
+        return;
+    if (offload_tier_contains(t->to_g3, h))
         return;
     if (grow((void **)&t->pg3, &t->cappg3, t->npg3 + 1, sizeof *t->pg3)) {
         t->err = t->err ? t->err : -ENOMEM;
@@ -305,11 +547,31 @@ static int g2_insert(struct kvsim_tiers *t, kvpool_hash h)
     return rc;
 }
 
+/* Drops the queued G3 copies of blocks another engine had put in the shared G3 by the boundary
+ * (or this engine meanwhile). Context: the owner, online. */
+static void filter_g3_shared(struct kvsim_tiers *t)
+{
+    uint32_t keep = 0;
+    for (uint32_t k = 0; k < t->npg3; k++) {
+        struct pending_g3 p = t->pg3[k];
+        if (g3_shared_holds(t, p.hash)) {
+            offload_tier_remove(t->to_g3, p.hash);
+            if (p.pinned)
+                offload_tier_unpin(t->g2, p.hash);
+            continue;
+        }
+        t->pg3[keep++] = p;
+    }
+    t->npg3 = keep;
+}
+
 static int flush_g3(struct kvsim_tiers *t)
 {
     uint32_t mb = t->cfg.pipe.lanes[OFFLOAD_LANE_G2_G3].max_blocks;
     int rc = 0;
     uint32_t k = 0;
+    if (t->sh)
+        filter_g3_shared(t);
     while (k < t->npg3 && rc == 0) {
         uint32_t i;
         if ((rc = batch_alloc(t, &i)) != 0)
@@ -400,7 +662,7 @@ static uint32_t hook_lookup(void *ctx, const struct sched_request *r, uint32_t f
     uint32_t n = 0;
     for (uint32_t i = first_block; i < r->kv.num_hashes; i++) {
         kvpool_hash h = r->kv.hashes[i];
-        if (!offload_tier_contains(t->g2, h) && !(t->g3 && offload_tier_contains(t->g3, h)))
+        if (!offload_tier_contains(t->g2, h) && !g3_holds(t, h))
             break;
         n++;
     }
@@ -448,8 +710,9 @@ static int hook_start_load(void *ctx, struct sched_request *r, uint32_t first, u
         if (offload_tier_contains(t->g2, h) && offload_tier_pin(t->g2, h) == 0) {
             l->pinned[l->num_pinned++] = h;
             g2++;
-        } else if (t->g3 && offload_tier_contains(t->g3, h) && offload_tier_pin(t->g3, h) == 0) {
-            stage[ns++] = h;
+        } else if (t->g3 ? offload_tier_contains(t->g3, h) && offload_tier_pin(t->g3, h) == 0
+                         : t->sh && g3_shared_holds(t, h)) {
+            stage[ns++] = h; /* a shared G3 is not pinned: the coordinator may evict meanwhile */
         } else {
             missing = true; /* lookup promised it: cannot happen within one schedule */
         }
@@ -464,8 +727,12 @@ static int hook_start_load(void *ctx, struct sched_request *r, uint32_t first, u
         else
             rc = load_submit(t, li, TB_G2_G1, r->kv.hashes + first, r->kv.blocks + first, n, &sent);
     }
-    for (uint32_t i = ns ? sent : ns; i < ns; i++)
+    for (uint32_t i = ns ? sent : ns; i < ns && t->g3; i++)
         offload_tier_unpin(t->g3, stage[i]); /* staged blocks that never went out */
+    /* A shared G3 hit moves the block to the MRU end at the next boundary. */
+    for (uint32_t i = 0; t->sh && i < (ns ? sent : 0); i++)
+        if (g3_log(t, l->start, stage[i], G3_TOUCH) != 0 && !t->err)
+            t->err = -ENOMEM;
     free(stage);
     if (rc && sent == 0) { /* nothing in flight: fail synchronously, the scheduler recomputes */
         for (uint32_t k = 0; k < l->num_pinned; k++)
@@ -565,14 +832,24 @@ static void on_complete(void *arg, const struct offload_completion *c)
             if (bpin(t, i)[k])
                 offload_tier_unpin(t->g2, h[k]);
             offload_tier_remove(t->to_g3, h[k]);
-            if (ok && offload_tier_insert(t->g3, h[k], NULL, NULL) == 0)
-                t->st.written_g3++;
+            if (!ok)
+                continue;
+            if (t->g3) {
+                t->st.written_g3 += offload_tier_insert(t->g3, h[k], NULL, NULL) == 0;
+            } else {
+                int rc = g3_shared_write(t, h[k], c->end_time);
+                if (rc > 0)
+                    t->st.written_g3++;
+                else if (rc < 0 && !t->err)
+                    t->err = rc;
+            }
         }
         break;
     case TB_G3_G2: {
         struct tload *l = &t->ld[b->load];
         for (uint32_t k = 0; k < b->n; k++) {
-            offload_tier_unpin(t->g3, h[k]);
+            if (t->g3)
+                offload_tier_unpin(t->g3, h[k]);
             if (!ok || l->failed)
                 continue;
             int rc = g2_insert(t, h[k]);
@@ -639,8 +916,18 @@ int kvsim_tiers_create(const struct kvsim_tiers_config *cfg, struct kvsim_tiers 
                   cfg->pipe.lanes[OFFLOAD_LANE_G1_G2].max_blocks * 2;
     uint64_t w3 = (uint64_t)cfg->pipe.lanes[OFFLOAD_LANE_G2_G3].capacity *
                   cfg->pipe.lanes[OFFLOAD_LANE_G2_G3].max_blocks * 2;
+    if (cfg->g3_shared) {
+        if (cfg->g3_engine >= cfg->g3_shared->num_engines) {
+            free(t);
+            return -EINVAL;
+        }
+        t->sh = cfg->g3_shared;
+        t->slot = &t->sh->slots[cfg->g3_engine];
+        t->published = kvpool_registry_watermark_acquire(t->slot->w);
+        t->offline_waits = cfg->pool != NULL;
+    }
     int rc = offload_tier_create(cfg->g2_blocks, &t->g2);
-    if (!rc && cfg->g3_blocks)
+    if (!rc && cfg->g3_blocks && !cfg->g3_shared)
         rc = offload_tier_create(cfg->g3_blocks, &t->g3);
     if (!rc)
         rc = offload_tier_create((uint32_t)(w2 ? w2 : 1), &t->to_g2);
@@ -687,6 +974,9 @@ void kvsim_tiers_destroy(struct kvsim_tiers *t)
     free(t->st_b);
     free(t->st_h);
     free(t->pg3);
+    free(t->preg_t);
+    free(t->preg_h);
+    free(t->open);
     free(t);
 }
 
@@ -700,12 +990,20 @@ int kvsim_tiers_advance_to(struct kvsim_tiers *t, int64_t now)
     for (;;) {
         int64_t d = offload_next_deadline(t->pipe);
         int64_t to = d < now ? d : now;
+        /* The pool executor may block here: offline meanwhile (completion callbacks then touch
+         * no registry data). */
+        if (t->offline_waits)
+            kvpool_registry_thread_offline();
         int rc = offload_advance_to(t->pipe, to);
+        if (t->offline_waits)
+            kvpool_registry_thread_online();
         if (rc < 0)
             return rc;
         drained += rc;
         if (t->err)
             return t->err;
+        if (t->npreg && (rc = g3_register_pending(t)) != 0)
+            return rc;
         if (t->npg3 && (rc = flush_g3(t)) != 0)
             return rc;
         if (to == now && offload_next_deadline(t->pipe) > now)
@@ -717,7 +1015,11 @@ int kvsim_tiers_settle(struct kvsim_tiers *t)
 {
     struct offload_checkpoint cp;
     offload_checkpoint(t->pipe, &cp);
+    if (t->offline_waits)
+        kvpool_registry_thread_offline();
     int rc = offload_settle_after(t->pipe, &cp, NULL);
+    if (t->offline_waits)
+        kvpool_registry_thread_online();
     return rc == -EAGAIN ? 0 : rc;
 }
 
@@ -778,4 +1080,181 @@ int kvsim_tiers_check(const struct kvsim_tiers *t, char *msg, size_t len)
         }
     }
     return 0;
+}
+
+/* ---- shared G3: the coordinator side ------------------------------------------------------- */
+
+/* Registry removals (evictions and the engines' closed entries) between two reclaim passes. */
+#define G3_RECLAIM_EVERY 4096
+
+int kvsim_g3_shared_create(uint32_t capacity, uint32_t num_engines, int64_t vtime0,
+                           struct kvsim_g3_shared **out)
+{
+    *out = NULL;
+    if (capacity == 0 || capacity > OFFLOAD_TIER_MAX_CAPACITY || num_engines == 0 ||
+        num_engines == UINT32_MAX)
+        return -EINVAL;
+    if (vtime0 == KVPOOL_VTIME_NEVER)
+        vtime0 = KVPOOL_VTIME_NEVER - 1; /* an empty replay: nothing is ever written */
+    struct kvsim_g3_shared *g = calloc(1, sizeof *g);
+    if (!g)
+        return -ENOMEM;
+    g->num_engines = num_engines;
+    g->b = vtime0;
+    g->slots = calloc(num_engines, sizeof *g->slots);
+    int rc = g->slots ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = offload_tier_create(capacity, &g->lru);
+    if (rc == 0)
+        rc = kvpool_registry_create(num_engines + 1, capacity, &g->reg);
+    for (uint32_t e = 0; rc == 0 && e < num_engines; e++)
+        rc = kvpool_registry_writer_create(g->reg, vtime0, &g->slots[e].w);
+    if (rc == 0)
+        rc = kvpool_registry_writer_create(g->reg, vtime0, &g->w);
+    if (rc) {
+        kvsim_g3_shared_destroy(g);
+        return rc;
+    }
+    g->st.capacity = capacity;
+    *out = g;
+    return 0;
+}
+
+void kvsim_g3_shared_destroy(struct kvsim_g3_shared *g)
+{
+    if (!g)
+        return;
+    kvpool_registry_destroy(g->reg);
+    for (uint32_t e = 0; g->slots && e < g->num_engines; e++) {
+        free(g->slots[e].log);
+        hset_free(&g->slots[e].own);
+    }
+    free(g->slots);
+    offload_tier_destroy(g->lru);
+    free(g->merged);
+    free(g->evicted);
+    free(g->admitted);
+    free(g);
+}
+
+/* Merge order: virtual time, then engine, then the engine's own order. */
+static int g3_rec_cmp(const void *a, const void *b)
+{
+    const struct g3_rec *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    if (x->engine != y->engine)
+        return x->engine < y->engine ? -1 : 1;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+static int push_hash(kvpool_hash **a, uint32_t *n, uint32_t *cap, kvpool_hash h)
+{
+    if (grow((void **)a, cap, *n + 1, sizeof **a))
+        return -ENOMEM;
+    (*a)[(*n)++] = h;
+    return 0;
+}
+
+/* Keeps the entries of a[0..*n) whose residency in the LRU is `resident`. */
+static void keep_resident(const struct offload_tier *lru, kvpool_hash *a, uint32_t *n,
+                          bool resident)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < *n; i++)
+        if (offload_tier_contains(lru, a[i]) == resident)
+            a[k++] = a[i];
+    *n = k;
+}
+
+int kvsim_g3_shared_boundary(struct kvsim_g3_shared *g, int64_t b)
+{
+    bool last = b == INT64_MAX;
+    if (!last && b <= g->b)
+        return 0; /* a boundary at the same instant: the epoch goes on */
+    /* 1. Every engine's log, in (time, engine, sequence) order. */
+    uint64_t total = 0;
+    for (uint32_t e = 0; e < g->num_engines; e++)
+        total += g->slots[e].nlog;
+    if (total > UINT32_MAX / 2 ||
+        grow((void **)&g->merged, &g->capmerged, (uint32_t)total, sizeof *g->merged))
+        return -ENOMEM;
+    g->nmerged = 0;
+    for (uint32_t e = 0; e < g->num_engines; e++) {
+        struct g3_slot *sl = &g->slots[e];
+        for (uint32_t i = 0; i < sl->nlog; i++) {
+            struct g3_rec r = sl->log[i];
+            r.engine = e;
+            r.seq = i;
+            g->merged[g->nmerged++] = r;
+        }
+        sl->nlog = 0;
+        hset_clear(&sl->own);
+    }
+    qsort(g->merged, g->nmerged, sizeof *g->merged, g3_rec_cmp);
+    /* 2. Into the LRU. */
+    g->nev = g->nad = 0;
+    for (uint32_t i = 0; i < g->nmerged; i++) {
+        const struct g3_rec *r = &g->merged[i];
+        if (r->kind == G3_TOUCH) {
+            g->st.touches++;
+            offload_tier_touch(g->lru, r->h);
+            continue;
+        }
+        bool evicted = false;
+        uint64_t victim = 0;
+        int rc = offload_tier_insert(g->lru, r->h, &evicted, &victim);
+        if (evicted) {
+            g->st.evictions++;
+            if (push_hash(&g->evicted, &g->nev, &g->capev, victim))
+                return -ENOMEM;
+        }
+        if (rc == 0) {
+            g->st.inserts++;
+            if (push_hash(&g->admitted, &g->nad, &g->capad, r->h))
+                return -ENOMEM;
+        } else if (rc == -EEXIST) {
+            g->st.rewrites++; /* another engine wrote it before, or in this epoch */
+            offload_tier_touch(g->lru, r->h);
+        } else {
+            return rc; /* -ENOSPC: cannot happen, nothing is pinned */
+        }
+    }
+    if (last)
+        return 0;
+    /* 3. The registry as of b holds exactly what the LRU holds now: the coordinator's entries
+     * of blocks evicted (and not admitted again) end at b, blocks admitted get one from b (the
+     * registry skips blocks this writer has live already, and removals of blocks it never
+     * registered). The engines closed their own entries at b when they published it. */
+    keep_resident(g->lru, g->evicted, &g->nev, false);
+    keep_resident(g->lru, g->admitted, &g->nad, true);
+    int64_t n;
+    if (g->nev &&
+        (n = kvpool_registry_remove_batch(g->w, KVPOOL_TIER_G3, g->evicted, g->nev, b)) < 0)
+        return (int)n;
+    if (g->nad &&
+        (n = kvpool_registry_register_batch(g->w, KVPOOL_TIER_G3, g->admitted, g->nad, b)) < 0)
+        return (int)n;
+    int rc = kvpool_registry_publish(g->w, b);
+    if (rc)
+        return rc;
+    /* Every engine published b at the end of its advance: the engines of the next epoch read
+     * as of b, which no writer can change any more. */
+    if (kvpool_registry_min_watermark_acquire(g->reg) < b)
+        return -EUCLEAN;
+    g->b = b;
+    g->unreclaimed += total + g->nev;
+    if (g->unreclaimed >= G3_RECLAIM_EVERY) {
+        /* Nobody asks about a time before b any more. -ENOMEM: try again next time. */
+        int64_t r = kvpool_registry_reclaim(g->reg, b);
+        if (r >= 0)
+            g->unreclaimed = 0;
+    }
+    return 0;
+}
+
+void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g, struct kvsim_g3_shared_stats *out)
+{
+    *out = g->st;
+    out->resident = offload_tier_size(g->lru);
 }

@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -374,6 +375,26 @@ static void offload_config(struct kvsim_replay_config *c, const char *trace)
     c->tiers.pipe.lanes[OFFLOAD_LANE_G1_G2].bandwidth = 2000000000;
 }
 
+/* The runs tagged tags[0..n) have the report and records of the run tagged ref (all deleted). */
+static void assert_same_as(const char *const *tags, int n, const char *ref)
+{
+    for (int i = 0; i < n; i++) {
+        /* assert_same_files deletes both: keep a copy of the reference run for the next one */
+        char from[256], to[256], cmd[600];
+        for (int k = 0; k < 2; k++) {
+            const char *ext = k ? "jsonl" : "json";
+            snprintf(from, sizeof from, "/tmp/kvsim-test-%d-%s.%s", (int)getpid(), ref, ext);
+            snprintf(to, sizeof to, "/tmp/kvsim-test-%d-ref.%s", (int)getpid(), ext);
+            snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
+            cr_assert_eq(system(cmd), 0, "%s", cmd);
+        }
+        assert_same_files("ref", tags[i], "json");
+        assert_same_files("ref", tags[i], "jsonl");
+    }
+    assert_same_files(ref, ref, "json");
+    assert_same_files(ref, ref, "jsonl");
+}
+
 static void check_offload_deterministic(const char *trace)
 {
     char path[512];
@@ -399,21 +420,7 @@ static void check_offload_deterministic(const char *trace)
     cr_assert_gt(r.offload.onboarded_tokens, 0, "tokens onboarded instead of recomputed");
     cr_assert_gt(r.offload.failed_blocks, 0, "failures were injected");
     static const char *const tags[] = {"inline2", "pool1", "pool2"};
-    for (int i = 0; i < 3; i++) {
-        /* assert_same_files deletes both: keep a copy of the reference run for the next one */
-        char from[256], to[256], cmd[600];
-        for (int k = 0; k < 2; k++) {
-            const char *ext = k ? "jsonl" : "json";
-            snprintf(from, sizeof from, "/tmp/kvsim-test-%d-inline1.%s", (int)getpid(), ext);
-            snprintf(to, sizeof to, "/tmp/kvsim-test-%d-ref.%s", (int)getpid(), ext);
-            snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
-            cr_assert_eq(system(cmd), 0, "%s", cmd);
-        }
-        assert_same_files("ref", tags[i], "json");
-        assert_same_files("ref", tags[i], "jsonl");
-    }
-    assert_same_files("inline1", "inline1", "json");
-    assert_same_files("inline1", "inline1", "jsonl");
+    assert_same_as(tags, 3, "inline1");
 }
 
 Test(replay_offload, default_workload_identical_for_both_executors_and_threads, .timeout = 300)
@@ -424,4 +431,55 @@ Test(replay_offload, default_workload_identical_for_both_executors_and_threads, 
 Test(replay_offload, conversation_identical_for_both_executors_and_threads, .timeout = 600)
 {
     check_offload_deterministic("conversation_trace.jsonl");
+}
+
+/* ---- a G3 shared by all engines ------------------------------------------------------------ */
+
+/*
+ * Round-robin routing sends the turns of one session to different engines: a prefix block that
+ * one engine wrote to G3 is a G3 hit for another only if G3 is shared. The shared G3 must keep
+ * the replay's property (identical for either executor at 1 and 2 threads) and must matter.
+ */
+Test(replay_offload, shared_g3_identical_for_both_executors_and_threads, .timeout = 300)
+{
+    struct kvsim_replay_config c;
+    offload_config(&c, NULL);
+    c.router = KVSIM_ROUTER_ROUND_ROBIN;
+    c.g3_shared = true;
+    struct kvsim_report r = run(&c, 1, "g3s-inline1");
+    run(&c, 2, "g3s-inline2");
+    c.offload_pool = true;
+    c.offload_threads = 2;
+    run(&c, 1, "g3s-pool1");
+    run(&c, 2, "g3s-pool2");
+    cr_assert_eq(r.completed + r.rejected, r.num_requests,
+                 "every request completes or is rejected");
+    cr_assert_gt(r.offload.lanes[OFFLOAD_LANE_G2_G3].blocks, 0, "G2->G3 traffic");
+    cr_assert_gt(r.offload.g3_hit_blocks, 0, "G3 hits");
+    cr_assert_gt(r.offload.g3_resident, 0, "the shared G3 holds blocks at the end");
+    cr_assert_leq(r.offload.g3_resident, c.tiers.g3_blocks, "one capacity for all engines");
+    static const char *const tags[] = {"g3s-inline2", "g3s-pool1", "g3s-pool2"};
+    assert_same_as(tags, 3, "g3s-inline1");
+
+    /* The same replay with a G3 per engine: sharing finds blocks other engines wrote. */
+    c.g3_shared = false;
+    c.offload_pool = false;
+    struct kvsim_report p = run(&c, 2, "g3p");
+    cr_assert_gt(r.offload.g3_hit_blocks, p.offload.g3_hit_blocks,
+                 "a shared G3 gives more G3 hits (%" PRIu64 ") than one per engine (%" PRIu64 ")",
+                 r.offload.g3_hit_blocks, p.offload.g3_hit_blocks);
+    assert_same_files("g3p", "g3p", "json");
+    assert_same_files("g3p", "g3p", "jsonl");
+}
+
+Test(replay_offload, shared_g3_needs_a_capacity)
+{
+    struct kvsim_replay_config c;
+    offload_config(&c, NULL);
+    c.g3_shared = true;
+    c.tiers.g3_blocks = 0;
+    struct kvsim_report r;
+    char err[512];
+    cr_assert_eq(kvsim_replay_run(&c, &r, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "shared G3") != NULL, "%s", err);
 }

@@ -1,11 +1,16 @@
 /*
  * conform.c - `kvsim conform FILE...`: runs conformance scenarios (shared FORMAT.md) against the
- * scheduler core and the G1 pool, step by step.
+ * scheduler core and the G1 pool, step by step; the same runner serves `kvsim soak` and
+ * `kvsim minimize` in-process (runtime/conform.h).
  *
  * Each file is parsed strictly first (unknown keys, wrong types and missing fields are errors
  * naming the file, the step index and the key), then executed with the invariant checker on.
  * Per file: "PASS <name>" or "FAIL <name>: step <k> (<op>): <key> expected <x> got <y>"; the
  * last line is "<N> passed, <M> failed"; the exit status is 1 if anything failed.
+ *
+ * Extensions (docs/conformance.md): check_invariants runs sched_check after every op,
+ * check_liveness fails a schedule that leaves the engine at a dead end, max_futile_preemptions
+ * bounds the #49675 zero-progress preemptions.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,44 +21,82 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/conform.h"
 #include "runtime/runtime.h"
 #include "sched/sched.h"
 
 struct creq {
-    const char *name;        /* id in the file */
+    char *name;              /* id in the file */
     struct sched_request *r; /* NULL until added */
     struct kvpool_hits hits; /* last kv_lookup */
     bool has_hits;
+    /* what the last op left, to count transitions */
+    enum sched_status seen_status;
+    enum sched_transition seen_transition;
+    uint64_t seen_transition_step;
 };
 
-struct conform {
-    const char *file;
+#define MAX_OUTSTANDING 64
+#define OP_SKIPPED      1 /* lenient mode: the op refers to nothing that exists; dropped */
+
+struct kvsim_conform_runner {
     const char *name;
-    bool trace;
+    bool trace, lenient;
+    json_t *effective;
+    /* extension rules */
+    bool check_invariants, check_liveness, has_max_futile;
+    uint64_t max_futile;
     struct sched *s;
     struct creq *reqs;
     size_t nreqs, cap_reqs;
-    struct sched_step *outstanding[64];
+    struct sched_step *outstanding[MAX_OUTSTANDING];
     size_t nout;
     uint64_t adds;
+    size_t nsteps; /* steps run so far (the next step's index) */
+    struct kvsim_conform_stats stats;
     /* the current op's observations */
     struct sched_step *step;  /* schedule */
     json_t *sampled_finished; /* finished ids of output/abort */
     int op_result;            /* reset_prefix_cache */
     json_t *lookup, *alloc;   /* kv_lookup / kv_allocate results */
-    char err[512];
+    uint64_t futile_now;      /* futile preemptions of the current schedule */
+    char err[1024];
+    char kind[96];
+    long fail_step;
+    char fail_op[32];
     bool running; /* past parsing: failures are about behaviour, not the file */
+    bool failed;
 };
 
-static int fail(struct conform *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(struct conform *c, const char *fmt, ...)
+static int vfail(struct kvsim_conform_runner *c, const char *kind, const char *fmt, va_list ap)
 {
     if (c->err[0] == 0) {
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(c->err, sizeof c->err, fmt, ap);
-        va_end(ap);
+        snprintf(c->kind, sizeof c->kind, "%s", kind ? kind : c->running ? "error" : "invalid");
     }
+    return -1;
+}
+
+/* A failure whose kind is "error" while running, "invalid" while parsing. */
+static int fail(struct kvsim_conform_runner *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int fail(struct kvsim_conform_runner *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, NULL, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int fail_kind(struct kvsim_conform_runner *c, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail_kind(struct kvsim_conform_runner *c, const char *kind, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, kind, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -67,7 +110,8 @@ static bool in_list(const char *key, const char *const *allowed)
     return false;
 }
 
-static int check_keys(struct conform *c, json_t *obj, const char *const *allowed, const char *where)
+static int check_keys(struct kvsim_conform_runner *c, json_t *obj, const char *const *allowed,
+                      const char *where)
 {
     const char *key;
     json_t *val;
@@ -83,8 +127,8 @@ static int check_keys(struct conform *c, json_t *obj, const char *const *allowed
 static bool is_uint(json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
 
 /* Expands a token list (array, repeat, range, concat) into *out. Returns the count or -1. */
-static int tokens_parse(struct conform *c, json_t *v, kvpool_token **out, size_t *n, size_t *cap,
-                        const char *where)
+static int tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
+                        size_t *cap, const char *where)
 {
     if (json_is_array(v)) {
         size_t i;
@@ -151,7 +195,7 @@ static int tokens_parse(struct conform *c, json_t *v, kvpool_token **out, size_t
 }
 
 /* Token list as a JSON array (for comparisons). NULL after a parse error. */
-static json_t *tokens_json(struct conform *c, json_t *v, const char *where)
+static json_t *tokens_json(struct kvsim_conform_runner *c, json_t *v, const char *where)
 {
     kvpool_token *t = NULL;
     size_t n = 0, cap = 0;
@@ -166,23 +210,15 @@ static json_t *tokens_json(struct conform *c, json_t *v, const char *where)
     return arr;
 }
 
-static const char *const config_keys[] = {"block_size",
-                                          "num_blocks",
-                                          "max_num_seqs",
-                                          "max_num_batched_tokens",
-                                          "max_model_len",
-                                          "enable_chunked_prefill",
-                                          "enable_prefix_caching",
-                                          "policy",
-                                          "long_prefill_token_threshold",
-                                          "scheduler_reserve_full_isl",
-                                          "watermark",
-                                          "async_scheduling",
-                                          "defer_block_free",
-                                          "preempted_victim_guard",
-                                          NULL};
+static const char *const config_keys[] = {
+    "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "enable_chunked_prefill", "enable_prefix_caching", "policy", "long_prefill_token_threshold",
+    "scheduler_reserve_full_isl", "watermark", "async_scheduling", "defer_block_free",
+    "preempted_victim_guard",
+    /* extensions (docs/conformance.md) */
+    "check_invariants", "check_liveness", "max_futile_preemptions", NULL};
 
-static int cfg_uint(struct conform *c, json_t *cfg, const char *key, uint32_t *dst)
+static int cfg_uint(struct kvsim_conform_runner *c, json_t *cfg, const char *key, uint32_t *dst)
 {
     json_t *v = json_object_get(cfg, key);
     if (!v)
@@ -193,7 +229,7 @@ static int cfg_uint(struct conform *c, json_t *cfg, const char *key, uint32_t *d
     return 0;
 }
 
-static int cfg_bool(struct conform *c, json_t *cfg, const char *key, bool *dst)
+static int cfg_bool(struct kvsim_conform_runner *c, json_t *cfg, const char *key, bool *dst)
 {
     json_t *v = json_object_get(cfg, key);
     if (!v)
@@ -204,7 +240,7 @@ static int cfg_bool(struct conform *c, json_t *cfg, const char *key, bool *dst)
     return 0;
 }
 
-static int parse_config(struct conform *c, json_t *cfg, struct sched_config *sc)
+static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sched_config *sc)
 {
     sched_config_default(sc);
     sc->max_num_seqs = 256;
@@ -243,6 +279,16 @@ static int parse_config(struct conform *c, json_t *cfg, struct sched_config *sc)
         if (!json_is_number(w) || json_number_value(w) < 0 || json_number_value(w) >= 1)
             return fail(c, "config: key 'watermark' must be a number in [0, 1)");
         sc->watermark = json_number_value(w);
+    }
+    if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants) ||
+        cfg_bool(c, cfg, "check_liveness", &c->check_liveness))
+        return -1;
+    json_t *mf = json_object_get(cfg, "max_futile_preemptions");
+    if (mf) {
+        if (!is_uint(mf))
+            return fail(c, "config: key 'max_futile_preemptions' must be a non-negative integer");
+        c->has_max_futile = true;
+        c->max_futile = (uint64_t)json_integer_value(mf);
     }
     return 0;
 }
@@ -349,7 +395,7 @@ static bool is_uint_array(json_t *v)
 }
 
 /* Type rules of the expect keys. */
-static int validate_expect(struct conform *c, json_t *ex, const char *where)
+static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const char *where)
 {
     if (!json_is_object(ex))
         return fail(c, "%s: key 'expect' must be an object", where);
@@ -393,7 +439,7 @@ static int validate_expect(struct conform *c, json_t *ex, const char *where)
     return 0;
 }
 
-static int validate_step(struct conform *c, json_t *st, size_t k)
+static int validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
 {
     char where[64];
     snprintf(where, sizeof where, "step %zu", k);
@@ -467,7 +513,7 @@ static int validate_step(struct conform *c, json_t *st, size_t k)
 
 /* ---- execution ----------------------------------------------------------------------------- */
 
-static struct creq *find_req(struct conform *c, const char *name)
+static struct creq *find_req(struct kvsim_conform_runner *c, const char *name)
 {
     for (size_t i = 0; i < c->nreqs; i++)
         if (strcmp(c->reqs[i].name, name) == 0)
@@ -475,15 +521,17 @@ static struct creq *find_req(struct conform *c, const char *name)
     return NULL;
 }
 
-static struct creq *need_req(struct conform *c, const char *name, const char *where)
+/* The added request with this id; otherwise NULL, and a failure unless lenient (the caller then
+ * drops the reference). */
+static struct creq *need_req(struct kvsim_conform_runner *c, const char *name, const char *where)
 {
     struct creq *q = find_req(c, name);
-    if (!q || !q->r)
+    if ((!q || !q->r) && !c->lenient)
         fail(c, "%s: unknown request id '%s'", where, name);
     return q && q->r ? q : NULL;
 }
 
-static int op_add(struct conform *c, json_t *st, const char *where)
+static int op_add(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
     const char *id = json_string_value(json_object_get(st, "id"));
     if (find_req(c, id))
@@ -499,15 +547,18 @@ static int op_add(struct conform *c, json_t *st, const char *where)
         free(prompt);
         return -1;
     }
-    if (c->nreqs == c->cap_reqs) {
-        c->cap_reqs = c->cap_reqs ? c->cap_reqs * 2 : 16;
-        struct creq *na = realloc(c->reqs, c->cap_reqs * sizeof *na);
-        if (!na) {
-            free(prompt);
-            free(stops);
-            return fail(c, "out of memory");
-        }
+    char *name = strdup(id);
+    struct creq *na = NULL;
+    size_t ncap = c->cap_reqs ? c->cap_reqs * 2 : 16;
+    if (name && c->nreqs == c->cap_reqs && (na = realloc(c->reqs, ncap * sizeof *na))) {
         c->reqs = na;
+        c->cap_reqs = ncap;
+    }
+    if (!name || c->nreqs == c->cap_reqs) {
+        free(name);
+        free(prompt);
+        free(stops);
+        return fail(c, "out of memory");
     }
     p.id = c->nreqs + 1;
     p.prompt = prompt;
@@ -530,18 +581,22 @@ static int op_add(struct conform *c, json_t *st, const char *where)
     }
     struct creq *q = &c->reqs[c->nreqs];
     memset(q, 0, sizeof *q);
-    q->name = id;
+    q->name = name;
     int rc = sched_add(c->s, &p, &q->r);
     free(prompt);
     free(stops);
-    if (rc)
+    if (rc) {
+        free(name);
         return fail(c, "%s: cannot add request '%s': %s", where, id, strerror(-rc));
+    }
+    /* Seen as "nothing" so that entering WAITING counts as a transition. */
+    q->seen_status = SCHED_FINISHED_ABORTED;
     c->nreqs++;
     c->adds++;
     return 0;
 }
 
-static json_t *ids_json(struct conform *c, struct sched_request *const *reqs, size_t n)
+static json_t *ids_json(struct kvsim_conform_runner *c, struct sched_request *const *reqs, size_t n)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++)
@@ -549,33 +604,87 @@ static json_t *ids_json(struct conform *c, struct sched_request *const *reqs, si
     return a;
 }
 
-static int sched_error(struct conform *c, const char *where, int rc)
+/* Fails with an invariant violation: the scheduler's report plus the request's scenario id. */
+static int violation_fail(struct kvsim_conform_runner *c, const char *where,
+                          const struct sched_violation *v)
 {
-    if (rc == -EUCLEAN && sched_last_violation(c->s)) {
-        char line[384];
-        sched_violation_format(sched_last_violation(c->s), line, sizeof line);
-        return fail(c, "%s: %s", where, line);
-    }
+    char line[512];
+    sched_violation_format(v, line, sizeof line);
+    char kind[96];
+    snprintf(kind, sizeof kind, "invariant:%s", v->rule);
+    if (v->request_id >= 1 && v->request_id <= c->nreqs)
+        return fail_kind(c, kind, "%s: %s id='%s'", where, line, c->reqs[v->request_id - 1].name);
+    return fail_kind(c, kind, "%s: %s", where, line);
+}
+
+static int sched_error(struct kvsim_conform_runner *c, const char *where, int rc)
+{
+    if (rc == -EUCLEAN && sched_last_violation(c->s))
+        return violation_fail(c, where, sched_last_violation(c->s));
     return fail(c, "%s: scheduler error: %s", where, strerror(-rc));
 }
 
-static int op_schedule(struct conform *c, const char *where)
+static int op_schedule(struct kvsim_conform_runner *c, const char *where)
 {
-    if (c->nout == sizeof c->outstanding / sizeof c->outstanding[0])
+    if (c->nout == MAX_OUTSTANDING)
         return fail(c, "%s: too many schedules without output", where);
+    uint64_t preempted0 = sched_num_preemptions(c->s);
+    uint32_t deferred0 = sched_num_deferred_frees(c->s);
     int rc;
     struct sched_step *st = sched_schedule(c->s, &rc);
     if (!st)
         return sched_error(c, where, rc);
     c->outstanding[c->nout++] = st;
     c->step = st;
+    /* Deferred frees only drain in update: new entries during a schedule are exactly the
+     * preempted victims whose blocks stay held behind an in-flight step (#49675). */
+    uint32_t deferred1 = sched_num_deferred_frees(c->s);
+    c->futile_now = deferred1 > deferred0 ? deferred1 - deferred0 : 0;
+    uint64_t preempted = sched_num_preemptions(c->s) - preempted0;
+    struct kvsim_conform_stats *k = &c->stats;
+    k->schedules++;
+    k->scheduled_tokens += st->total_tokens;
+    k->preemptions += preempted;
+    k->futile_preemptions += c->futile_now;
+    if (preempted && st->total_tokens == 0)
+        k->zero_progress_schedules++;
+    if (c->futile_now > k->max_futile_in_one_schedule)
+        k->max_futile_in_one_schedule = c->futile_now;
     return 0;
 }
 
-static int op_output(struct conform *c, json_t *stj, const char *where)
+/* Lenient mode: removes the string s from the array named key of obj (drops an emptied key). */
+static void drop_from_list(json_t *obj, const char *key, const char *s)
 {
-    if (c->nout == 0)
+    json_t *a = json_object_get(obj, key);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!strcmp(json_string_value(json_array_get(a, i)), s)) {
+            json_array_remove(a, i);
+            break;
+        }
+    if (a && json_array_size(a) == 0)
+        json_object_del(obj, key);
+}
+
+/* A token that stops nothing: not the request's eos, not one of its stop tokens. */
+static kvpool_token filler_token(const struct sched_request *r)
+{
+    for (kvpool_token t = 0;; t++) {
+        bool stops = (int64_t)t == r->eos_token_id;
+        for (uint32_t k = 0; k < r->num_stop_token_ids && !stops; k++)
+            stops = r->stop_token_ids[k] == t;
+        if (!stops)
+            return t;
+    }
+}
+
+static int op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff, const char *where)
+{
+    if (c->nout == 0) {
+        if (c->lenient)
+            return OP_SKIPPED;
         return fail(c, "%s: no schedule is waiting for its output", where);
+    }
     struct sched_step *st = c->outstanding[0];
     uint32_t n = st->num_scheduled;
     const kvpool_token **toks = calloc(n ? n : 1, sizeof *toks);
@@ -594,16 +703,17 @@ static int op_output(struct conform *c, json_t *stj, const char *where)
         if (rc)
             break;
         struct creq *q = need_req(c, id, where);
-        if (!q) {
-            rc = -1;
-            break;
-        }
         uint32_t i = 0;
-        while (i < n && st->scheduled[i].req != q->r)
+        while (q && i < n && st->scheduled[i].req != q->r)
             i++;
-        if (i == n) {
-            rc = fail(c, "%s: key 'sampled': request '%s' was not scheduled in that step", where,
-                      id);
+        if (!q || i == n) {
+            if (c->lenient) { /* its add was removed, or the candidate scheduled it elsewhere */
+                json_object_del(json_object_get(eff, "sampled"), id);
+                continue;
+            }
+            rc = q ? fail(c, "%s: key 'sampled': request '%s' was not scheduled in that step",
+                          where, id)
+                   : -1;
             break;
         }
         size_t cnt = 0, cap = 0;
@@ -614,6 +724,35 @@ static int op_output(struct conform *c, json_t *stj, const char *where)
         toks[i] = owned[i];
         counts[i] = (uint32_t)cnt;
     }
+    for (uint32_t i = 0; rc == 0 && i < n; i++) {
+        const struct sched_request *r = st->scheduled[i].req;
+        if (counts[i] || !st->scheduled[i].samples || sched_status_is_finished(r->status))
+            continue;
+        /* A model samples one token for every request whose chunk samples. The minimizer's
+         * candidates shift what each step schedules, so it supplies one (recorded in the
+         * effective step); with check_liveness a scenario must, or a stall it caused itself
+         * would pass for a scheduler dead end. */
+        if (c->lenient) {
+            owned[i] = malloc(sizeof *owned[i]);
+            if (!owned[i]) {
+                rc = fail(c, "out of memory");
+                break;
+            }
+            owned[i][0] = filler_token(r);
+            toks[i] = owned[i];
+            counts[i] = 1;
+            json_t *sm = json_object_get(eff, "sampled");
+            if (!sm) /* `sampled` is optional */
+                json_object_set_new(eff, "sampled", sm = json_object());
+            json_object_set_new(sm, c->reqs[r->id - 1].name,
+                                json_pack("[I]", (json_int_t)owned[i][0]));
+        } else if (c->check_liveness) {
+            rc = fail(c,
+                      "%s: key 'sampled': request '%s' sampled in that step but gets no token "
+                      "(check_liveness needs one for every request whose chunk samples)",
+                      where, c->reqs[r->id - 1].name);
+        }
+    }
     json_t *fr = json_object_get(stj, "finished_recving");
     if (rc == 0 && fr) {
         recv = calloc(json_array_size(fr) + 1, sizeof *recv);
@@ -621,6 +760,10 @@ static int op_output(struct conform *c, json_t *stj, const char *where)
         json_array_foreach(fr, i, v)
         {
             struct creq *q = need_req(c, json_string_value(v), where);
+            if (!q && c->lenient) {
+                drop_from_list(eff, "finished_recving", json_string_value(v));
+                continue;
+            }
             if (!q) {
                 rc = -1;
                 break;
@@ -634,10 +777,13 @@ static int op_output(struct conform *c, json_t *stj, const char *where)
         json_array_foreach(fs, i, v)
         {
             /* No request of this core waits for a send: the ids must exist, nothing else. */
-            if (!need_req(c, json_string_value(v), where)) {
+            if (need_req(c, json_string_value(v), where))
+                continue;
+            if (!c->lenient) {
                 rc = -1;
                 break;
             }
+            drop_from_list(eff, "finished_sending", json_string_value(v));
         }
     }
     if (rc == 0) {
@@ -665,22 +811,28 @@ static int op_output(struct conform *c, json_t *stj, const char *where)
     return rc;
 }
 
-static int op_abort(struct conform *c, json_t *st, const char *where)
+static int op_abort(struct kvsim_conform_runner *c, json_t *st, json_t *eff, const char *where)
 {
     json_t *ids = json_object_get(st, "ids");
     json_t *one = json_object_get(st, "id");
     json_t *list = ids ? json_incref(ids) : json_pack("[O]", one);
     json_t *fin = json_array();
-    size_t i;
+    size_t i, nknown = 0;
     json_t *v;
     int rc = 0;
     json_array_foreach(list, i, v)
     {
         struct creq *q = need_req(c, json_string_value(v), where);
+        if (!q && c->lenient) {
+            if (ids)
+                drop_from_list(eff, "ids", json_string_value(v));
+            continue;
+        }
         if (!q) {
             rc = -1;
             break;
         }
+        nknown++;
         int a = sched_abort(c->s, q->r);
         if (a == -EALREADY)
             continue;
@@ -696,14 +848,16 @@ static int op_abort(struct conform *c, json_t *st, const char *where)
     }
     json_decref(list);
     c->sampled_finished = fin;
+    if (rc == 0 && nknown == 0 && c->lenient)
+        return OP_SKIPPED;
     return rc;
 }
 
-static int op_kv_lookup(struct conform *c, json_t *st, const char *where)
+static int op_kv_lookup(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
     struct creq *q = need_req(c, json_string_value(json_object_get(st, "id")), where);
     if (!q)
-        return -1;
+        return c->lenient ? OP_SKIPPED : -1;
     uint32_t cap = q->r->kv.num_hashes + 1;
     kvpool_block_id *ids = malloc(cap * sizeof *ids);
     if (!ids)
@@ -719,11 +873,11 @@ static int op_kv_lookup(struct conform *c, json_t *st, const char *where)
     return 0;
 }
 
-static int op_kv_allocate(struct conform *c, json_t *st, const char *where)
+static int op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
     struct creq *q = need_req(c, json_string_value(json_object_get(st, "id")), where);
     if (!q)
-        return -1;
+        return c->lenient ? OP_SKIPPED : -1;
     json_t *uh = json_object_get(st, "use_hits");
     bool use_hits = !uh || json_is_true(uh);
     struct kvpool_alloc_args args = {
@@ -774,7 +928,7 @@ static json_t *sorted(json_t *arr)
     return out;
 }
 
-static struct sched_request *req_of(struct conform *c, const char *name)
+static struct sched_request *req_of(struct kvsim_conform_runner *c, const char *name)
 {
     struct creq *q = find_req(c, name);
     return q ? q->r : NULL;
@@ -782,8 +936,8 @@ static struct sched_request *req_of(struct conform *c, const char *name)
 
 /* Builds the observed value for an expect key, shaped like the expectation. NULL + error when
  * the key cannot be observed after this op. */
-static json_t *observe(struct conform *c, const char *key, json_t *want, const char *op,
-                       const char *where)
+static json_t *observe(struct kvsim_conform_runner *c, const char *key, json_t *want,
+                       const char *op, const char *where)
 {
     struct kvpool *pool = sched_pool(c->s);
     bool is_sched = !strcmp(op, "schedule");
@@ -903,7 +1057,7 @@ static json_t *observe(struct conform *c, const char *key, json_t *want, const c
     return m;
 }
 
-static int check_expect(struct conform *c, json_t *ex, const char *op, size_t k)
+static int check_expect(struct kvsim_conform_runner *c, json_t *ex, const char *op, size_t k)
 {
     char where[64];
     snprintf(where, sizeof where, "step %zu (%s)", k, op);
@@ -946,7 +1100,9 @@ static int check_expect(struct conform *c, json_t *ex, const char *op, size_t k)
         if (!json_equal(w, got)) {
             char *ws = json_dumps(w, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
             char *gs = json_dumps(got, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
-            fail(c, "%s: %s expected %s got %s", where, key, ws, gs);
+            char kind[96];
+            snprintf(kind, sizeof kind, "expect:%s", key);
+            fail_kind(c, kind, "%s: %s expected %s got %s", where, key, ws, gs);
             free(ws);
             free(gs);
             json_decref(w);
@@ -959,7 +1115,7 @@ static int check_expect(struct conform *c, json_t *ex, const char *op, size_t k)
     return 0;
 }
 
-static void trace_step(struct conform *c, size_t k, const char *op)
+static void trace_step(struct kvsim_conform_runner *c, size_t k, const char *op)
 {
     json_t *t = json_pack("{s:s,s:I,s:s}", "scenario", c->name, "step", (json_int_t)k, "op", op);
     struct kvpool *pool = sched_pool(c->s);
@@ -995,7 +1151,140 @@ static void trace_step(struct conform *c, size_t k, const char *op)
     json_decref(t);
 }
 
-static int run_step(struct conform *c, json_t *st, size_t k)
+/* ---- extension rules ------------------------------------------------------------------------ */
+
+/* Counts requests whose status or last ownership transition changed during the op. */
+static void count_transitions(struct kvsim_conform_runner *c)
+{
+    for (size_t i = 0; i < c->nreqs; i++) {
+        struct creq *q = &c->reqs[i];
+        const struct sched_request *r = q->r;
+        if (!r || (r->status == q->seen_status && r->last_transition == q->seen_transition &&
+                   r->last_transition_step == q->seen_transition_step))
+            continue;
+        c->stats.transitions++;
+        q->seen_status = r->status;
+        q->seen_transition = r->last_transition;
+        q->seen_transition_step = r->last_transition_step;
+    }
+}
+
+static int check_futile(struct kvsim_conform_runner *c, const char *where)
+{
+    if (!c->has_max_futile || c->stats.futile_preemptions <= c->max_futile)
+        return 0;
+    const struct sched_step *st = c->step;
+    char victims[256] = "";
+    size_t len = 0;
+    for (uint32_t i = 0; i < st->num_preempted && len < sizeof victims - 1; i++)
+        len += (size_t)snprintf(victims + len, sizeof victims - len, "%s%s", i ? "," : "",
+                                c->reqs[st->preempted[i]->id - 1].name);
+    return fail_kind(c, "futile_preemption",
+                     "%s: futile preemption: preempted [%s], %" PRIu64
+                     " of them with their free deferred behind an in-flight step, and scheduled "
+                     "%" PRIu64 " tokens; %" PRIu64 " futile preemptions so far, "
+                     "max_futile_preemptions %" PRIu64,
+                     where, victims, c->futile_now, st->total_tokens, c->stats.futile_preemptions,
+                     c->max_futile);
+}
+
+/* The waiting request the scheduler considers first: the skipped queue's head for FCFS, the
+ * better of the two heads for PRIORITY (as sched.c's pick_queue). NULL if none. */
+static struct sched_request *waiting_head(const struct sched *s)
+{
+    uint32_t nw = sched_waiting_snapshot(s, NULL, 0);
+    struct sched_request **w = nw ? malloc(nw * sizeof *w) : NULL;
+    if (!w)
+        return NULL;
+    sched_waiting_snapshot(s, w, nw);
+    struct sched_request *skipped = w[0]->queue == SCHED_Q_SKIPPED ? w[0] : NULL, *waiting = NULL;
+    for (uint32_t i = 0; i < nw && !waiting; i++)
+        if (w[i]->queue == SCHED_Q_WAITING)
+            waiting = w[i];
+    free(w);
+    if (!skipped || !waiting || sched_get_config(s)->policy == SCHED_POLICY_FCFS)
+        return skipped ? skipped : waiting;
+    bool wfirst = waiting->priority != skipped->priority ? waiting->priority < skipped->priority
+                  : waiting->arrival != skipped->arrival ? waiting->arrival < skipped->arrival
+                                                         : waiting->add_seq < skipped->add_seq;
+    return wfirst ? waiting : skipped;
+}
+
+/*
+ * check_liveness - after a schedule: a dead end is a schedule that scheduled no token and
+ * preempted nobody while nothing else is in flight (every other outstanding schedule is empty,
+ * no deferred free is pending, no async load is unreported, no finished request waits for its
+ * load) and requests are unfinished. Then schedule() is at a fixpoint: without an external
+ * event (which nothing is waiting for) every later call returns the same empty step.
+ */
+static int check_liveness(struct kvsim_conform_runner *c, const char *where)
+{
+    const struct sched_step *st = c->step;
+    if (st->total_tokens > 0 || st->num_preempted > 0 || sched_num_unfinished(c->s) == 0 ||
+        sched_num_deferred_frees(c->s) > 0)
+        return 0;
+    for (size_t i = 0; i + 1 < c->nout; i++)
+        if (c->outstanding[i]->total_tokens > 0)
+            return 0;
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct sched_request *r = c->reqs[i].r;
+        if (r &&
+            ((r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) || r->free_delayed))
+            return 0;
+    }
+    struct kvpool *pool = sched_pool(c->s);
+    uint32_t free_blocks = kvpool_num_free_blocks(pool);
+    uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
+    struct sched_request *const *rr;
+    uint32_t nr = sched_running(c->s, &rr);
+    for (uint32_t i = 0; i < nr; i++) {
+        const struct sched_request *r = rr[i];
+        /* Nothing in flight, yet computed up to its last token: an output withheld the token
+         * that its step sampled. A model cannot do that; the scenario is wrong, not the
+         * scheduler (and the minimizer must not drift to this). */
+        if (r->num_computed_tokens >= sched_request_num_tokens(r) + r->num_output_placeholders)
+            return fail(c,
+                        "%s: stalled by the scenario: request '%s' never received the token its "
+                        "last step sampled (an output must give one to every request whose chunk "
+                        "samples)",
+                        where, c->reqs[r->id - 1].name);
+    }
+    struct sched_request *head = waiting_head(c->s);
+    if (!head && nr)
+        head = rr[0];
+    char hs[256] = "no request is queued";
+    if (head) {
+        uint64_t bs = sched_get_config(c->s)->block_size;
+        uint64_t full = (sched_request_num_tokens(head) + bs - 1) / bs;
+        uint64_t needs = full > head->kv.num_blocks ? full - head->kv.num_blocks : 0;
+        snprintf(hs, sizeof hs, "head %s (%s) needs %" PRIu64 " blocks (holds %" PRIu32 ")",
+                 c->reqs[head->id - 1].name, sched_status_name(head->status), needs,
+                 head->kv.num_blocks);
+    }
+    return fail_kind(c, "dead_end",
+                     "%s: dead end: unfinished=%" PRIu32 " active=%" PRIu32 " free=%" PRIu32
+                     ", %s; nothing is in flight",
+                     where, sched_num_unfinished(c->s), active, free_blocks, hs);
+}
+
+/* The rules that apply after an op that ran (invariants, then progress, then liveness). */
+static int check_rules(struct kvsim_conform_runner *c, const char *op, const char *where)
+{
+    if (c->check_invariants) {
+        struct sched_violation v;
+        if (sched_check(c->s, &v) != 0)
+            return violation_fail(c, where, &v);
+    }
+    bool is_sched = !strcmp(op, "schedule");
+    if (is_sched && check_futile(c, where))
+        return -1;
+    if (is_sched && c->check_liveness && check_liveness(c, where))
+        return -1;
+    return 0;
+}
+
+/* Runs one validated step. Returns 0, OP_SKIPPED (lenient: nothing ran) or -1. */
+static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
 {
     const char *op = json_string_value(json_object_get(st, "op"));
     char where[64];
@@ -1005,15 +1294,17 @@ static int run_step(struct conform *c, json_t *st, size_t k)
     json_decref(c->lookup);
     json_decref(c->alloc);
     c->sampled_finished = c->lookup = c->alloc = NULL;
+    c->futile_now = 0;
+    json_t *eff = c->lenient ? json_deep_copy(st) : NULL;
     int rc = 0;
     if (!strcmp(op, "add")) {
         rc = op_add(c, st, where);
     } else if (!strcmp(op, "schedule")) {
         rc = op_schedule(c, where);
     } else if (!strcmp(op, "output")) {
-        rc = op_output(c, st, where);
+        rc = op_output(c, st, eff, where);
     } else if (!strcmp(op, "abort")) {
-        rc = op_abort(c, st, where);
+        rc = op_abort(c, st, eff, where);
     } else if (!strcmp(op, "reset_prefix_cache")) {
         c->op_result = sched_reset_prefix_cache(
             c->s, json_is_true(json_object_get(st, "reset_running_requests")));
@@ -1021,105 +1312,293 @@ static int run_step(struct conform *c, json_t *st, size_t k)
             rc = sched_error(c, where, c->op_result);
     } else if (!strcmp(op, "check")) {
         struct sched_violation v;
-        if (sched_check(c->s, &v) != 0) {
-            char line[384];
-            sched_violation_format(&v, line, sizeof line);
-            rc = fail(c, "%s: %s", where, line);
-        }
+        if (sched_check(c->s, &v) != 0)
+            rc = violation_fail(c, where, &v);
     } else if (!strcmp(op, "kv_lookup")) {
         rc = op_kv_lookup(c, st, where);
     } else if (!strcmp(op, "kv_allocate")) {
         rc = op_kv_allocate(c, st, where);
     } else if (!strcmp(op, "kv_free")) {
         struct creq *q = need_req(c, json_string_value(json_object_get(st, "id")), where);
-        if (!q)
-            rc = -1;
-        else
+        if (q)
             kvpool_free(sched_pool(c->s), &q->r->kv);
+        else
+            rc = c->lenient ? OP_SKIPPED : -1;
     }
+    if (rc == OP_SKIPPED) {
+        json_decref(eff);
+        return rc;
+    }
+    if (c->effective)
+        json_array_append_new(c->effective, eff ? eff : json_incref(st));
+    else
+        json_decref(eff);
+    c->stats.ops++;
+    count_transitions(c);
     if (c->trace)
         trace_step(c, k, op);
+    if (rc == 0)
+        rc = check_rules(c, op, where);
     json_t *ex = json_object_get(st, "expect");
     if (rc == 0 && ex)
         rc = check_expect(c, ex, op, k);
     return rc;
 }
 
+/* ---- the runner ---------------------------------------------------------------------------- */
+
+static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_result *res)
+{
+    if (!res)
+        return;
+    if (!c->failed) { /* the soak asks after every op: keep a pass cheap */
+        res->verdict = KVSIM_CONFORM_PASS;
+        res->step = -1;
+        res->op[0] = res->kind[0] = res->message[0] = 0;
+        return;
+    }
+    res->verdict = c->running ? KVSIM_CONFORM_FAIL : KVSIM_CONFORM_INVALID;
+    res->step = c->fail_step;
+    snprintf(res->op, sizeof res->op, "%s", c->fail_op);
+    snprintf(res->kind, sizeof res->kind, "%s", c->kind);
+    snprintf(res->message, sizeof res->message, "%s", c->err);
+}
+
+static void mark_failed(struct kvsim_conform_runner *c, long k, json_t *st)
+{
+    c->failed = true;
+    c->fail_step = k;
+    const char *op = json_string_value(json_object_get(st, "op"));
+    snprintf(c->fail_op, sizeof c->fail_op, "%s", op ? op : "");
+}
+
+static void runner_fini(struct kvsim_conform_runner *c)
+{
+    json_decref(c->sampled_finished);
+    json_decref(c->lookup);
+    json_decref(c->alloc);
+    sched_destroy(c->s);
+    for (size_t i = 0; i < c->nreqs; i++)
+        free(c->reqs[i].name);
+    free(c->reqs);
+}
+
+static void runner_init(struct kvsim_conform_runner *c, const char *name,
+                        const struct kvsim_conform_options *opt)
+{
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->fail_step = -1;
+    if (opt) {
+        c->trace = opt->trace;
+        c->lenient = opt->lenient;
+        c->effective = opt->effective;
+    }
+}
+
+static int runner_start(struct kvsim_conform_runner *c, json_t *config)
+{
+    struct sched_config sc;
+    if (parse_config(c, config, &sc))
+        return -1;
+    /* With the check after every op, the scheduler's own boundary checks would only repeat it
+     * on the same state (and report the same violation at the same step). */
+    sc.check_invariants = !c->check_invariants;
+    int rc = sched_create(&sc, &c->s);
+    if (rc)
+        return fail(c, "config: impossible configuration: %s", strerror(-rc));
+    c->running = true;
+    return 0;
+}
+
+int kvsim_conform_runner_create(json_t *config, const char *name,
+                                const struct kvsim_conform_options *opt,
+                                struct kvsim_conform_runner **out, struct kvsim_conform_result *res)
+{
+    *out = NULL;
+    struct kvsim_conform_runner *c = malloc(sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    runner_init(c, name, opt);
+    if (runner_start(c, config)) {
+        c->failed = true;
+        fill_result(c, res);
+        runner_fini(c);
+        free(c);
+        return -1;
+    }
+    fill_result(c, res);
+    *out = c;
+    return 0;
+}
+
+int kvsim_conform_runner_step(struct kvsim_conform_runner *c, json_t *step,
+                              struct kvsim_conform_result *res)
+{
+    size_t k = c->nsteps;
+    int rc = -1;
+    if (!c->failed) {
+        /* Validation failures count as "invalid" even mid-run: the op itself is malformed. */
+        c->running = false;
+        rc = validate_step(c, step, k);
+        c->running = true;
+        if (rc == 0) {
+            rc = run_step(c, step, k);
+            if (rc == OP_SKIPPED)
+                rc = 0;
+        } else {
+            c->running = false;
+        }
+        if (rc)
+            mark_failed(c, (long)k, step);
+        c->nsteps++;
+    }
+    fill_result(c, res);
+    return rc ? -1 : 0;
+}
+
+void kvsim_conform_runner_destroy(struct kvsim_conform_runner *c)
+{
+    if (!c)
+        return;
+    runner_fini(c);
+    free(c);
+}
+
+struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *c) { return c->s; }
+
+struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *c,
+                                                   const char *id)
+{
+    for (size_t i = 0; i < c->nreqs; i++)
+        if (strcmp(c->reqs[i].name, id) == 0)
+            return c->reqs[i].r;
+    return NULL;
+}
+
+const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner *c,
+                                              const struct sched_request *req)
+{
+    return req->id >= 1 && req->id <= c->nreqs ? c->reqs[req->id - 1].name : NULL;
+}
+
+size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *c,
+                                        struct sched_step *const **steps)
+{
+    *steps = c->outstanding;
+    return c->nout;
+}
+
+const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *c)
+{
+    return &c->stats;
+}
+
+void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b)
+{
+    a->ops += b->ops;
+    a->transitions += b->transitions;
+    a->schedules += b->schedules;
+    a->scheduled_tokens += b->scheduled_tokens;
+    a->preemptions += b->preemptions;
+    a->futile_preemptions += b->futile_preemptions;
+    a->zero_progress_schedules += b->zero_progress_schedules;
+    if (b->max_futile_in_one_schedule > a->max_futile_in_one_schedule)
+        a->max_futile_in_one_schedule = b->max_futile_in_one_schedule;
+}
+
+/* Top level and config of a whole document, then every step, before anything runs. */
+static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **steps)
+{
+    static const char *const top_keys[] = {"name", "source", "config", "steps", NULL};
+    if (!json_is_object(root))
+        return fail(c, "the document must be an object");
+    json_t *name = json_object_get(root, "name");
+    json_t *src = json_object_get(root, "source");
+    *steps = json_object_get(root, "steps");
+    if (check_keys(c, root, top_keys, "top level"))
+        return -1;
+    if (!json_is_string(name))
+        return fail(c, "top level: key 'name' must be a string");
+    if (src && !json_is_string(src))
+        return fail(c, "top level: key 'source' must be a string");
+    if (!json_is_array(*steps))
+        return fail(c, "top level: missing key 'steps' (an array)");
+    struct sched_config sc; /* the config's errors come before the steps' */
+    if (parse_config(c, json_object_get(root, "config"), &sc))
+        return -1;
+    size_t k;
+    json_t *st;
+    json_array_foreach(*steps, k, st)
+    {
+        if (validate_step(c, st, k)) {
+            mark_failed(c, (long)k, st);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
+                           struct kvsim_conform_result *res, struct kvsim_conform_stats *stats)
+{
+    struct kvsim_conform_runner c;
+    json_t *name = json_object_get(doc, "name");
+    runner_init(&c, json_is_string(name) ? json_string_value(name) : "", opt);
+    json_t *steps = NULL;
+    int rc = validate_doc(&c, doc, &steps);
+    if (rc == 0)
+        rc = runner_start(&c, json_object_get(doc, "config"));
+    if (rc == 0) {
+        size_t k;
+        json_t *st;
+        json_array_foreach(steps, k, st)
+        {
+            int r = run_step(&c, st, k);
+            if (r != 0 && r != OP_SKIPPED) {
+                mark_failed(&c, (long)k, st);
+                rc = -1;
+                break;
+            }
+        }
+    }
+    c.failed = rc != 0;
+    fill_result(&c, res);
+    if (stats)
+        *stats = c.stats;
+    runner_fini(&c);
+    return rc ? -1 : 0;
+}
+
+/* ---- the command line ---------------------------------------------------------------------- */
+
 /* Runs one file. Returns 0 (pass) or -1 (fail), printing the PASS/FAIL line. */
 static int run_file(const char *path, bool trace)
 {
-    struct conform c = {.file = path, .trace = trace};
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    c.name = path;
-    int rc = 0;
+    struct kvsim_conform_result res;
+    int rc;
+    const char *name = path;
     if (!root) {
-        rc = fail(&c, "line %d, column %d: %s", jerr.line, jerr.column, jerr.text);
-        goto out;
-    }
-    static const char *const top_keys[] = {"name", "source", "config", "steps", NULL};
-    if (!json_is_object(root)) {
-        rc = fail(&c, "the document must be an object");
-        goto out;
-    }
-    json_t *name = json_object_get(root, "name");
-    if (json_is_string(name))
-        c.name = json_string_value(name);
-    json_t *src = json_object_get(root, "source");
-    json_t *steps = json_object_get(root, "steps");
-    if (check_keys(&c, root, top_keys, "top level")) {
         rc = -1;
-        goto out;
+        memset(&res, 0, sizeof res);
+        res.verdict = KVSIM_CONFORM_INVALID;
+        snprintf(res.message, sizeof res.message, "line %d, column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+    } else {
+        json_t *n = json_object_get(root, "name");
+        if (json_is_string(n))
+            name = json_string_value(n);
+        struct kvsim_conform_options opt = {.trace = trace};
+        rc = kvsim_conform_run_json(root, &opt, &res, NULL);
     }
-    if (!json_is_string(name)) {
-        rc = fail(&c, "top level: key 'name' must be a string");
-        goto out;
-    }
-    if (src && !json_is_string(src)) {
-        rc = fail(&c, "top level: key 'source' must be a string");
-        goto out;
-    }
-    if (!json_is_array(steps)) {
-        rc = fail(&c, "top level: missing key 'steps' (an array)");
-        goto out;
-    }
-    struct sched_config sc;
-    if (parse_config(&c, json_object_get(root, "config"), &sc)) {
-        rc = -1;
-        goto out;
-    }
-    size_t k;
-    json_t *st;
-    json_array_foreach(steps, k, st)
-    {
-        if (validate_step(&c, st, k)) {
-            rc = -1;
-            goto out;
-        }
-    }
-    int src_rc = sched_create(&sc, &c.s);
-    if (src_rc) {
-        rc = fail(&c, "config: impossible configuration: %s", strerror(-src_rc));
-        goto out;
-    }
-    c.running = true;
-    json_array_foreach(steps, k, st)
-    {
-        if (run_step(&c, st, k)) {
-            rc = -1;
-            break;
-        }
-    }
-out:
     if (rc == 0)
-        printf("PASS %s\n", c.name);
+        printf("PASS %s\n", name);
+    else if (res.verdict == KVSIM_CONFORM_INVALID)
+        printf("FAIL %s: %s: %s\n", name, path, res.message);
     else
-        printf("FAIL %s: %s%s%s\n", c.name, c.running ? "" : path, c.running ? "" : ": ", c.err);
-    json_decref(c.sampled_finished);
-    json_decref(c.lookup);
-    json_decref(c.alloc);
-    sched_destroy(c.s);
-    free(c.reqs);
+        printf("FAIL %s: %s\n", name, res.message);
     json_decref(root);
     return rc;
 }
@@ -1145,7 +1624,7 @@ int kvsim_conform_main(int argc, char **argv)
     };
     bool trace = false;
     int ch;
-    optind = 1;
+    optind = 0; /* 0, not 1: glibc re-reads the ordering mode (main parsed with "+") */
     while ((ch = getopt_long(argc, argv, "th", opts, NULL)) != -1) {
         switch (ch) {
         case 't': trace = true; break;

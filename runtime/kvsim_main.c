@@ -1,8 +1,7 @@
 /*
  * kvsim_main.c - the `kvsim` command line.
  *
- * Subcommands grow with the runtime (replay, conform, soak, stress); today: replay, conform,
- * stress, pool-demo.
+ * Subcommands: replay, conform, soak, minimize, stress, pool-demo.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -17,6 +16,9 @@ static void usage(FILE *out)
                  "commands:\n"
                  "  replay      replay a trace (or the built-in workload) through N engines\n"
                  "  conform     run conformance scenarios against the scheduler core\n"
+                 "  soak        seeded randomized scheduler runs checking invariants and\n"
+                 "              liveness; failing seeds are written as scenarios\n"
+                 "  minimize    shrink a failing scenario while it fails the same way\n"
                  "  stress      hammer the offload pipeline and the block registry from many\n"
                  "              threads and check their invariants\n"
                  "  pool-demo   walk through the G1 block pool (prefix hits, free order,\n"
@@ -60,6 +62,10 @@ int main(int argc, char **argv)
         return kvsim_replay_main(argc - optind, argv + optind);
     if (strcmp(cmd, "conform") == 0)
         return kvsim_conform_main(argc - optind, argv + optind);
+    if (strcmp(cmd, "soak") == 0)
+        return kvsim_soak_main(argc - optind, argv + optind);
+    if (strcmp(cmd, "minimize") == 0)
+        return kvsim_minimize_main(argc - optind, argv + optind);
     if (strcmp(cmd, "stress") == 0)
         return kvsim_stress_main(argc - optind, argv + optind);
     fprintf(stderr, "kvsim: unknown command '%s'\n", cmd);

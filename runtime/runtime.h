@@ -33,6 +33,22 @@ int kvsim_pool_demo(FILE *out);
 int kvsim_conform_main(int argc, char **argv);
 
 /*
+ * kvsim_soak_main - `kvsim soak [options]` (argv[0] is "soak"): seeded randomized scheduler runs
+ * with invariants, liveness and the #49675 progress rule checked after every op; a failing
+ * seed's scenario is written for `kvsim conform`. Prints one summary line. Returns the exit
+ * status: 0 (every seed passed), 1 (a seed failed), 2 (bad option).
+ */
+int kvsim_soak_main(int argc, char **argv);
+
+/*
+ * kvsim_minimize_main - `kvsim minimize TRACE.json [-o OUT.json]` (argv[0] is "minimize"):
+ * delta-debug a failing scenario down to the steps and requests it needs to fail the same way.
+ * Returns the exit status: 0 (written), 1 (could not verify or write it), 2 (bad option, or an
+ * input that does not fail or is not a scenario).
+ */
+int kvsim_minimize_main(int argc, char **argv);
+
+/*
  * kvsim_replay_main - `kvsim replay [options]` (argv[0] is "replay"): replay a trace or the
  * built-in workload and print the report. Returns the exit status: 0, 1 (the replay failed),
  * 2 (bad option, input or configuration).

@@ -1,0 +1,955 @@
+/*
+ * soak.c - `kvsim soak`: seeded randomized runs of the scheduler core with every invariant,
+ * the liveness rule and the #49675 progress rule checked after every op (see docs/soak.md).
+ *
+ * A seed picks one value per matrix dimension (the table below), then drives the scheduler by
+ * building a scenario as it goes: each op is appended to the scenario's steps and executed at
+ * once by the in-process scenario runner (runtime/conform.h), so the file written for a failing
+ * seed is exactly what ran and `kvsim conform` replays it step for step. Adding a dimension is a
+ * row in `dims` (plus, for a workload knob, its use in the generator); adding an op kind is one
+ * gen_* function called from drive().
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "runtime/conform.h"
+#include "runtime/runtime.h"
+#include "runtime/soak.h"
+#include "sched/sched.h"
+
+/* ---- random numbers: splitmix64, one state per seed, no global state ----------------------- */
+
+struct rng {
+    uint64_t s;
+};
+
+static uint64_t rng_next(struct rng *r)
+{
+    uint64_t z = (r->s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n) (the modulo bias is irrelevant at these sizes); 0 when n is 0. */
+static uint64_t rng_below(struct rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; }
+/* Uniform in [lo, hi]. */
+static uint64_t rng_range(struct rng *r, uint64_t lo, uint64_t hi)
+{
+    return hi > lo ? lo + rng_below(r, hi - lo + 1) : lo;
+}
+static bool rng_per(struct rng *r, int64_t p, uint64_t scale)
+{
+    return (int64_t)rng_below(r, scale) < p;
+}
+
+/* ---- the matrix ----------------------------------------------------------------------------- */
+
+enum dim_type {
+    T_UINT,     /* an integer in [min, max] */
+    T_BOOL,     /* 0 / 1 */
+    T_POLICY,   /* 0 fcfs, 1 priority */
+    T_FRACTION, /* thousandths: written as value / 1000 (watermark) */
+    T_OFF_UINT, /* an integer, or -1 = "off" (the key is left out) */
+    T_ARRIVAL,  /* enum arrival */
+};
+
+enum arrival { ARRIVAL_BURST = 0, ARRIVAL_TRICKLE, ARRIVAL_WAVES };
+static const char *const arrival_names[] = {"burst", "trickle", "waves"};
+
+#define END      INT64_MIN /* ends a value list */
+#define MAX_VALS 10
+
+struct dim {
+    const char *name;
+    enum dim_type type;
+    bool config; /* a scenario config key (same name), else a workload knob */
+    int64_t min, max;
+    int64_t small[MAX_VALS]; /* values a seed picks from, uniformly (repeats weigh) */
+    int64_t full[MAX_VALS];
+    const char *doc;
+};
+
+/* Ranges keep --set values meaningful; the lists are what seeds pick from. One row per
+ * dimension reads better than what the formatter would make of it. */
+/* clang-format off */
+static const struct dim dims[KVSIM_NUM_DIMS] = {
+    /* scheduler configuration keys */
+    [KVSIM_DIM_BLOCK_SIZE] = {"block_size", T_UINT, true, 1, 64,
+        {2, 4, 16, END}, {1, 2, 4, 8, 16, END}, "tokens per KV block"},
+    [KVSIM_DIM_NUM_BLOCKS] = {"num_blocks", T_UINT, true, 3, 100000,
+        {8, 12, 16, 24, 32, 64, END}, {6, 8, 12, 16, 24, 32, 64, 128, 256, END},
+        "pool blocks including the null block"},
+    [KVSIM_DIM_MAX_NUM_SEQS] = {"max_num_seqs", T_UINT, true, 1, 100000,
+        {1, 2, 4, 8, 256, END}, {1, 2, 3, 4, 6, 8, 16, 256, END}, "running-set cap"},
+    [KVSIM_DIM_MAX_NUM_BATCHED_TOKENS] = {"max_num_batched_tokens", T_UINT, true, 1, 1 << 20,
+        {8, 16, 32, 64, 256, END}, {4, 8, 16, 32, 64, 128, 512, END},
+        "per-step token budget (raised to max_model_len without chunked prefill)"},
+    [KVSIM_DIM_CHUNKED_PREFILL] = {"enable_chunked_prefill", T_BOOL, true, 0, 1,
+        {1, 1, 0, END}, {1, 1, 0, END}, "chunked prefill"},
+    [KVSIM_DIM_PREFIX_CACHING] = {"enable_prefix_caching", T_BOOL, true, 0, 1,
+        {1, 1, 1, 0, END}, {1, 1, 1, 0, END}, "prefix caching"},
+    [KVSIM_DIM_POLICY] = {"policy", T_POLICY, true, 0, 1,
+        {0, 1, END}, {0, 1, END}, "fcfs or priority (priorities 0..3 at random)"},
+    [KVSIM_DIM_LONG_PREFILL] = {"long_prefill_token_threshold", T_UINT, true, 0, 1 << 20,
+        {0, 0, 0, 8, END}, {0, 0, 4, 8, 32, END}, "prefill tokens per step (0 = no cap)"},
+    [KVSIM_DIM_FULL_ISL] = {"scheduler_reserve_full_isl", T_BOOL, true, 0, 1,
+        {1, 1, 0, END}, {1, 1, 0, END}, "full-sequence admission gate"},
+    [KVSIM_DIM_WATERMARK] = {"watermark", T_FRACTION, true, 0, 999,
+        {0, 0, 50, END}, {0, 0, 20, 100, END}, "fraction of blocks held back"},
+    [KVSIM_DIM_ASYNC] = {"async_scheduling", T_BOOL, true, 0, 1,
+        {0, 1, END}, {0, 1, END}, "schedule ahead of the output (placeholders)"},
+    [KVSIM_DIM_DEFER_FREE] = {"defer_block_free", T_BOOL, true, 0, 1,
+        {0, 1, END}, {0, 1, END}, "deferred-free fence (only with async_scheduling)"},
+    [KVSIM_DIM_VICTIM_GUARD] = {"preempted_victim_guard", T_BOOL, true, 0, 1,
+        {1, END}, {1, END}, "#49675 guard; false is the pre-#49675 bug"},
+    [KVSIM_DIM_MAX_FUTILE] = {"max_futile_preemptions", T_OFF_UINT, true, -1, INT64_MAX,
+        {0, END}, {0, END}, "progress rule: futile (deferred-free) preemptions allowed"},
+    /* the workload */
+    [KVSIM_DIM_REQUESTS] = {"requests", T_UINT, false, 1, 10000,
+        {2, 4, 8, 16, 32, END}, {2, 4, 8, 16, 32, 64, END}, "requests per seed"},
+    [KVSIM_DIM_PROMPT_PCT] = {"prompt_pct", T_UINT, false, 1, 100,
+        {5, 15, 40, 90, END}, {2, 5, 15, 40, 70, 99, END}, "longest prompt, % of max_model_len"},
+    [KVSIM_DIM_MAX_TOKENS] = {"max_tokens", T_UINT, false, 1, 100000,
+        {1, 4, 16, 48, END}, {1, 2, 8, 32, 128, END}, "largest max_tokens of a request"},
+    [KVSIM_DIM_PREFIX_OVERLAP] = {"prefix_overlap", T_UINT, false, 0, 100,
+        {0, 50, 90, END}, {0, 25, 50, 90, 100, END}, "% of prompts with a shared family prefix"},
+    [KVSIM_DIM_PREFIX_FAMILIES] = {"prefix_families", T_UINT, false, 1, 1000,
+        {1, 2, 4, END}, {1, 2, 4, 8, END}, "distinct shared prefixes"},
+    [KVSIM_DIM_ARRIVAL] = {"arrival", T_ARRIVAL, false, 0, 2,
+        {0, 1, 2, END}, {0, 1, 2, END}, "burst (all adds first), trickle, waves"},
+    [KVSIM_DIM_PIPELINE_DEPTH] = {"pipeline_depth", T_UINT, false, 1, 8,
+        {1, 2, END}, {1, 2, 3, END}, "schedules in flight before an output"},
+    [KVSIM_DIM_ABORT] = {"abort_rate", T_UINT, false, 0, 1000,
+        {0, 0, 10, 30, END}, {0, 0, 10, 30, END}, "client aborts per 1000 ops"},
+    [KVSIM_DIM_EXTERNAL] = {"external_pct", T_UINT, false, 0, 100,
+        {0, 0, 20, 50, END}, {0, 0, 20, 50, END}, "% of requests with KV-connector tokens"},
+    [KVSIM_DIM_EXTERNAL_ASYNC] = {"external_async_pct", T_UINT, false, 0, 100,
+        {0, 50, 100, END}, {0, 50, 100, END},
+        "% of those loaded asynchronously (small: 0 under priority, see docs/soak.md)"},
+    [KVSIM_DIM_STOP] = {"stop_pct", T_UINT, false, 0, 100,
+        {0, 30, END}, {0, 30, 60, END}, "% of requests with eos / stop tokens / min_tokens"},
+    [KVSIM_DIM_RESET] = {"reset_rate", T_UINT, false, 0, 1000,
+        {0, 0, 3, END}, {0, 0, 5, END}, "reset_prefix_cache ops per 1000 ops"},
+    [KVSIM_DIM_MAX_OPS] = {"max_ops", T_UINT, false, 1, 10000000,
+        {600, END}, {3000, END}, "op budget per seed; then everything left is aborted"},
+};
+/* clang-format on */
+
+static const char *matrix_name(enum kvsim_soak_matrix m)
+{
+    return m == KVSIM_SOAK_FULL ? "full" : "small";
+}
+
+static void format_value(const struct dim *d, int64_t v, char *buf, size_t len)
+{
+    switch (d->type) {
+    case T_BOOL: snprintf(buf, len, "%s", v ? "true" : "false"); break;
+    case T_POLICY: snprintf(buf, len, "%s", v ? "priority" : "fcfs"); break;
+    case T_FRACTION: snprintf(buf, len, "%g", (double)v / 1000.0); break;
+    case T_ARRIVAL: snprintf(buf, len, "%s", arrival_names[v]); break;
+    case T_OFF_UINT:
+        if (v < 0) {
+            snprintf(buf, len, "off");
+            break;
+        }
+        /* fall through */
+    case T_UINT: snprintf(buf, len, "%" PRId64, v); break;
+    }
+}
+
+void kvsim_soak_print_matrix(FILE *f)
+{
+    fprintf(f, "%-30s %-28s %-28s %s\n", "dimension", "small", "full", "meaning");
+    for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
+        const struct dim *d = &dims[i];
+        char lists[2][160];
+        for (int m = 0; m < 2; m++) {
+            const int64_t *vals = m ? d->full : d->small;
+            size_t len = 0;
+            lists[m][0] = 0;
+            for (int k = 0; k < MAX_VALS && vals[k] != END; k++) {
+                char v[32];
+                format_value(d, vals[k], v, sizeof v);
+                len += (size_t)snprintf(lists[m] + len, sizeof lists[m] - len, "%s%s", k ? "," : "",
+                                        v);
+                if (len >= sizeof lists[m])
+                    break;
+            }
+        }
+        fprintf(f, "%-30s %-28s %-28s %s%s\n", d->name, lists[0], lists[1],
+                d->config ? "[config] " : "", d->doc);
+    }
+}
+
+int kvsim_soak_parse_set(struct kvsim_soak_overrides *o, const char *arg, char *err, size_t len)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) {
+        snprintf(err, len, "option --set: '%s' is not NAME=VALUE", arg);
+        return -EINVAL;
+    }
+    size_t nlen = (size_t)(eq - arg);
+    const char *val = eq + 1;
+    for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
+        const struct dim *d = &dims[i];
+        if (strlen(d->name) != nlen || strncmp(d->name, arg, nlen) != 0)
+            continue;
+        int64_t v = -1;
+        bool ok = false;
+        char *end = NULL;
+        switch (d->type) {
+        case T_BOOL:
+            ok = !strcmp(val, "true") || !strcmp(val, "false");
+            v = !strcmp(val, "true");
+            break;
+        case T_POLICY:
+            ok = !strcmp(val, "fcfs") || !strcmp(val, "priority");
+            v = !strcmp(val, "priority");
+            break;
+        case T_ARRIVAL:
+            for (int k = 0; k < 3; k++)
+                if (!strcmp(val, arrival_names[k])) {
+                    ok = true;
+                    v = k;
+                }
+            break;
+        case T_FRACTION: {
+            errno = 0;
+            double x = *val ? strtod(val, &end) : -1;
+            ok = !errno && end && !*end && x >= 0 && x < 1;
+            v = (int64_t)(x * 1000.0 + 0.5);
+            ok = ok && (double)v / 1000.0 == x; /* thousandths only: the file must say x */
+            break;
+        }
+        case T_OFF_UINT:
+            if (!strcmp(val, "off")) {
+                ok = true;
+                v = -1;
+                break;
+            }
+            /* fall through */
+        case T_UINT:
+            errno = 0;
+            v = *val >= '0' && *val <= '9' ? strtoll(val, &end, 10) : -1;
+            ok = !errno && end && !*end && v >= d->min && v <= d->max && v >= 0;
+            break;
+        }
+        if (!ok) {
+            char lo[32], hi[32], range[96];
+            format_value(d, d->min, lo, sizeof lo);
+            format_value(d, d->max, hi, sizeof hi);
+            snprintf(range, sizeof range, "an integer in [%s, %s]", lo, hi);
+            snprintf(err, len, "option --set: '%s' is not a valid value of %s (%s)", val, d->name,
+                     d->type == T_BOOL       ? "true or false"
+                     : d->type == T_POLICY   ? "fcfs or priority"
+                     : d->type == T_ARRIVAL  ? "burst, trickle or waves"
+                     : d->type == T_FRACTION ? "a number in [0, 1) in thousandths"
+                     : d->type == T_OFF_UINT ? "off or a non-negative integer"
+                                             : range);
+            return -EINVAL;
+        }
+        o->set[i] = true;
+        o->value[i] = v;
+        return 0;
+    }
+    snprintf(err, len, "option --set: unknown dimension '%.*s' (see kvsim soak --show-matrix)",
+             (int)nlen, arg);
+    return -EINVAL;
+}
+
+/* ---- one seed ------------------------------------------------------------------------------- */
+
+#define VOCAB           32 /* sampled tokens are 0..VOCAB-1 */
+/* Prompt tokens: request i's own are (i + 1) * TOKEN_SPAN + k, family f's shared prefix
+ * FAMILY_BASE + f * TOKEN_SPAN + k (prompts are shorter than TOKEN_SPAN; the dimension ranges
+ * keep every id below 2^32). */
+#define TOKEN_SPAN      UINT64_C(100000)
+#define FAMILY_BASE     UINT64_C(2000000000)
+#define WIND_DOWN_LIMIT 10000 /* ops to settle after the budget (never reached) */
+
+struct sreq {
+    char id[24];
+    json_t *add;             /* its add op, built up front */
+    struct sched_request *r; /* once added */
+    bool report_queued;      /* its async load's finished_recving is pending */
+};
+
+struct pending_report {
+    size_t req;
+    uint64_t outputs_left; /* outputs to let pass before reporting */
+};
+
+struct soak {
+    struct rng rng;
+    int64_t v[KVSIM_NUM_DIMS];
+    uint32_t max_model_len;
+    json_t *steps;
+    struct kvsim_conform_runner *run;
+    struct kvsim_conform_result res;
+    bool failed;
+    struct sreq *reqs;
+    size_t nreqs, next_add, wave_left;
+    struct pending_report *pend;
+    size_t npend;
+};
+
+static void pick_config(struct soak *s, enum kvsim_soak_matrix m,
+                        const struct kvsim_soak_overrides *o)
+{
+    for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
+        const int64_t *vals = m == KVSIM_SOAK_FULL ? dims[i].full : dims[i].small;
+        size_t n = 0;
+        while (n < MAX_VALS && vals[n] != END)
+            n++;
+        /* Draw even when overridden: an override changes one dimension, not the others. */
+        int64_t v = vals[rng_below(&s->rng, n)];
+        s->v[i] = o && o->set[i] ? o->value[i] : v;
+    }
+    /* Derived rules that keep every configuration meaningful. */
+    if (m == KVSIM_SOAK_SMALL && s->v[KVSIM_DIM_POLICY] && !(o && o->set[KVSIM_DIM_EXTERNAL_ASYNC]))
+        s->v[KVSIM_DIM_EXTERNAL_ASYNC] = 0; /* keeps the known PRIORITY + async-load dead end
+                                             * (tests/regressions/, docs/soak.md) out of CI */
+    if (!s->v[KVSIM_DIM_ASYNC] && !(o && o->set[KVSIM_DIM_DEFER_FREE]))
+        s->v[KVSIM_DIM_DEFER_FREE] = 0; /* the fence belongs to the async scheduler */
+    uint64_t usable = (uint64_t)s->v[KVSIM_DIM_NUM_BLOCKS] - 1;
+    uint64_t mml = usable * (uint64_t)s->v[KVSIM_DIM_BLOCK_SIZE];
+    /* vLLM refuses a max_model_len the KV cache cannot hold once: every request fits alone. */
+    s->max_model_len = (uint32_t)(mml < 2048 ? mml : 2048);
+    if (!s->v[KVSIM_DIM_CHUNKED_PREFILL] &&
+        s->v[KVSIM_DIM_MAX_NUM_BATCHED_TOKENS] < (int64_t)s->max_model_len)
+        s->v[KVSIM_DIM_MAX_NUM_BATCHED_TOKENS] = s->max_model_len; /* vLLM requires it too */
+}
+
+static json_t *config_json(const struct soak *s)
+{
+    json_t *cfg = json_object();
+    for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
+        const struct dim *d = &dims[i];
+        int64_t v = s->v[i];
+        if (!d->config)
+            continue;
+        json_t *j = NULL;
+        switch (d->type) {
+        case T_BOOL: j = json_boolean(v); break;
+        case T_POLICY: j = json_string(v ? "priority" : "fcfs"); break;
+        case T_FRACTION: j = json_real((double)v / 1000.0); break;
+        case T_OFF_UINT: j = v < 0 ? NULL : json_integer(v); break;
+        case T_UINT: j = json_integer(v); break;
+        case T_ARRIVAL: break;
+        }
+        if (j)
+            json_object_set_new(cfg, d->name, j);
+    }
+    json_object_set_new(cfg, "max_model_len", json_integer(s->max_model_len));
+    json_object_set_new(cfg, "check_invariants", json_true());
+    json_object_set_new(cfg, "check_liveness", json_true());
+    return cfg;
+}
+
+static json_t *token_range(uint64_t a, uint64_t b)
+{
+    return json_pack("{s:[I,I]}", "range", (json_int_t)a, (json_int_t)b);
+}
+
+/* Every request's parameters are drawn up front, so arrival order does not change them. */
+static int make_requests(struct soak *s)
+{
+    size_t n = (size_t)s->v[KVSIM_DIM_REQUESTS];
+    s->reqs = calloc(n, sizeof *s->reqs);
+    if (!s->reqs)
+        return -ENOMEM;
+    s->nreqs = n;
+    uint64_t longest = (uint64_t)(s->max_model_len - 1) * (uint64_t)s->v[KVSIM_DIM_PROMPT_PCT];
+    longest = longest / 100 ? longest / 100 : 1;
+    for (size_t i = 0; i < n; i++) {
+        struct sreq *q = &s->reqs[i];
+        snprintf(q->id, sizeof q->id, "r%zu", i);
+        uint64_t plen = rng_range(&s->rng, 1, longest);
+        json_t *prompt;
+        uint64_t own = (i + 1) * TOKEN_SPAN;
+        if (rng_per(&s->rng, s->v[KVSIM_DIM_PREFIX_OVERLAP], 100)) {
+            uint64_t fam = rng_below(&s->rng, (uint64_t)s->v[KVSIM_DIM_PREFIX_FAMILIES]);
+            uint64_t shared = rng_range(&s->rng, 1, plen);
+            uint64_t fb = FAMILY_BASE + fam * TOKEN_SPAN;
+            prompt = shared == plen ? token_range(fb, fb + plen)
+                                    : json_pack("{s:[o,o]}", "concat", token_range(fb, fb + shared),
+                                                token_range(own, own + plen - shared));
+        } else {
+            prompt = token_range(own, own + plen);
+        }
+        /* vLLM's frontend caps max_tokens at max_model_len - prompt (and min_tokens at
+         * max_tokens): without it, a min_tokens past max_model_len never finishes. */
+        uint64_t max_tokens = rng_range(&s->rng, 1, (uint64_t)s->v[KVSIM_DIM_MAX_TOKENS]);
+        if (max_tokens > s->max_model_len - plen)
+            max_tokens = s->max_model_len - plen;
+        json_t *add = json_pack("{s:s,s:s,s:o,s:I}", "op", "add", "id", q->id, "prompt", prompt,
+                                "max_tokens", (json_int_t)max_tokens);
+        if (!add)
+            return -ENOMEM;
+        q->add = add;
+        if (s->v[KVSIM_DIM_POLICY])
+            json_object_set_new(add, "priority", json_integer((json_int_t)rng_below(&s->rng, 4)));
+        if (rng_per(&s->rng, s->v[KVSIM_DIM_STOP], 100)) {
+            switch (rng_below(&s->rng, 4)) {
+            case 0:
+                json_object_set_new(add, "eos_token_id",
+                                    json_integer((json_int_t)rng_below(&s->rng, VOCAB)));
+                break;
+            case 1:
+                json_object_set_new(add, "stop_token_ids",
+                                    json_pack("[I,I]", (json_int_t)rng_below(&s->rng, VOCAB),
+                                              (json_int_t)rng_below(&s->rng, VOCAB)));
+                break;
+            case 2:
+                json_object_set_new(add, "eos_token_id",
+                                    json_integer((json_int_t)rng_below(&s->rng, VOCAB)));
+                json_object_set_new(
+                    add, "min_tokens",
+                    json_integer((json_int_t)rng_range(&s->rng, 0, (uint64_t)max_tokens)));
+                break;
+            default:
+                json_object_set_new(add, "eos_token_id",
+                                    json_integer((json_int_t)rng_below(&s->rng, VOCAB)));
+                json_object_set_new(add, "ignore_eos", json_true());
+                break;
+            }
+        }
+        if (plen >= 2 && rng_per(&s->rng, s->v[KVSIM_DIM_EXTERNAL], 100)) {
+            bool async = rng_per(&s->rng, s->v[KVSIM_DIM_EXTERNAL_ASYNC], 100);
+            json_object_set_new(add, "external",
+                                json_pack("{s:I,s:b}", "tokens",
+                                          (json_int_t)rng_range(&s->rng, 1, plen - 1), "async",
+                                          async));
+        }
+    }
+    return 0;
+}
+
+/* Appends op to the scenario and runs it (the recorded file is what ran). Steals op. */
+static int emit(struct soak *s, json_t *op)
+{
+    if (!op)
+        return -ENOMEM;
+    json_array_append_new(s->steps, op);
+    if (kvsim_conform_runner_step(s->run, op, &s->res) != 0)
+        s->failed = true;
+    return s->failed ? -1 : 0;
+}
+
+static struct sched *sch(struct soak *s) { return kvsim_conform_runner_sched(s->run); }
+
+static bool added_unfinished(const struct sreq *q)
+{
+    return q->r && !sched_status_is_finished(q->r->status);
+}
+
+/* After a schedule: a request parked for an async load gets its finished_recving later. */
+static void queue_load_reports(struct soak *s)
+{
+    for (size_t i = 0; i < s->next_add; i++) {
+        struct sreq *q = &s->reqs[i];
+        if (q->report_queued || q->r->status != SCHED_WAITING_FOR_REMOTE_KVS || q->r->recv_finished)
+            continue;
+        q->report_queued = true;
+        s->pend[s->npend++] = (struct pending_report){i, rng_below(&s->rng, 3)};
+    }
+}
+
+/* ---- op kinds: one generator each ---- */
+
+static int gen_add(struct soak *s)
+{
+    struct sreq *q = &s->reqs[s->next_add++];
+    int rc = emit(s, json_incref(q->add));
+    if (rc == 0)
+        q->r = kvsim_conform_runner_request(s->run, q->id);
+    return rc;
+}
+
+static int gen_schedule(struct soak *s)
+{
+    int rc = emit(s, json_pack("{s:s}", "op", "schedule"));
+    if (rc == 0)
+        queue_load_reports(s);
+    return rc;
+}
+
+/* The model output of the oldest outstanding schedule: one token for every request whose
+ * chunk samples, and the async loads whose (simulated) transfer time has come. */
+static int gen_output(struct soak *s, bool report_all)
+{
+    struct sched_step *const *outs;
+    kvsim_conform_runner_outstanding(s->run, &outs);
+    const struct sched_step *st = outs[0];
+    json_t *sampled = json_object();
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        const struct sched_scheduled *e = &st->scheduled[i];
+        if (!e->samples || sched_status_is_finished(e->req->status))
+            continue;
+        json_object_set_new(sampled, kvsim_conform_runner_request_name(s->run, e->req),
+                            json_pack("[I]", (json_int_t)rng_below(&s->rng, VOCAB)));
+    }
+    json_t *op = json_pack("{s:s,s:o}", "op", "output", "sampled", sampled);
+    json_t *recv = json_array();
+    size_t keep = 0;
+    for (size_t i = 0; i < s->npend; i++) {
+        struct pending_report *p = &s->pend[i];
+        if (p->outputs_left == 0 || report_all) {
+            json_array_append_new(recv, json_string(s->reqs[p->req].id));
+            s->reqs[p->req].report_queued = false;
+        } else {
+            p->outputs_left--;
+            s->pend[keep++] = *p;
+        }
+    }
+    s->npend = keep;
+    if (json_array_size(recv))
+        json_object_set_new(op, "finished_recving", recv);
+    else
+        json_decref(recv);
+    return emit(s, op);
+}
+
+static size_t count_unfinished(const struct soak *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->next_add; i++)
+        n += added_unfinished(&s->reqs[i]);
+    return n;
+}
+
+static int gen_abort(struct soak *s)
+{
+    uint64_t k = rng_below(&s->rng, count_unfinished(s));
+    for (size_t i = 0; i < s->next_add; i++)
+        if (added_unfinished(&s->reqs[i]) && k-- == 0)
+            return emit(s, json_pack("{s:s,s:s}", "op", "abort", "id", s->reqs[i].id));
+    return 0;
+}
+
+static int gen_reset(struct soak *s)
+{
+    return emit(s, json_pack("{s:s,s:b}", "op", "reset_prefix_cache", "reset_running_requests",
+                             rng_below(&s->rng, 2) == 1));
+}
+
+/* The end: abort what is left, drain every output and load report, then check nothing leaked
+ * (after all of that, every usable block must be free again). */
+static int wind_down(struct soak *s)
+{
+    json_t *ids = json_array();
+    for (size_t i = 0; i < s->next_add; i++)
+        if (added_unfinished(&s->reqs[i]))
+            json_array_append_new(ids, json_string(s->reqs[i].id));
+    if (json_array_size(ids)) {
+        if (emit(s, json_pack("{s:s,s:o}", "op", "abort", "ids", ids)))
+            return -1;
+    } else {
+        json_decref(ids);
+    }
+    for (int k = 0; k < WIND_DOWN_LIMIT; k++) {
+        struct sched_step *const *outs;
+        size_t nout = kvsim_conform_runner_outstanding(s->run, &outs);
+        if (nout == 0 && s->npend == 0)
+            break;
+        if (nout == 0 ? gen_schedule(s) : gen_output(s, true))
+            return -1;
+    }
+    uint32_t usable = (uint32_t)s->v[KVSIM_DIM_NUM_BLOCKS] - 1;
+    return emit(
+        s, json_pack("{s:s,s:{s:I}}", "op", "check", "expect", "free_blocks", (json_int_t)usable));
+}
+
+static bool want_add(struct soak *s)
+{
+    switch ((enum arrival)s->v[KVSIM_DIM_ARRIVAL]) {
+    case ARRIVAL_BURST: return true;
+    case ARRIVAL_TRICKLE: return rng_below(&s->rng, 3) == 0;
+    case ARRIVAL_WAVES:
+        if (s->wave_left == 0 && sched_waiting_snapshot(sch(s), NULL, 0) == 0 &&
+            rng_below(&s->rng, 2) == 0)
+            s->wave_left = rng_range(&s->rng, 1, 4);
+        if (s->wave_left == 0)
+            return false;
+        s->wave_left--;
+        return true;
+    }
+    return true;
+}
+
+static int drive(struct soak *s)
+{
+    uint64_t budget = (uint64_t)s->v[KVSIM_DIM_MAX_OPS];
+    size_t depth = (size_t)s->v[KVSIM_DIM_PIPELINE_DEPTH];
+    while (kvsim_conform_runner_stats(s->run)->ops < budget) {
+        bool all_added = s->next_add == s->nreqs;
+        int rc;
+        struct sched_step *const *outs;
+        size_t nout = kvsim_conform_runner_outstanding(s->run, &outs);
+        bool work = sched_num_unfinished(sch(s)) > 0 || s->npend > 0;
+        if (!all_added && want_add(s))
+            rc = gen_add(s);
+        else if (count_unfinished(s) > 0 && rng_per(&s->rng, s->v[KVSIM_DIM_ABORT], 1000))
+            rc = gen_abort(s);
+        else if (rng_per(&s->rng, s->v[KVSIM_DIM_RESET], 1000))
+            rc = gen_reset(s);
+        else if (work && nout < depth)
+            rc = gen_schedule(s);
+        else if (nout > 0)
+            rc = gen_output(s, false);
+        else if (!all_added)
+            rc = gen_add(s); /* an idle engine: the next arrival comes now */
+        else
+            break; /* everything finished */
+        if (rc)
+            return rc;
+    }
+    return wind_down(s);
+}
+
+int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
+                        const struct kvsim_soak_overrides *o, json_t **doc,
+                        struct kvsim_conform_result *res, struct kvsim_conform_stats *stats)
+{
+    *doc = NULL;
+    struct soak s = {.rng = {seed ^ UINT64_C(0x6b7673696d736f6b)}}; /* "kvsimsok" */
+    pick_config(&s, matrix, o);
+    int rc = make_requests(&s);
+    s.pend = calloc(s.nreqs + 1, sizeof *s.pend);
+    s.steps = json_array();
+    json_t *cfg = config_json(&s);
+    char name[64], source[1024];
+    snprintf(name, sizeof name, "soak seed %" PRIu64, seed);
+    size_t len = (size_t)snprintf(source, sizeof source, "kvsim soak --matrix %s --seed %" PRIu64,
+                                  matrix_name(matrix), seed);
+    for (int i = 0; o && i < KVSIM_NUM_DIMS; i++) {
+        char v[32];
+        if (!o->set[i] || len >= sizeof source)
+            continue;
+        format_value(&dims[i], o->value[i], v, sizeof v);
+        len += (size_t)snprintf(source + len, sizeof source - len, " --set %s=%s", dims[i].name, v);
+    }
+    *doc = json_pack("{s:s,s:s,s:O,s:O}", "name", name, "source", source, "config", cfg, "steps",
+                     s.steps);
+    if (rc == 0 && (!s.pend || !s.steps || !cfg || !*doc))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        rc = kvsim_conform_runner_create(cfg, name, NULL, &s.run, &s.res);
+        if (rc == -1)
+            s.failed = true; /* an invalid configuration: reported like any failure */
+        else if (rc == 0 && drive(&s) != 0 && !s.failed)
+            rc = -ENOMEM;
+        if (rc == -1)
+            rc = 0;
+    }
+    if (res)
+        *res = s.res;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        if (s.run)
+            *stats = *kvsim_conform_runner_stats(s.run);
+    }
+    kvsim_conform_runner_destroy(s.run);
+    for (size_t i = 0; i < s.nreqs; i++)
+        json_decref(s.reqs[i].add);
+    free(s.reqs);
+    free(s.pend);
+    json_decref(s.steps);
+    json_decref(cfg);
+    if (rc) {
+        json_decref(*doc);
+        *doc = NULL;
+        return rc;
+    }
+    return s.failed ? 1 : 0;
+}
+
+/* ---- scenario files ------------------------------------------------------------------------- */
+
+/* Compact but readable (", " and ": "); reals as short as they round-trip for our values. */
+#define DUMP_FLAGS (JSON_ENCODE_ANY | JSON_REAL_PRECISION(12))
+
+int kvsim_scenario_write(const json_t *doc, FILE *f)
+{
+    static const char *const head[] = {"name", "source", "config"};
+    fputs("{\n", f);
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) {
+        json_t *v = json_object_get(doc, head[i]);
+        if (!v)
+            continue;
+        char *t = json_dumps(v, DUMP_FLAGS);
+        if (!t)
+            return -ENOMEM;
+        fprintf(f, "  \"%s\": %s,\n", head[i], t);
+        free(t);
+    }
+    fputs("  \"steps\": [\n", f);
+    json_t *steps = json_object_get(doc, "steps");
+    for (size_t i = 0; i < json_array_size(steps); i++) {
+        char *t = json_dumps(json_array_get(steps, i), DUMP_FLAGS);
+        if (!t)
+            return -ENOMEM;
+        fprintf(f, "    %s%s\n", t, i + 1 < json_array_size(steps) ? "," : "");
+        free(t);
+    }
+    fputs("  ]\n}\n", f);
+    return ferror(f) ? -EIO : 0;
+}
+
+int kvsim_scenario_write_file(const json_t *doc, const char *path)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -errno;
+    int rc = kvsim_scenario_write(doc, f);
+    if (fclose(f) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc)
+        remove(tmp);
+    return rc;
+}
+
+/* mkdir -p. Returns 0 or a negative errno. */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return -ENAMETOOLONG;
+    for (char *c = p + 1;; c++) {
+        bool last = *c == 0;
+        if (*c != '/' && !last)
+            continue;
+        *c = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return -errno;
+        if (last)
+            break;
+        *c = '/';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* ---- the command line ----------------------------------------------------------------------- */
+
+static void soak_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
+            "                  [--set NAME=VALUE]... [--keep] [--quiet]\n"
+            "\n"
+            "Seeded randomized runs of the scheduler core: each seed picks a configuration from\n"
+            "the matrix and builds a scenario op by op, checking the invariants, the liveness\n"
+            "rule and the #49675 progress rule after every op (docs/soak.md). A failing seed's\n"
+            "scenario is written to DIR/soak-seed<S>.json; `kvsim conform` replays it and\n"
+            "`kvsim minimize` shrinks it.\n"
+            "\n"
+            "  --seeds N          run seeds 1..N (default 200)\n"
+            "  --seed S           run seed S only\n"
+            "  --matrix M         small (CI, default) or full (nightly)\n"
+            "  --out DIR          where failing scenarios go (default ./soak-failures)\n"
+            "  --set NAME=VALUE   fix one matrix dimension for every seed (repeatable), e.g.\n"
+            "                     --set preempted_victim_guard=false\n"
+            "  --show-matrix      print the matrix dimensions and exit\n"
+            "  --keep             write every seed's scenario, not only failing ones\n"
+            "  --quiet            no summary line (failures are still printed)\n"
+            "  -h, --help         print this help\n"
+            "\n"
+            "Exit status: 0 all seeds passed, 1 a seed failed, 2 usage error.\n");
+}
+
+static bool parse_u64_arg(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : 0;
+    if (!(*s >= '0' && *s <= '9') || errno || *end || v < min || v > max) {
+        fprintf(stderr,
+                "kvsim soak: option --%s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]\n",
+                opt, s, min, max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Writes a failing (or --keep) seed's scenario and, for a failure, checks that the file replays
+ * to the same verdict. Returns 0, or 1 (reported on stdout/stderr). */
+static int save_seed(const char *dir, uint64_t seed, json_t *doc,
+                     const struct kvsim_conform_result *res, bool failed)
+{
+    char path[4096];
+    int rc = make_dirs(dir);
+    if (rc == 0 &&
+        snprintf(path, sizeof path, "%s/soak-seed%" PRIu64 ".json", dir, seed) >= (int)sizeof path)
+        rc = -ENAMETOOLONG;
+    if (rc == 0)
+        rc = kvsim_scenario_write_file(doc, path);
+    if (rc) {
+        fprintf(stderr, "kvsim soak: cannot write the scenario of seed %" PRIu64 " to %s: %s\n",
+                seed, dir, strerror(-rc));
+        return 1;
+    }
+    if (!failed)
+        return 0;
+    json_error_t jerr;
+    json_t *back = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    struct kvsim_conform_result again;
+    int vr = back ? kvsim_conform_run_json(back, NULL, &again, NULL) : 0;
+    json_decref(back);
+    if (!back || vr == 0 || strcmp(again.message, res->message) != 0) {
+        fprintf(stdout, "soak: seed %" PRIu64 ": %s does NOT replay the same way: %s\n", seed, path,
+                back ? (vr == 0 ? "it passes" : again.message) : jerr.text);
+        return 1;
+    }
+    printf("soak: seed %" PRIu64 ": scenario %s (kvsim conform replays it, kvsim minimize "
+           "shrinks it)\n",
+           seed, path);
+    return 0;
+}
+
+int kvsim_soak_main(int argc, char **argv)
+{
+    enum { O_SEEDS = 256, O_SEED, O_MATRIX, O_OUT, O_SET, O_SHOW, O_KEEP, O_QUIET, O_HELP };
+    static const struct option opts[] = {
+        {"seeds", required_argument, NULL, O_SEEDS},   {"seed", required_argument, NULL, O_SEED},
+        {"matrix", required_argument, NULL, O_MATRIX}, {"out", required_argument, NULL, O_OUT},
+        {"set", required_argument, NULL, O_SET},       {"show-matrix", no_argument, NULL, O_SHOW},
+        {"keep", no_argument, NULL, O_KEEP},           {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, O_HELP},           {NULL, 0, NULL, 0},
+    };
+    uint64_t nseeds = 200, first = 1;
+    bool have_seeds = false, have_seed = false, keep = false, quiet = false;
+    enum kvsim_soak_matrix matrix = KVSIM_SOAK_SMALL;
+    const char *out = "soak-failures";
+    struct kvsim_soak_overrides ov = {0};
+    int ch;
+    optind = 0; /* 0, not 1: glibc re-reads the ordering mode (main parsed with "+") */
+    opterr = 0; /* our own messages, naming the option */
+    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        char err[256];
+        switch (ch) {
+        case O_SEEDS:
+            if (!parse_u64_arg("seeds", optarg, 1, 100000000, &nseeds))
+                return 2;
+            have_seeds = true;
+            break;
+        case O_SEED:
+            if (!parse_u64_arg("seed", optarg, 0, UINT64_MAX, &first))
+                return 2;
+            have_seed = true;
+            break;
+        case O_MATRIX:
+            if (!strcmp(optarg, "small")) {
+                matrix = KVSIM_SOAK_SMALL;
+            } else if (!strcmp(optarg, "full")) {
+                matrix = KVSIM_SOAK_FULL;
+            } else {
+                fprintf(stderr, "kvsim soak: option --matrix: '%s' is not small or full\n", optarg);
+                return 2;
+            }
+            break;
+        case O_OUT:
+            if (!*optarg) {
+                fprintf(stderr, "kvsim soak: option --out: empty directory name\n");
+                return 2;
+            }
+            out = optarg;
+            break;
+        case O_SET:
+            if (kvsim_soak_parse_set(&ov, optarg, err, sizeof err)) {
+                fprintf(stderr, "kvsim soak: %s\n", err);
+                return 2;
+            }
+            break;
+        case O_SHOW: kvsim_soak_print_matrix(stdout); return 0;
+        case O_KEEP: keep = true; break;
+        case O_QUIET: quiet = true; break;
+        case 'h':
+        case O_HELP: soak_usage(stdout); return 0;
+        case ':':
+            fprintf(stderr, "kvsim soak: option %s needs a value\n", argv[optind - 1]);
+            return 2;
+        default:
+            if (optopt) /* a short option, maybe inside a cluster */
+                fprintf(stderr, "kvsim soak: unknown option '-%c'\n", optopt);
+            else
+                fprintf(stderr, "kvsim soak: unknown option '%s'\n", argv[optind - 1]);
+            soak_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "kvsim soak: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (have_seeds && have_seed) {
+        fprintf(stderr, "kvsim soak: options --seeds and --seed exclude each other\n");
+        return 2;
+    }
+    if (have_seed)
+        nseeds = 1;
+    struct kvsim_conform_stats total = {0};
+    uint64_t failed = 0;
+    double t0 = now_s();
+    for (uint64_t k = 0; k < nseeds; k++) {
+        uint64_t seed = first + k;
+        json_t *doc;
+        struct kvsim_conform_result res;
+        struct kvsim_conform_stats st;
+        int rc = kvsim_soak_run_seed(seed, matrix, &ov, &doc, &res, &st);
+        if (rc < 0) {
+            fprintf(stderr, "kvsim soak: seed %" PRIu64 ": %s\n", seed, strerror(-rc));
+            return 1;
+        }
+        kvsim_conform_stats_add(&total, &st);
+        if (rc == 1) {
+            failed++;
+            printf("FAIL seed %" PRIu64 " [%s]: %s\n", seed, res.kind, res.message);
+        }
+        /* A passing seed whose --keep file cannot be written fails the run too. */
+        if ((rc == 1 || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0 && rc != 1)
+            failed++;
+        json_decref(doc);
+        fflush(stdout);
+    }
+    double dt = now_s() - t0;
+    if (!quiet)
+        printf("soak: %" PRIu64 " seeds (matrix %s), %" PRIu64 " ops, %" PRIu64
+               " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
+               " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
+               " futile, longest cascade %" PRIu64 ", %" PRIu64
+               " zero-progress schedules); %" PRIu64 " failed\n",
+               nseeds, matrix_name(matrix), total.ops, total.transitions, dt,
+               dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
+               total.scheduled_tokens
+                   ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
+                   : 0.0,
+               total.futile_preemptions, total.max_futile_in_one_schedule,
+               total.zero_progress_schedules, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,350 @@
+/*
+ * test_soak.c - the soak and minimization machinery: ddmin's core, removing requests from a
+ * scenario, the in-process scenario runner's verdicts (kinds, steps, lenient replays), the
+ * liveness and progress rules on the conformance scenarios (no false alarms), and that a soak
+ * seed is deterministic and its recorded scenario replays exactly what ran.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/conform.h"
+#include "runtime/soak.h"
+
+/* ---- ddmin ---------------------------------------------------------------------------------- */
+
+struct need {
+    const size_t *must; /* the candidate fails iff it holds all of these */
+    size_t nmust;
+    size_t min_count; /* ... and at least this many units */
+    uint64_t calls;
+};
+
+static bool needs_all(void *ctx, const size_t *units, size_t n)
+{
+    struct need *nd = ctx;
+    nd->calls++;
+    for (size_t i = 1; i < n; i++)
+        cr_assert_lt(units[i - 1], units[i], "ddmin must keep the units' order");
+    if (n < nd->min_count)
+        return false;
+    for (size_t k = 0; k < nd->nmust; k++) {
+        bool found = false;
+        for (size_t i = 0; i < n && !found; i++)
+            found = units[i] == nd->must[k];
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+static size_t iota(size_t *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        u[i] = i;
+    return n;
+}
+
+Test(ddmin, finds_exactly_the_two_needed_units)
+{
+    size_t u[40], must[] = {3, 31};
+    size_t n = iota(u, 40);
+    struct need nd = {must, 2, 0, 0};
+    int64_t tests = kvsim_ddmin(u, &n, needs_all, &nd, 100000);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(u[0], 3);
+    cr_assert_eq(u[1], 31);
+    cr_assert_eq((uint64_t)tests, nd.calls);
+    cr_assert_lt(tests, 200, "ddmin took %lld tests for 2 of 40", (long long)tests);
+}
+
+Test(ddmin, random_sets_are_recovered_exactly)
+{
+    uint64_t x = 12345;
+    for (int round = 0; round < 50; round++) {
+        size_t u[64], must[8], nmust = 0;
+        size_t n = iota(u, 64);
+        for (size_t i = 0; i < 64; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            if ((x >> 59) == 0 && nmust < 8) /* about 1 in 32 */
+                must[nmust++] = i;
+        }
+        struct need nd = {must, nmust, 0, 0};
+        cr_assert_geq(kvsim_ddmin(u, &n, needs_all, &nd, 1000000), 0);
+        cr_assert_eq(n, nmust, "round %d: kept %zu, needed %zu", round, n, nmust);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(u[i], must[i]);
+    }
+}
+
+Test(ddmin, a_count_threshold_keeps_that_many)
+{
+    size_t u[30];
+    size_t n = iota(u, 30);
+    struct need nd = {NULL, 0, 5, 0};
+    kvsim_ddmin(u, &n, needs_all, &nd, 100000);
+    cr_assert_eq(n, 5); /* 1-minimal: any 4 of them pass */
+}
+
+Test(ddmin, a_failure_needing_nothing_shrinks_to_nothing)
+{
+    size_t u[7];
+    size_t n = iota(u, 7);
+    struct need nd = {NULL, 0, 0, 0};
+    kvsim_ddmin(u, &n, needs_all, &nd, 100000);
+    cr_assert_eq(n, 0);
+}
+
+Test(ddmin, the_test_budget_stops_it_with_a_failing_result)
+{
+    size_t u[100], must[] = {42};
+    size_t n = iota(u, 100);
+    struct need nd = {must, 1, 0, 0};
+    int64_t tests = kvsim_ddmin(u, &n, needs_all, &nd, 3);
+    cr_assert_eq(tests, 3);
+    cr_assert_lt(n, 100, "three tests halve twice");
+    struct need check = {must, 1, 0, 0};
+    cr_assert(needs_all(&check, u, n), "whatever it kept still fails");
+}
+
+/* ---- scenarios ------------------------------------------------------------------------------ */
+
+static json_t *load(const char *rel)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", KVSIM_SOURCE_DIR, rel);
+    json_error_t err;
+    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    cr_assert_not_null(doc, "%s: %s", path, err.text);
+    return doc;
+}
+
+Test(scenario, dropping_a_request_removes_it_everywhere)
+{
+    json_t *steps = json_loads(
+        "[{\"op\":\"add\",\"id\":\"a\",\"prompt\":[1],\"max_tokens\":1},"
+        " {\"op\":\"add\",\"id\":\"b\",\"prompt\":[2],\"max_tokens\":1},"
+        " {\"op\":\"schedule\",\"expect\":{\"scheduled\":{\"a\":1,\"b\":1},\"new\":[\"a\",\"b\"],"
+        "   \"total_scheduled\":2}},"
+        " {\"op\":\"output\",\"sampled\":{\"a\":[5],\"b\":[6]},\"finished_recving\":[\"b\"]},"
+        " {\"op\":\"abort\",\"id\":\"b\"},"
+        " {\"op\":\"abort\",\"ids\":[\"b\"]},"
+        " {\"op\":\"abort\",\"ids\":[\"a\",\"b\"]},"
+        " {\"op\":\"kv_free\",\"id\":\"b\"}]",
+        0, NULL);
+    json_t *drop = json_pack("{s:b}", "b", 1);
+    json_t *got = kvsim_scenario_drop_requests(steps, drop);
+    json_t *want =
+        json_loads("[{\"op\":\"add\",\"id\":\"a\",\"prompt\":[1],\"max_tokens\":1},"
+                   " {\"op\":\"schedule\",\"expect\":{\"scheduled\":{\"a\":1},\"new\":[\"a\"],"
+                   "   \"total_scheduled\":2}},"
+                   " {\"op\":\"output\",\"sampled\":{\"a\":[5]}},"
+                   " {\"op\":\"abort\",\"ids\":[\"a\"]}]",
+                   0, NULL);
+    char *g = json_dumps(got, JSON_COMPACT);
+    cr_assert(json_equal(got, want), "got %s", g);
+    free(g);
+    cr_assert_eq(json_array_size(steps), 8, "the input is not modified");
+    json_decref(steps);
+    json_decref(drop);
+    json_decref(got);
+    json_decref(want);
+}
+
+Test(runner, the_pinned_dead_end_fails_with_its_kind_and_shape)
+{
+    json_t *doc = load("tests/regressions/known-dead-end-priority-async-load.json");
+    struct kvsim_conform_result res;
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(res.verdict, KVSIM_CONFORM_FAIL);
+    cr_assert_str_eq(res.kind, "dead_end");
+    cr_assert_eq(res.step, 4);
+    cr_assert_str_eq(res.op, "schedule");
+    cr_assert(strstr(res.message, "active=3 free=4, head r2 (WAITING) needs 5 blocks"), "%s",
+              res.message);
+    /* Without the liveness rule the same steps pass: the rule is what sees it. */
+    json_object_set_new(json_object_get(doc, "config"), "check_liveness", json_false());
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "%s", res.message);
+    json_decref(doc);
+}
+
+Test(runner, check_invariants_fails_the_op_that_broke_one)
+{
+    json_t *doc = load("tests/soak/invariant-waiting-holds-blocks.json");
+    struct kvsim_conform_result res;
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "invariant:waiting_holds_no_blocks");
+    cr_assert_eq(res.step, 10);
+    cr_assert_str_eq(res.op, "kv_allocate");
+    cr_assert(strstr(res.message, "state=WAITING") && strstr(res.message, "id='c'"), "%s",
+              res.message);
+    /* Off, nothing notices: the next schedule admits c over its stray blocks, and the
+     * scheduler's own boundary checks see a consistent state. */
+    json_object_set_new(json_object_get(doc, "config"), "check_invariants", json_false());
+    json_object_set_new(json_object_get(doc, "config"), "check_liveness", json_false());
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "%s", res.message);
+    json_decref(doc);
+}
+
+Test(runner, futile_preemptions_are_counted_and_bounded)
+{
+    json_t *off = load("tests/conformance/SC-39b-fenced-victim-no-guard.json");
+    json_t *on = load("tests/conformance/SC-39a-fenced-victim-guard.json");
+    struct kvsim_conform_result res;
+    struct kvsim_conform_stats st;
+    cr_assert_eq(kvsim_conform_run_json(off, NULL, &res, &st), 0);
+    cr_assert_eq(st.futile_preemptions, 2, "R0 and R1 with deferred frees");
+    cr_assert_eq(st.max_futile_in_one_schedule, 2);
+    cr_assert_eq(st.zero_progress_schedules, 1);
+    json_object_set_new(json_object_get(off, "config"), "max_futile_preemptions", json_integer(0));
+    cr_assert_eq(kvsim_conform_run_json(off, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "futile_preemption");
+    cr_assert_eq(res.step, 3);
+    cr_assert(strstr(res.message, "preempted [R1,R0], 2 of them"), "%s", res.message);
+    json_object_set_new(json_object_get(on, "config"), "max_futile_preemptions", json_integer(0));
+    cr_assert_eq(kvsim_conform_run_json(on, NULL, &res, &st), 0, "%s", res.message);
+    cr_assert_eq(st.futile_preemptions, 0);
+    cr_assert_eq(st.preemptions, 1, "the guard preempts R1 once its free is immediate");
+    json_decref(off);
+    json_decref(on);
+}
+
+/* Every conformance scenario with the liveness and progress rules on (and the invariants after
+ * every op where no KV-level op plays with a request's blocks): no false alarm. */
+Test(runner, no_false_alarms_on_the_conformance_scenarios)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/tests/conformance", KVSIM_SOURCE_DIR);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".json"))
+            continue;
+        char rel[512];
+        snprintf(rel, sizeof rel, "tests/conformance/%s", e->d_name);
+        json_t *doc = load(rel);
+        char *text = json_dumps(doc, 0);
+        bool kv_level = strstr(text, "\"kv_allocate\"") != NULL;
+        free(text);
+        json_t *cfg = json_object_get(doc, "config");
+        json_object_set_new(cfg, "check_liveness", json_true());
+        json_object_set_new(cfg, "check_invariants", json_boolean(!kv_level));
+        json_object_set_new(cfg, "max_futile_preemptions",
+                            json_integer(strstr(rel, "SC-39b") ? 2 : 0));
+        struct kvsim_conform_result res;
+        int rc = kvsim_conform_run_json(doc, NULL, &res, NULL);
+        /* SC-10b withholds a sampled token on purpose: the liveness rule refuses that. */
+        if (strstr(rel, "SC-10b"))
+            cr_assert(rc == -1 && !strcmp(res.kind, "error"), "%s: %s", rel, res.message);
+        else
+            cr_assert_eq(rc, 0, "%s: [%s] %s", rel, res.kind, res.message);
+        json_decref(doc);
+        n++;
+    }
+    closedir(d);
+    cr_assert_geq(n, 50);
+}
+
+Test(runner, a_lenient_run_records_a_strictly_identical_scenario)
+{
+    json_t *doc = load("tests/soak/soak-seed4770-dead-end.json");
+    json_t *steps = json_object_get(doc, "steps");
+    /* Drop every schedule's first output: strict runs would break on the shifted outputs. */
+    json_t *cut = json_array();
+    for (size_t i = 0; i < json_array_size(steps); i++)
+        if (i % 7 != 5)
+            json_array_append(cut, json_array_get(steps, i));
+    json_object_set(doc, "steps", cut);
+    struct kvsim_conform_result strict, lenient, replay;
+    kvsim_conform_run_json(doc, NULL, &strict, NULL);
+    cr_assert_str_eq(strict.kind, "error", "the cut scenario is not valid strictly");
+    json_t *eff = json_array();
+    struct kvsim_conform_options opt = {.lenient = true, .effective = eff};
+    struct kvsim_conform_stats s1, s2;
+    kvsim_conform_run_json(doc, &opt, &lenient, &s1);
+    json_object_set(doc, "steps", eff);
+    kvsim_conform_run_json(doc, NULL, &replay, &s2);
+    cr_assert_eq(lenient.verdict, replay.verdict);
+    cr_assert_str_eq(lenient.kind, replay.kind);
+    if (replay.verdict) /* it fails at its last recorded step */
+        cr_assert_eq(replay.step, (long)json_array_size(eff) - 1);
+    cr_assert(!json_equal(eff, cut), "the recorded steps are the repaired ones");
+    cr_assert_eq(s1.ops, s2.ops);
+    cr_assert_eq(s1.transitions, s2.transitions);
+    cr_assert_eq(s1.scheduled_tokens, s2.scheduled_tokens);
+    json_decref(cut);
+    json_decref(eff);
+    json_decref(doc);
+}
+
+/* ---- the soak ------------------------------------------------------------------------------- */
+
+Test(soak, a_seed_is_deterministic_and_its_scenario_replays_what_ran)
+{
+    for (uint64_t seed = 1; seed <= 40; seed++) {
+        json_t *a, *b;
+        struct kvsim_conform_result ra, rb, rr;
+        struct kvsim_conform_stats sa, sb, sr;
+        int ca = kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, NULL, &a, &ra, &sa);
+        int cb = kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, NULL, &b, &rb, &sb);
+        cr_assert_eq(ca, 0, "seed %llu: %s", (unsigned long long)seed, ra.message);
+        cr_assert_eq(cb, ca);
+        cr_assert(json_equal(a, b), "seed %llu builds the same scenario twice",
+                  (unsigned long long)seed);
+        cr_assert_eq(sa.transitions, sb.transitions);
+        /* Through a file and back, as `kvsim conform` would read it. */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        cr_assert_eq(kvsim_scenario_write(a, f), 0);
+        fclose(f);
+        json_error_t err;
+        json_t *back = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+        cr_assert_not_null(back, "%s", err.text);
+        cr_assert(json_equal(a, back), "the written file holds the same scenario");
+        cr_assert_eq(kvsim_conform_run_json(back, NULL, &rr, &sr), 0, "%s", rr.message);
+        cr_assert_eq(sr.ops, sa.ops);
+        cr_assert_eq(sr.transitions, sa.transitions);
+        cr_assert_eq(sr.scheduled_tokens, sa.scheduled_tokens);
+        cr_assert_eq(sr.preemptions, sa.preemptions);
+        free(text);
+        json_decref(a);
+        json_decref(b);
+        json_decref(back);
+    }
+}
+
+Test(soak, overrides_fix_a_dimension_and_leave_the_rest)
+{
+    struct kvsim_soak_overrides o = {0};
+    char err[256];
+    cr_assert_eq(kvsim_soak_parse_set(&o, "block_size=8", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_soak_parse_set(&o, "policy=priority", err, sizeof err), 0, "%s", err);
+    cr_assert_neq(kvsim_soak_parse_set(&o, "blocksize=8", err, sizeof err), 0);
+    cr_assert(strstr(err, "unknown dimension 'blocksize'"), "%s", err);
+    cr_assert_neq(kvsim_soak_parse_set(&o, "block_size=0", err, sizeof err), 0);
+    cr_assert(strstr(err, "'0' is not a valid value of block_size"), "%s", err);
+    cr_assert_neq(kvsim_soak_parse_set(&o, "watermark=0.0005", err, sizeof err), 0);
+    cr_assert_neq(kvsim_soak_parse_set(&o, "async_scheduling=yes", err, sizeof err), 0);
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        json_t *doc, *plain;
+        struct kvsim_conform_result res;
+        kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL);
+        kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, NULL, &plain, &res, NULL);
+        json_t *cfg = json_object_get(doc, "config"), *pcfg = json_object_get(plain, "config");
+        cr_assert_eq(json_integer_value(json_object_get(cfg, "block_size")), 8);
+        cr_assert_str_eq(json_string_value(json_object_get(cfg, "policy")), "priority");
+        cr_assert(json_equal(json_object_get(cfg, "async_scheduling"),
+                             json_object_get(pcfg, "async_scheduling")),
+                  "other dimensions draw as without the override");
+        cr_assert(strstr(json_string_value(json_object_get(doc, "source")),
+                         "--set block_size=8 --set policy=priority"));
+        json_decref(doc);
+        json_decref(plain);
+    }
+}

@@ -4,9 +4,15 @@
  * Bookkeeping. Every enqueued batch has a record (its cookie is the record index) with the kind
  * of copy, the block hashes and, for G1 copies, the G1 block ids; records are recycled through a
  * free list. A load (one request's onboarding) has its own record: the G2 pins it took, how many
- * of its batches are outstanding, whether one failed. "In flight" sets (hashes on their way to
- * G2 / to G3) keep a block from being copied twice; they are tier stores used as plain sets
- * (their capacity covers the lane's whole window, so they never evict).
+ * of its batches are outstanding, whether one failed.
+ *
+ * No "in flight" sets: a G1 block whose copy is in flight is held, so it stays in G1's prefix
+ * cache and later requests hit it there instead of storing the hash again; only a duplicate-hash
+ * block (a request that did not read the cache) can store a hash that is already on its way,
+ * and that rare second copy lands as a presence-filtered insert. Likewise, with
+ * g3_write_through a G2 eviction sends nothing (the block went to G3 when G2 received it).
+ * Each tier lookup is a likely cache miss on a large table, so one fewer per copied block
+ * matters: this halves the tier operations per written-through block.
  *
  * Copies into G3 triggered inside a completion callback are collected and enqueued after the
  * pipeline call returns, at the pipeline's current time: still a function of virtual time only.
@@ -107,7 +113,6 @@ struct kvsim_tiers {
     struct kvsim_tiers_config cfg;
     struct offload_pipeline *pipe;
     struct offload_tier *g2, *g3;
-    struct offload_tier *to_g2, *to_g3; /* in-flight sets */
     struct sched *s;
     struct kvpool *pool;
     uint32_t max_blocks; /* the largest lane batch */
@@ -445,10 +450,9 @@ static void batch_unused(struct kvsim_tiers *t, uint32_t i)
 static void write_g2_undo(struct kvsim_tiers *t, const kvpool_block_id *g1, const kvpool_hash *h,
                           uint32_t n)
 {
-    for (uint32_t k = 0; k < n; k++) {
+    (void)h;
+    for (uint32_t k = 0; k < n; k++)
         kvpool_release_hold(t->pool, g1[k]);
-        offload_tier_remove(t->to_g2, h[k]);
-    }
 }
 
 static int submit_write_g2(struct kvsim_tiers *t, uint32_t i)
@@ -482,7 +486,7 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
         /* The block may have been evicted and reused since it was stored (same step). */
         if (!kvpool_block_hash(t->pool, blk, &h) || h != t->st_h[k])
             continue;
-        if (offload_tier_contains(t->g2, h) || offload_tier_contains(t->to_g2, h)) {
+        if (offload_tier_contains(t->g2, h)) {
             t->st.filtered++;
             continue;
         }
@@ -493,7 +497,6 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
         }
         if ((rc = kvpool_hold_block(t->pool, blk)) != 0)
             break;
-        offload_tier_insert(t->to_g2, h, NULL, NULL);
         bg1(t, cur)[t->b[cur].n] = blk;
         bh(t, cur)[t->b[cur].n] = h;
         if (++t->b[cur].n == mb) {
@@ -519,15 +522,12 @@ static void queue_g3(struct kvsim_tiers *t, kvpool_hash h, bool pin_g2)
 {
     if (t->g3 ? offload_tier_contains(t->g3, h) : !t->sh || hset_contains(&t->slot->own, h))
         return;
-    if (offload_tier_contains(t->to_g3, h))
-        return;
     if (grow((void **)&t->pg3, &t->cappg3, t->npg3 + 1, sizeof *t->pg3)) {
         t->err = t->err ? t->err : -ENOMEM;
         return;
     }
     if (pin_g2 && offload_tier_pin(t->g2, h) != 0)
         pin_g2 = false;
-    offload_tier_insert(t->to_g3, h, NULL, NULL);
     t->pg3[t->npg3++] = (struct pending_g3){h, pin_g2};
 }
 
@@ -537,7 +537,7 @@ static int g2_insert(struct kvsim_tiers *t, kvpool_hash h)
     bool evicted = false;
     uint64_t victim = 0;
     int rc = offload_tier_insert(t->g2, h, &evicted, &victim);
-    if (evicted)
+    if (evicted && !t->cfg.g3_write_through)
         queue_g3(t, victim, false);
     if (rc == 0) {
         t->st.written_g2++;
@@ -555,7 +555,6 @@ static void filter_g3_shared(struct kvsim_tiers *t)
     for (uint32_t k = 0; k < t->npg3; k++) {
         struct pending_g3 p = t->pg3[k];
         if (g3_shared_holds(t, p.hash)) {
-            offload_tier_remove(t->to_g3, p.hash);
             if (p.pinned)
                 offload_tier_unpin(t->g2, p.hash);
             continue;
@@ -588,11 +587,9 @@ static int flush_g3(struct kvsim_tiers *t)
         if (rc == -EAGAIN) { /* window full: these G3 copies are dropped */
             rc = 0;
             t->st.dropped += n;
-            for (uint32_t j = 0; j < n; j++) {
-                offload_tier_remove(t->to_g3, t->pg3[k + j].hash);
+            for (uint32_t j = 0; j < n; j++)
                 if (t->pg3[k + j].pinned)
                     offload_tier_unpin(t->g2, t->pg3[k + j].hash);
-            }
         }
         k += n;
     }
@@ -775,7 +772,6 @@ static uint32_t hook_relieve(void *ctx, uint32_t num_short)
             kvpool_hash h = bh(t, i)[k];
             if (offload_tier_contains(t->g2, h)) {
                 kvpool_release_hold(t->pool, bg1(t, i)[k]);
-                offload_tier_remove(t->to_g2, h);
                 released++;
                 t->st.filtered++;
             } else {
@@ -822,7 +818,6 @@ static void on_complete(void *arg, const struct offload_completion *c)
     case TB_G1_G2:
         for (uint32_t k = 0; k < b->n; k++) {
             kvpool_release_hold(t->pool, bg1(t, i)[k]);
-            offload_tier_remove(t->to_g2, h[k]);
             if (ok)
                 g2_insert(t, h[k]);
         }
@@ -831,7 +826,6 @@ static void on_complete(void *arg, const struct offload_completion *c)
         for (uint32_t k = 0; k < b->n; k++) {
             if (bpin(t, i)[k])
                 offload_tier_unpin(t->g2, h[k]);
-            offload_tier_remove(t->to_g3, h[k]);
             if (!ok)
                 continue;
             if (t->g3) {
@@ -912,10 +906,6 @@ int kvsim_tiers_create(const struct kvsim_tiers_config *cfg, struct kvsim_tiers 
     t->cfg.pipe.work_arg = t;
     t->cfg.pipe.complete = on_complete;
     t->cfg.pipe.complete_arg = t;
-    uint64_t w2 = (uint64_t)cfg->pipe.lanes[OFFLOAD_LANE_G1_G2].capacity *
-                  cfg->pipe.lanes[OFFLOAD_LANE_G1_G2].max_blocks * 2;
-    uint64_t w3 = (uint64_t)cfg->pipe.lanes[OFFLOAD_LANE_G2_G3].capacity *
-                  cfg->pipe.lanes[OFFLOAD_LANE_G2_G3].max_blocks * 2;
     if (cfg->g3_shared) {
         if (cfg->g3_engine >= cfg->g3_shared->num_engines) {
             free(t);
@@ -929,10 +919,6 @@ int kvsim_tiers_create(const struct kvsim_tiers_config *cfg, struct kvsim_tiers 
     int rc = offload_tier_create(cfg->g2_blocks, &t->g2);
     if (!rc && cfg->g3_blocks && !cfg->g3_shared)
         rc = offload_tier_create(cfg->g3_blocks, &t->g3);
-    if (!rc)
-        rc = offload_tier_create((uint32_t)(w2 ? w2 : 1), &t->to_g2);
-    if (!rc)
-        rc = offload_tier_create((uint32_t)(w3 ? w3 : 1), &t->to_g3);
     if (!rc)
         rc = offload_pipeline_create(&t->cfg.pipe, cfg->pool, &t->pipe);
     if (rc) {
@@ -964,8 +950,6 @@ void kvsim_tiers_destroy(struct kvsim_tiers *t)
         free(t->ld[i].pinned);
     offload_tier_destroy(t->g2);
     offload_tier_destroy(t->g3);
-    offload_tier_destroy(t->to_g2);
-    offload_tier_destroy(t->to_g3);
     free(t->b);
     free(t->bh);
     free(t->bg1);

@@ -504,6 +504,9 @@ int offload_tier_create(uint32_t capacity, struct offload_tier **out);
 /* Frees the tier. Accepts NULL. */
 void offload_tier_destroy(struct offload_tier *t);
 
+/* Starts loading the table line hash's lookup will read (a batch of lookups issues these
+ * first, so their cache misses overlap). No effect on the contents. */
+void offload_tier_prefetch(const struct offload_tier *t, uint64_t hash);
 /* True if hash is resident (pinned or not). No LRU change, no counter. */
 bool offload_tier_contains(const struct offload_tier *t, uint64_t hash);
 /* A lookup hit: if hash is resident, moves it to the MRU end (a pinned entry keeps its place

@@ -178,6 +178,11 @@ bool offload_tier_contains(const struct offload_tier *t, uint64_t hash)
     return find_pos(t, hash) != NIL;
 }
 
+void offload_tier_prefetch(const struct offload_tier *t, uint64_t hash)
+{
+    __builtin_prefetch(&t->table[mix_of(hash) & t->mask]);
+}
+
 bool offload_tier_touch(struct offload_tier *t, uint64_t hash)
 {
     uint32_t s = find_slot(t, hash);

@@ -480,6 +480,8 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
     uint32_t mb = t->cfg.pipe.lanes[OFFLOAD_LANE_G1_G2].max_blocks;
     uint32_t cur = UINT32_MAX;
     int rc = 0;
+    for (uint32_t k = 0; k < t->nst; k++)
+        offload_tier_prefetch(t->g2, t->st_h[k]);
     for (uint32_t k = 0; k < t->nst && rc == 0; k++) {
         kvpool_hash h;
         kvpool_block_id blk = t->st_b[k];
@@ -520,7 +522,8 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
  * (this engine's writes) is checked here; flush_g3 checks the registry. */
 static void queue_g3(struct kvsim_tiers *t, kvpool_hash h, bool pin_g2)
 {
-    if (t->g3 ? offload_tier_contains(t->g3, h) : !t->sh || hset_contains(&t->slot->own, h))
+    /* A per-engine G3 is checked in flush_g3, a batch at a time (prefetched). */
+    if (!t->g3 && (!t->sh || hset_contains(&t->slot->own, h)))
         return;
     if (grow((void **)&t->pg3, &t->cappg3, t->npg3 + 1, sizeof *t->pg3)) {
         t->err = t->err ? t->err : -ENOMEM;
@@ -571,6 +574,21 @@ static int flush_g3(struct kvsim_tiers *t)
     uint32_t k = 0;
     if (t->sh)
         filter_g3_shared(t);
+    if (t->g3) { /* presence filtering against the per-engine G3 */
+        uint32_t keep = 0;
+        for (uint32_t j = 0; j < t->npg3; j++)
+            offload_tier_prefetch(t->g3, t->pg3[j].hash);
+        for (uint32_t j = 0; j < t->npg3; j++) {
+            struct pending_g3 p = t->pg3[j];
+            if (offload_tier_contains(t->g3, p.hash)) {
+                if (p.pinned)
+                    offload_tier_unpin(t->g2, p.hash);
+                continue;
+            }
+            t->pg3[keep++] = p;
+        }
+        t->npg3 = keep;
+    }
     while (k < t->npg3 && rc == 0) {
         uint32_t i;
         if ((rc = batch_alloc(t, &i)) != 0)
@@ -816,6 +834,8 @@ static void on_complete(void *arg, const struct offload_completion *c)
     const kvpool_hash *h = bh(t, i);
     switch (b->kind) {
     case TB_G1_G2:
+        for (uint32_t k = 0; k < b->n; k++)
+            offload_tier_prefetch(t->g2, h[k]);
         for (uint32_t k = 0; k < b->n; k++) {
             kvpool_release_hold(t->pool, bg1(t, i)[k]);
             if (ok)
@@ -823,6 +843,8 @@ static void on_complete(void *arg, const struct offload_completion *c)
         }
         break;
     case TB_G2_G3:
+        for (uint32_t k = 0; t->g3 && k < b->n; k++)
+            offload_tier_prefetch(t->g3, h[k]);
         for (uint32_t k = 0; k < b->n; k++) {
             if (bpin(t, i)[k])
                 offload_tier_unpin(t->g2, h[k]);

@@ -711,8 +711,8 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
                     o->lanes[l].failed);
         fprintf(f, ROW "%.2f %% (%" PRIu64 " of %" PRIu64 " G1-miss blocks)\n", "G2 hit rate",
                 o->g2_hit_rate * 100.0, o->g2_hit_blocks, o->g1_miss_blocks);
-        fprintf(f, ROW "%.2f %% (%" PRIu64 " blocks)\n", "G3 hit rate", o->g3_hit_rate * 100.0,
-                o->g3_hit_blocks);
+        fprintf(f, ROW "%.2f %% (%" PRIu64 " blocks)%s\n", "G3 hit rate", o->g3_hit_rate * 100.0,
+                o->g3_hit_blocks, o->g3_shared ? ", shared by all engines" : "");
         fprintf(f, ROW "%" PRIu64 " onboarded, %" PRIu64 " computed\n", "prompt tokens",
                 o->onboarded_tokens, o->recomputed_tokens);
         fprintf(f, ROW "%" PRIu64 " (%" PRIu64 " failed), waited %.3f s\n", "loads", o->loads,
@@ -887,6 +887,9 @@ static json_t *report_json(const struct kvsim_report *r)
         ok = put(off, "failed_blocks", json_u64(o->failed_blocks)) && ok;
         ok = put(off, "g2_resident_blocks", json_u64(o->g2_resident)) && ok;
         ok = put(off, "g3_resident_blocks", json_u64(o->g3_resident)) && ok;
+        ok = put(off, "g3_shared", json_boolean(o->g3_shared)) && ok;
+        if (o->g3_shared)
+            ok = put(off, "g3_shared_evictions", json_u64(o->g3_evictions)) && ok;
         ok = put(root, "offload", off) && ok;
     }
 

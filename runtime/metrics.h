@@ -255,6 +255,8 @@ struct kvsim_offload_summary {
     int64_t onboard_wait_ns;     /* virtual time requests waited for their loads (sum) */
     uint64_t written_g2, written_g3, filtered, dropped, failed_blocks;
     uint64_t g2_resident, g3_resident; /* blocks in the tiers at the end */
+    bool g3_shared;                    /* one G3 for all engines (--g3-shared) */
+    uint64_t g3_evictions;             /* shared G3: blocks its LRU evicted at boundaries */
 };
 
 struct kvsim_report {

@@ -498,6 +498,8 @@ static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o
         struct kvsim_g3_shared_stats gs;
         kvsim_g3_shared_stats(rp->g3, &gs);
         o->g3_resident = gs.resident;
+        o->g3_shared = true;
+        o->g3_evictions = gs.evictions;
     }
     if (o->g1_miss_blocks) {
         o->g2_hit_rate = (double)o->g2_hit_blocks / (double)o->g1_miss_blocks;

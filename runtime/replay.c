@@ -1015,15 +1015,15 @@ int kvsim_replay_main(int argc, char **argv)
         case O_G3:
             rc = parse_u64(optname, optarg, 0, OFFLOAD_TIER_MAX_CAPACITY, &v);
             cfg.tiers.g3_blocks = (uint32_t)v;
-            offload_opt = optname;
+            offload_opt = "--g3-blocks";
             break;
         case O_G3WT:
             cfg.tiers.g3_write_through = true;
-            offload_opt = optname;
+            offload_opt = "--g3-write-through";
             break;
         case O_G3SHARED:
             cfg.g3_shared = true;
-            offload_opt = optname;
+            offload_opt = "--g3-shared";
             break;
         case O_OEXEC:
             if (!strcmp(optarg, "inline") || !strcmp(optarg, "pool")) {

@@ -1197,7 +1197,8 @@ int kvsim_g3_shared_boundary(struct kvsim_g3_shared *g, int64_t b)
         sl->nlog = 0;
         hset_clear(&sl->own);
     }
-    qsort(g->merged, g->nmerged, sizeof *g->merged, g3_rec_cmp);
+    if (g->nmerged) /* qsort's base must not be NULL, even for 0 elements */
+        qsort(g->merged, g->nmerged, sizeof *g->merged, g3_rec_cmp);
     /* 2. Into the LRU. */
     g->nev = g->nad = 0;
     for (uint32_t i = 0; i < g->nmerged; i++) {

@@ -187,7 +187,7 @@ Test(tiers, onboarding_from_g2_reserves_destination_then_loads_instead_of_recomp
     step(&g, a);
     advance(&g, 10 * MS);
     evict_g1(&g, 2, 0);
-    struct sched_request *b = add(&g, 2, 100, 18, 1); /* a's 4 blocks + 2 tokens */
+    struct sched_request *b = add(&g, 2, 100, 18, 3); /* a's 4 blocks + 2 tokens */
     cr_assert_eq(step(&g, b), 0, "b waits for its load");
     cr_assert_eq(b->status, SCHED_WAITING_FOR_REMOTE_KVS, "parked");
     cr_assert_eq(b->kv.owner, KVPOOL_OWNER_DEST_RESERVATION, "destination reservation");
@@ -219,7 +219,7 @@ Test(tiers, g3_blocks_are_staged_through_g2_in_two_hops)
     evict_g1(&g, 2, 0);
     s = stats(&g);
     cr_assert_eq(s.written_g3, 8, "8 newer blocks pushed 8 out of G2 into G3");
-    struct sched_request *b = add(&g, 2, 100, 18, 1);
+    struct sched_request *b = add(&g, 2, 100, 18, 3);
     step(&g, b);
     cr_assert_eq(b->status, SCHED_WAITING_FOR_REMOTE_KVS, "parked");
     struct kvsim_tiers_stats s2 = stats(&g);

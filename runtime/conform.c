@@ -8,9 +8,12 @@
  * Per file: "PASS <name>" or "FAIL <name>: step <k> (<op>): <key> expected <x> got <y>"; the
  * last line is "<N> passed, <M> failed"; the exit status is 1 if anything failed.
  *
- * Extensions (docs/conformance.md): check_invariants runs sched_check after every op,
- * check_liveness fails a schedule that leaves the engine at a dead end, max_futile_preemptions
- * bounds the #49675 zero-progress preemptions.
+ * Extensions (docs/conformance.md): check_invariants runs sched_check (and, with tiers,
+ * kvsim_tiers_check) after every op, check_liveness fails a schedule that leaves the engine at a
+ * dead end, max_futile_preemptions bounds the #49675 zero-progress preemptions, scheduler_checks
+ * turns the scheduler's own boundary checks off; `offload` puts G2/G3 tiers behind G1 and the
+ * `advance` op moves virtual time (transfers end in it); legacy_partial_alloc is issue 6's old
+ * bug, on purpose.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,6 +26,7 @@
 
 #include "runtime/conform.h"
 #include "runtime/runtime.h"
+#include "runtime/tiers.h"
 #include "sched/sched.h"
 
 struct creq {
@@ -38,6 +42,8 @@ struct creq {
 
 #define MAX_OUTSTANDING 64
 #define OP_SKIPPED      1 /* lenient mode: the op refers to nothing that exists; dropped */
+/* Virtual time stays below this (so that no deadline arithmetic can overflow). */
+#define MAX_NOW_NS      (INT64_C(1) << 62)
 
 struct kvsim_conform_runner {
     const char *name;
@@ -45,8 +51,11 @@ struct kvsim_conform_runner {
     json_t *effective;
     /* extension rules */
     bool check_invariants, check_liveness, has_max_futile;
+    bool scheduler_checks; /* the scheduler's own boundary checks (without check_invariants) */
     uint64_t max_futile;
     struct sched *s;
+    struct kvsim_tiers *tiers; /* config `offload`; NULL without tiers */
+    int64_t now_ns;            /* virtual time (advance) */
     struct creq *reqs;
     size_t nreqs, cap_reqs;
     struct sched_step *outstanding[MAX_OUTSTANDING];
@@ -216,7 +225,8 @@ static const char *const config_keys[] = {
     "scheduler_reserve_full_isl", "watermark", "async_scheduling", "defer_block_free",
     "preempted_victim_guard",
     /* extensions (docs/conformance.md) */
-    "check_invariants", "check_liveness", "max_futile_preemptions", NULL};
+    "check_invariants", "check_liveness", "max_futile_preemptions", "scheduler_checks",
+    "legacy_partial_alloc", "offload", NULL};
 
 static int cfg_uint(struct kvsim_conform_runner *c, json_t *cfg, const char *key, uint32_t *dst)
 {
@@ -240,12 +250,104 @@ static int cfg_bool(struct kvsim_conform_runner *c, json_t *cfg, const char *key
     return 0;
 }
 
-static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sched_config *sc)
+static const char *const offload_keys[] = {"g2_blocks",
+                                           "g3_blocks",
+                                           "g3_write_through",
+                                           "block_bytes",
+                                           "g1_g2_bytes_per_s",
+                                           "g2_g3_bytes_per_s",
+                                           "permits",
+                                           "max_blocks",
+                                           "fail_rate",
+                                           "seed",
+                                           NULL};
+
+/* The largest tier and the most permits a scenario may ask for. */
+#define MAX_TIER_BLOCKS  (UINT32_C(1) << 24)
+#define MAX_LANE_PERMITS 256
+
+/* A non-negative integer of the offload object in [lo, hi] (absent: *dst unchanged). */
+static int offload_uint(struct kvsim_conform_runner *c, json_t *o, const char *key, uint64_t lo,
+                        uint64_t hi, uint64_t *dst)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    if (!is_uint(v) || (uint64_t)json_integer_value(v) < lo || (uint64_t)json_integer_value(v) > hi)
+        return fail(c, "config: offload: key '%s' must be an integer in [%" PRIu64 ", %" PRIu64 "]",
+                    key, lo, hi);
+    *dst = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/*
+ * The `offload` object: G2/G3 tiers behind G1 (docs/conformance.md). Starts from
+ * kvsim_tiers_config_default (the pipeline's lanes, bandwidths and block size) and sets what the
+ * object gives; bandwidths and lane shapes apply to both directions of a tier pair.
+ */
+static int parse_offload(struct kvsim_conform_runner *c, json_t *o, struct kvsim_tiers_config *tc)
+{
+    kvsim_tiers_config_default(tc);
+    if (!json_is_object(o))
+        return fail(c, "config: key 'offload' must be an object");
+    if (check_keys(c, o, offload_keys, "config: offload"))
+        return -1;
+    if (!json_object_get(o, "g2_blocks"))
+        return fail(c, "config: offload: missing key 'g2_blocks'");
+    uint64_t g2 = 0, g3 = 0, bytes = tc->pipe.block_bytes, seed = tc->pipe.seed;
+    uint64_t permits = 0, max_blocks = 0;
+    if (offload_uint(c, o, "g2_blocks", 1, MAX_TIER_BLOCKS, &g2) ||
+        offload_uint(c, o, "g3_blocks", 0, MAX_TIER_BLOCKS, &g3) ||
+        offload_uint(c, o, "block_bytes", 0, UINT64_C(1) << 40, &bytes) ||
+        offload_uint(c, o, "permits", 1, MAX_LANE_PERMITS, &permits) ||
+        offload_uint(c, o, "max_blocks", 1, 64, &max_blocks) ||
+        offload_uint(c, o, "seed", 0, INT64_MAX, &seed))
+        return -1;
+    json_t *v = json_object_get(o, "g3_write_through");
+    if (v && !json_is_boolean(v))
+        return fail(c, "config: offload: key 'g3_write_through' must be a boolean");
+    tc->g3_write_through = json_is_true(v);
+    v = json_object_get(o, "fail_rate");
+    if (v && (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1))
+        return fail(c, "config: offload: key 'fail_rate' must be a number in [0, 1]");
+    if (v)
+        tc->pipe.fail_rate = json_number_value(v);
+    static const char *const bw_keys[2] = {"g1_g2_bytes_per_s", "g2_g3_bytes_per_s"};
+    static const enum offload_lane bw_lanes[2][2] = {{OFFLOAD_LANE_G1_G2, OFFLOAD_LANE_G2_G1},
+                                                     {OFFLOAD_LANE_G2_G3, OFFLOAD_LANE_G3_G2}};
+    for (int k = 0; k < 2; k++) {
+        v = json_object_get(o, bw_keys[k]);
+        if (!v)
+            continue;
+        if (!json_is_integer(v))
+            return fail(c, "config: offload: key '%s' must be an integer (<= 0: instant)",
+                        bw_keys[k]);
+        for (int d = 0; d < 2; d++)
+            tc->pipe.lanes[bw_lanes[k][d]].bandwidth = json_integer_value(v);
+    }
+    for (int l = 0; l < OFFLOAD_NUM_LANES; l++) {
+        if (permits)
+            tc->pipe.lanes[l].permits = (uint32_t)permits;
+        if (max_blocks)
+            tc->pipe.lanes[l].max_blocks = (uint32_t)max_blocks;
+    }
+    tc->g2_blocks = (uint32_t)g2;
+    tc->g3_blocks = (uint32_t)g3;
+    tc->pipe.block_bytes = bytes;
+    tc->pipe.seed = seed;
+    return 0;
+}
+
+/* Reads config into sc (and, when it has `offload`, into tc with *offload set). */
+static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sched_config *sc,
+                        struct kvsim_tiers_config *tc, bool *offload)
 {
     sched_config_default(sc);
     sc->max_num_seqs = 256;
     sc->check_invariants = true;
     sc->enable_kv_events = false;
+    *offload = false;
+    c->scheduler_checks = true;
     if (!cfg)
         return 0;
     if (!json_is_object(cfg))
@@ -263,7 +365,8 @@ static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sche
         cfg_bool(c, cfg, "scheduler_reserve_full_isl", &sc->scheduler_reserve_full_isl) ||
         cfg_bool(c, cfg, "async_scheduling", &sc->async_scheduling) ||
         cfg_bool(c, cfg, "defer_block_free", &sc->defer_block_free) ||
-        cfg_bool(c, cfg, "preempted_victim_guard", &sc->preempted_victim_guard))
+        cfg_bool(c, cfg, "preempted_victim_guard", &sc->preempted_victim_guard) ||
+        cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc))
         return -1;
     json_t *p = json_object_get(cfg, "policy");
     if (p) {
@@ -281,8 +384,15 @@ static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sche
         sc->watermark = json_number_value(w);
     }
     if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants) ||
-        cfg_bool(c, cfg, "check_liveness", &c->check_liveness))
+        cfg_bool(c, cfg, "check_liveness", &c->check_liveness) ||
+        cfg_bool(c, cfg, "scheduler_checks", &c->scheduler_checks))
         return -1;
+    json_t *off = json_object_get(cfg, "offload");
+    if (off) {
+        if (parse_offload(c, off, tc))
+            return -1;
+        *offload = true;
+    }
     json_t *mf = json_object_get(cfg, "max_futile_preemptions");
     if (mf) {
         if (!is_uint(mf))
@@ -293,29 +403,13 @@ static int parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sche
     return 0;
 }
 
-static const char *const expect_keys[] = {"scheduled",
-                                          "total_scheduled",
-                                          "new",
-                                          "resumed",
-                                          "preempted",
-                                          "finished",
-                                          "finish_reason",
-                                          "running",
-                                          "waiting",
-                                          "status",
-                                          "num_computed_tokens",
-                                          "num_cached_tokens",
-                                          "output_tokens",
-                                          "free_blocks",
-                                          "free_queue",
-                                          "free_queue_head",
-                                          "ref_count",
-                                          "hit_blocks",
-                                          "hit_tokens",
-                                          "blocks",
-                                          "fail",
-                                          "ok",
-                                          NULL};
+static const char *const expect_keys[] = {
+    "scheduled", "total_scheduled", "new", "resumed", "preempted", "finished", "finish_reason",
+    "running", "waiting", "status", "num_computed_tokens", "num_cached_tokens", "output_tokens",
+    "free_blocks", "free_queue", "free_queue_head", "ref_count", "hit_blocks", "hit_tokens",
+    "blocks", "fail", "ok",
+    /* extensions: virtual time and offload */
+    "now_ns", "held_blocks", "blocked_on_offload", "pending_transfers", "offload", NULL};
 
 struct op_schema {
     const char *op;
@@ -338,6 +432,8 @@ static const struct op_schema op_schemas[] = {
      {"op", "id", "num_new_tokens", "use_hits", "expect", NULL},
      {"id", "num_new_tokens", NULL}},
     {"kv_free", {"op", "id", "expect", NULL}, {"id", NULL}},
+    /* extension: virtual time */
+    {"advance", {"op", "to_ns", "by_ns", "expect", NULL}, {NULL}},
 };
 
 static const struct op_schema *find_schema(const char *op)
@@ -394,6 +490,56 @@ static bool is_uint_array(json_t *v)
     return true;
 }
 
+/* Fields of the `offload` expectation (kvsim_tiers_stats, then sched_offload_counters). */
+static const char *const offload_fields[] = {"g2_resident",     "g3_resident",
+                                             "written_g2",      "written_g3",
+                                             "filtered",        "released_by_relief",
+                                             "dropped",         "failed_blocks",
+                                             "g2_hit_blocks",   "g3_hit_blocks",
+                                             "loads",           "failed_loads",
+                                             "onboard_wait_ns", "g1_g2_batches",
+                                             "g2_g3_batches",   "g3_g2_batches",
+                                             "g2_g1_batches",   "blocked",
+                                             "retry_now",       "onboarded_tokens",
+                                             "g1_miss_blocks",  NULL};
+
+static uint64_t offload_field(const struct kvsim_tiers_stats *t,
+                              const struct sched_offload_counters *k, const char *f)
+{
+    const uint64_t vals[] = {
+        t->g2_size,
+        t->g3_size,
+        t->written_g2,
+        t->written_g3,
+        t->filtered,
+        t->released_by_relief,
+        t->dropped,
+        t->failed_blocks,
+        t->g2_hit_blocks,
+        t->g3_hit_blocks,
+        t->loads,
+        t->failed_loads,
+        t->onboard_wait_ns,
+        t->lanes[OFFLOAD_LANE_G1_G2].enqueued,
+        t->lanes[OFFLOAD_LANE_G2_G3].enqueued,
+        t->lanes[OFFLOAD_LANE_G3_G2].enqueued,
+        t->lanes[OFFLOAD_LANE_G2_G1].enqueued,
+        k->blocked,
+        k->retry_now,
+        k->onboarded_tokens,
+        k->g1_miss_blocks,
+    };
+    _Static_assert(sizeof vals / sizeof vals[0] + 1 ==
+                       sizeof offload_fields / sizeof offload_fields[0],
+                   "one value per offload field");
+    for (size_t i = 0; offload_fields[i]; i++)
+        if (!strcmp(offload_fields[i], f))
+            return vals[i];
+    return 0;
+}
+
+static bool is_string_or_null(json_t *v) { return json_is_string(v) || json_is_null(v); }
+
 /* Type rules of the expect keys. */
 static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const char *where)
 {
@@ -414,8 +560,13 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
         else if (!strcmp(k, "output_tokens"))
             ok = is_map_of(v, is_any);
         else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
-                 !strcmp(k, "hit_tokens"))
+                 !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
+                 !strcmp(k, "pending_transfers"))
             ok = is_uint(v);
+        else if (!strcmp(k, "blocked_on_offload"))
+            ok = is_string_or_null(v);
+        else if (!strcmp(k, "offload"))
+            ok = is_map_of(v, is_uint);
         else if (!strcmp(k, "fail") || !strcmp(k, "ok"))
             ok = json_is_boolean(v);
         else if (!strcmp(k, "free_queue") || !strcmp(k, "free_queue_head") ||
@@ -425,6 +576,16 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
             ok = is_string_array(v);
         if (!ok)
             return fail(c, "%s: key '%s' has the wrong type", where, k);
+        if (!strcmp(k, "offload")) {
+            const char *f;
+            json_t *fv;
+            json_object_foreach(v, f, fv)
+            {
+                (void)fv;
+                if (!in_list(f, offload_fields))
+                    return fail(c, "%s: key 'offload': unknown field '%s'", where, f);
+            }
+        }
         if (!strcmp(k, "status")) {
             const char *id;
             json_t *st;
@@ -471,6 +632,8 @@ static int validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         }
         if (!strcmp(key, "id") || !strcmp(key, "cache_salt"))
             ok = json_is_string(v);
+        else if (!strcmp(key, "to_ns") || !strcmp(key, "by_ns"))
+            ok = is_uint(v) && json_integer_value(v) < MAX_NOW_NS;
         else if (!strcmp(key, "max_tokens") || !strcmp(key, "min_tokens") ||
                  !strcmp(key, "num_new_tokens"))
             ok = is_uint(v) && json_integer_value(v) <= UINT32_MAX;
@@ -508,6 +671,9 @@ static int validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
     }
     if (!strcmp(sc->op, "abort") && !json_object_get(st, "id") == !json_object_get(st, "ids"))
         return fail(c, "%s: give exactly one of 'id' and 'ids'", where);
+    if (!strcmp(sc->op, "advance") &&
+        !json_object_get(st, "to_ns") == !json_object_get(st, "by_ns"))
+        return fail(c, "%s: give exactly one of 'to_ns' and 'by_ns'", where);
     return 0;
 }
 
@@ -617,11 +783,13 @@ static int violation_fail(struct kvsim_conform_runner *c, const char *where,
     return fail_kind(c, kind, "%s: %s", where, line);
 }
 
+/* An errno from the scheduler itself (the runner only makes valid calls): kind
+ * "scheduler_error", not the scenario's "error". */
 static int sched_error(struct kvsim_conform_runner *c, const char *where, int rc)
 {
     if (rc == -EUCLEAN && sched_last_violation(c->s))
         return violation_fail(c, where, sched_last_violation(c->s));
-    return fail(c, "%s: scheduler error: %s", where, strerror(-rc));
+    return fail_kind(c, "scheduler_error", "%s: scheduler error: %s", where, strerror(-rc));
 }
 
 static int op_schedule(struct kvsim_conform_runner *c, const char *where)
@@ -760,9 +928,19 @@ static int op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff, c
         json_array_foreach(fr, i, v)
         {
             struct creq *q = need_req(c, json_string_value(v), where);
-            if (!q && c->lenient) {
+            /* An onboarding from the offload tiers ends with the transfer (an advance); a
+             * report of it here would promote the request under the tiers' feet. */
+            bool onboarding = q && q->r->offload_load;
+            if ((!q || onboarding) && c->lenient) {
                 drop_from_list(eff, "finished_recving", json_string_value(v));
                 continue;
+            }
+            if (onboarding) {
+                rc = fail(c,
+                          "%s: key 'finished_recving': request '%s' is loading from the offload "
+                          "tiers: its load ends with its transfer (advance)",
+                          where, json_string_value(v));
+                break;
             }
             if (!q) {
                 rc = -1;
@@ -906,6 +1084,35 @@ static int op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const char
     return 0;
 }
 
+/* Moves virtual time; with tiers, applies every transfer that ends by then. */
+static int op_advance(struct kvsim_conform_runner *c, json_t *st, const char *where)
+{
+    json_t *to = json_object_get(st, "to_ns"), *by = json_object_get(st, "by_ns");
+    int64_t t;
+    if (to) {
+        t = (int64_t)json_integer_value(to);
+        if (t < c->now_ns) {
+            if (c->lenient) /* a removed step moved time less far: this one is moot */
+                return OP_SKIPPED;
+            return fail(c, "%s: key 'to_ns': %" PRId64 " is before now (%" PRId64 ")", where, t,
+                        c->now_ns);
+        }
+    } else {
+        int64_t d = (int64_t)json_integer_value(by);
+        if (d >= MAX_NOW_NS - c->now_ns)
+            return fail(c, "%s: key 'by_ns': virtual time would pass %" PRId64, where, MAX_NOW_NS);
+        t = c->now_ns + d;
+    }
+    c->now_ns = t;
+    if (!c->tiers)
+        return 0;
+    int rc = kvsim_tiers_advance_to(c->tiers, t);
+    if (rc < 0)
+        return fail_kind(c, "offload_error", "%s: offload: advance to %" PRId64 " ns: %s", where, t,
+                         strerror(-rc));
+    return 0;
+}
+
 /* ---- expectations -------------------------------------------------------------------------- */
 
 static int cmp_json_str(const void *a, const void *b)
@@ -1012,6 +1219,37 @@ static json_t *observe(struct kvsim_conform_runner *c, const char *key, json_t *
             return NULL;
         }
         return json_boolean(c->op_result == 0);
+    }
+    if (!strcmp(key, "now_ns"))
+        return json_integer(c->now_ns);
+    if (!strcmp(key, "held_blocks"))
+        return json_integer(kvpool_num_held_only_blocks(pool));
+    if (!strcmp(key, "pending_transfers"))
+        return json_integer(c->tiers ? kvsim_tiers_pending(c->tiers) : 0);
+    if (!strcmp(key, "blocked_on_offload")) {
+        struct sched_offload_status os;
+        sched_offload_status(c->s, &os);
+        return os.blocked ? json_string(c->reqs[os.blocked->id - 1].name) : json_null();
+    }
+    if (!strcmp(key, "offload")) {
+        if (!c->tiers) {
+            fail(c, "%s: key 'offload' is only observable with offload tiers (config 'offload')",
+                 where);
+            return NULL;
+        }
+        struct kvsim_tiers_stats ts;
+        struct sched_offload_counters oc;
+        kvsim_tiers_stats(c->tiers, &ts);
+        sched_offload_counters(c->s, &oc);
+        json_t *m = json_object();
+        const char *f;
+        json_t *v;
+        json_object_foreach(want, f, v)
+        {
+            (void)v;
+            json_object_set_new(m, f, json_integer((json_int_t)offload_field(&ts, &oc, f)));
+        }
+        return m;
     }
     /* maps keyed by request id or block id */
     json_t *m = json_object();
@@ -1145,6 +1383,18 @@ static void trace_step(struct kvsim_conform_runner *c, size_t k, const char *op)
     json_object_set_new(t, "waiting", ids_json(c, w, n));
     free(w);
     json_object_set_new(t, "free_blocks", json_integer(kvpool_num_free_blocks(pool)));
+    if (c->tiers || c->now_ns) {
+        json_object_set_new(t, "now_ns", json_integer(c->now_ns));
+        json_object_set_new(t, "held_blocks", json_integer(kvpool_num_held_only_blocks(pool)));
+    }
+    if (c->tiers) {
+        struct sched_offload_status os;
+        sched_offload_status(c->s, &os);
+        json_object_set_new(t, "pending_transfers", json_integer(kvsim_tiers_pending(c->tiers)));
+        json_object_set_new(t, "blocked_on_offload",
+                            os.blocked ? json_string(c->reqs[os.blocked->id - 1].name)
+                                       : json_null());
+    }
     char *line = json_dumps(t, JSON_COMPACT);
     printf("%s\n", line);
     free(line);
@@ -1226,9 +1476,14 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
     for (size_t i = 0; i + 1 < c->nout; i++)
         if (c->outstanding[i]->total_tokens > 0)
             return 0;
+    /* A pending transfer is a wake-up: it releases holds or ends a load when time reaches it. */
+    if (c->tiers && kvsim_tiers_next_deadline(c->tiers) != OFFLOAD_NEVER)
+        return 0;
     for (size_t i = 0; i < c->nreqs; i++) {
         const struct sched_request *r = c->reqs[i].r;
-        if (r &&
+        /* A connector load the scenario has not reported yet (an onboarding from the tiers
+         * waits for a transfer, checked above: without one it is stuck). */
+        if (r && !r->offload_load &&
             ((r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) || r->free_delayed))
             return 0;
     }
@@ -1261,10 +1516,43 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
                  c->reqs[head->id - 1].name, sched_status_name(head->status), needs,
                  head->kv.num_blocks);
     }
+    /* Blocks a queued request holds without a computed token: an allocation that stayed
+     * committed although the request was not admitted (the legacy partial allocation). */
+    char partial[256] = "";
+    size_t plen = 0, nparts = 0;
+    for (size_t i = 0; i < c->nreqs && plen < sizeof partial; i++) {
+        const struct sched_request *r = c->reqs[i].r;
+        if (!r || r == head || r->kv.num_blocks == 0 || r->num_computed_tokens > 0 ||
+            (r->status != SCHED_WAITING && r->status != SCHED_PREEMPTED))
+            continue;
+        if (nparts++ == 3) {
+            plen += (size_t)snprintf(partial + plen, sizeof partial - plen, ", ...");
+            break;
+        }
+        plen += (size_t)snprintf(partial + plen, sizeof partial - plen,
+                                 "%s%s (%s) holds %" PRIu32 " blocks", nparts > 1 ? ", " : "; ",
+                                 c->reqs[i].name, sched_status_name(r->status), r->kv.num_blocks);
+    }
+    if (nparts && plen < sizeof partial)
+        snprintf(partial + plen, sizeof partial - plen, " without a computed token");
     return fail_kind(c, "dead_end",
                      "%s: dead end: unfinished=%" PRIu32 " active=%" PRIu32 " free=%" PRIu32
-                     ", %s; nothing is in flight",
-                     where, sched_num_unfinished(c->s), active, free_blocks, hs);
+                     ", %s; nothing is in flight%s%s",
+                     where, sched_num_unfinished(c->s), active, free_blocks, hs,
+                     c->tiers ? " and no transfer is pending" : "", partial);
+}
+
+/* The offload side's ownership and transfer bijection (kvsim_tiers_check): kind
+ * "invariant:<rule>", the rule being what the check's message starts with. */
+static int check_tiers(struct kvsim_conform_runner *c, const char *where)
+{
+    char msg[512] = "";
+    if (!c->tiers || kvsim_tiers_check(c->tiers, msg, sizeof msg) == 0)
+        return 0;
+    char kind[96];
+    size_t n = strcspn(msg, ":");
+    snprintf(kind, sizeof kind, "invariant:%.*s", (int)(n < 64 ? n : 64), msg);
+    return fail_kind(c, kind, "%s: invariant violation: rule=%s", where, msg);
 }
 
 /* The rules that apply after an op that ran (invariants, then progress, then liveness). */
@@ -1274,6 +1562,8 @@ static int check_rules(struct kvsim_conform_runner *c, const char *op, const cha
         struct sched_violation v;
         if (sched_check(c->s, &v) != 0)
             return violation_fail(c, where, &v);
+        if (check_tiers(c, where))
+            return -1;
     }
     bool is_sched = !strcmp(op, "schedule");
     if (is_sched && check_futile(c, where))
@@ -1281,6 +1571,28 @@ static int check_rules(struct kvsim_conform_runner *c, const char *op, const cha
     if (is_sched && c->check_liveness && check_liveness(c, where))
         return -1;
     return 0;
+}
+
+/* The offload part of the run's statistics (totals so far, and the peak of held blocks). */
+static void offload_stats_refresh(struct kvsim_conform_runner *c, bool advanced)
+{
+    struct kvsim_conform_stats *k = &c->stats;
+    struct sched_offload_counters oc;
+    struct kvsim_tiers_stats ts;
+    sched_offload_counters(c->s, &oc);
+    kvsim_tiers_stats(c->tiers, &ts);
+    k->offload_runs = 1;
+    k->advances += advanced;
+    k->virtual_ns = (uint64_t)c->now_ns;
+    k->blocked_on_offload = oc.blocked;
+    k->retry_now = oc.retry_now;
+    k->loads = ts.loads;
+    k->failed_loads = ts.failed_loads;
+    k->written_g2 = ts.written_g2;
+    k->failed_blocks = ts.failed_blocks;
+    uint32_t held = kvpool_num_held_only_blocks(sched_pool(c->s));
+    if (held > k->max_held_blocks)
+        k->max_held_blocks = held;
 }
 
 /* Runs one validated step. Returns 0, OP_SKIPPED (lenient: nothing ran) or -1. */
@@ -1314,6 +1626,10 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         struct sched_violation v;
         if (sched_check(c->s, &v) != 0)
             rc = violation_fail(c, where, &v);
+        else
+            rc = check_tiers(c, where);
+    } else if (!strcmp(op, "advance")) {
+        rc = op_advance(c, st, where);
     } else if (!strcmp(op, "kv_lookup")) {
         rc = op_kv_lookup(c, st, where);
     } else if (!strcmp(op, "kv_allocate")) {
@@ -1329,12 +1645,21 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         json_decref(eff);
         return rc;
     }
+    /* The write-through of what the op cached (schedule and output cache blocks; after the
+     * others there is nothing to write and this enqueues nothing). */
+    if (rc == 0 && c->tiers) {
+        int frc = kvsim_tiers_flush(c->tiers);
+        if (frc)
+            rc = fail_kind(c, "offload_error", "%s: offload: flush: %s", where, strerror(-frc));
+    }
     if (c->effective)
         json_array_append_new(c->effective, eff ? eff : json_incref(st));
     else
         json_decref(eff);
     c->stats.ops++;
     count_transitions(c);
+    if (c->tiers)
+        offload_stats_refresh(c, !strcmp(op, "advance"));
     if (c->trace)
         trace_step(c, k, op);
     if (rc == 0)
@@ -1377,6 +1702,7 @@ static void runner_fini(struct kvsim_conform_runner *c)
     json_decref(c->sampled_finished);
     json_decref(c->lookup);
     json_decref(c->alloc);
+    kvsim_tiers_destroy(c->tiers); /* first: undrained transfers give back holds and loads */
     sched_destroy(c->s);
     for (size_t i = 0; i < c->nreqs; i++)
         free(c->reqs[i].name);
@@ -1399,14 +1725,25 @@ static void runner_init(struct kvsim_conform_runner *c, const char *name,
 static int runner_start(struct kvsim_conform_runner *c, json_t *config)
 {
     struct sched_config sc;
-    if (parse_config(c, config, &sc))
+    struct kvsim_tiers_config tc;
+    bool offload;
+    if (parse_config(c, config, &sc, &tc, &offload))
         return -1;
     /* With the check after every op, the scheduler's own boundary checks would only repeat it
      * on the same state (and report the same violation at the same step). */
-    sc.check_invariants = !c->check_invariants;
-    int rc = sched_create(&sc, &c->s);
+    sc.check_invariants = !c->check_invariants && c->scheduler_checks;
+    int rc;
+    if (offload) { /* the tiers first: the scheduler calls into them from its first schedule */
+        if ((rc = kvsim_tiers_create(&tc, &c->tiers)) != 0)
+            return fail(c, "config: offload: impossible configuration: %s", strerror(-rc));
+        sc.offload = &kvsim_tiers_sched_ops;
+        sc.offload_ctx = c->tiers;
+    }
+    rc = sched_create(&sc, &c->s);
     if (rc)
         return fail(c, "config: impossible configuration: %s", strerror(-rc));
+    if (c->tiers)
+        kvsim_tiers_bind(c->tiers, c->s);
     c->running = true;
     return 0;
 }
@@ -1494,6 +1831,23 @@ const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_
     return &c->stats;
 }
 
+int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *c) { return c->now_ns; }
+
+bool kvsim_conform_runner_has_offload(const struct kvsim_conform_runner *c)
+{
+    return c->tiers != NULL;
+}
+
+int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *c)
+{
+    return c->tiers ? kvsim_tiers_next_deadline(c->tiers) : OFFLOAD_NEVER;
+}
+
+uint32_t kvsim_conform_runner_pending_transfers(const struct kvsim_conform_runner *c)
+{
+    return c->tiers ? kvsim_tiers_pending(c->tiers) : 0;
+}
+
 void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b)
 {
     a->ops += b->ops;
@@ -1505,6 +1859,17 @@ void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_c
     a->zero_progress_schedules += b->zero_progress_schedules;
     if (b->max_futile_in_one_schedule > a->max_futile_in_one_schedule)
         a->max_futile_in_one_schedule = b->max_futile_in_one_schedule;
+    a->offload_runs += b->offload_runs;
+    a->advances += b->advances;
+    a->virtual_ns += b->virtual_ns;
+    a->blocked_on_offload += b->blocked_on_offload;
+    a->retry_now += b->retry_now;
+    a->loads += b->loads;
+    a->failed_loads += b->failed_loads;
+    a->written_g2 += b->written_g2;
+    a->failed_blocks += b->failed_blocks;
+    if (b->max_held_blocks > a->max_held_blocks)
+        a->max_held_blocks = b->max_held_blocks;
 }
 
 /* Top level and config of a whole document, then every step, before anything runs. */
@@ -1525,7 +1890,9 @@ static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **s
     if (!json_is_array(*steps))
         return fail(c, "top level: missing key 'steps' (an array)");
     struct sched_config sc; /* the config's errors come before the steps' */
-    if (parse_config(c, json_object_get(root, "config"), &sc))
+    struct kvsim_tiers_config tc;
+    bool offload;
+    if (parse_config(c, json_object_get(root, "config"), &sc, &tc, &offload))
         return -1;
     size_t k;
     json_t *st;
@@ -1573,7 +1940,7 @@ int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
 /* ---- the command line ---------------------------------------------------------------------- */
 
 /* Runs one file. Returns 0 (pass) or -1 (fail), printing the PASS/FAIL line. */
-static int run_file(const char *path, bool trace)
+static int run_file(const char *path, bool trace, bool lenient)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -1590,7 +1957,7 @@ static int run_file(const char *path, bool trace)
         json_t *n = json_object_get(root, "name");
         if (json_is_string(n))
             name = json_string_value(n);
-        struct kvsim_conform_options opt = {.trace = trace};
+        struct kvsim_conform_options opt = {.trace = trace, .lenient = lenient};
         rc = kvsim_conform_run_json(root, &opt, &res, NULL);
     }
     if (rc == 0)
@@ -1606,28 +1973,35 @@ static int run_file(const char *path, bool trace)
 static void conform_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvsim conform [--trace] FILE...\n"
+            "usage: kvsim conform [--trace] [--lenient] FILE...\n"
             "\n"
             "Runs conformance scenarios (JSON, see docs/conformance.md) against the scheduler\n"
             "core and the G1 pool. Prints PASS/FAIL per file and '<N> passed, <M> failed'.\n"
             "\n"
-            "  -t, --trace   print each step's observed decision as a JSON line\n"
-            "  -h, --help    print this help\n");
+            "  -t, --trace    print each step's observed decision as a JSON line\n"
+            "  -l, --lenient  replay the workload, not the exact decisions: model outputs adapt\n"
+            "                 to what each schedule scheduled (the minimizer's mode: sampled\n"
+            "                 tokens for unscheduled requests are dropped, a request whose\n"
+            "                 chunk sampled gets a token that stops nothing, references to\n"
+            "                 unknown requests and outputs with no schedule are dropped)\n"
+            "  -h, --help     print this help\n");
 }
 
 int kvsim_conform_main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"trace", no_argument, NULL, 't'},
+        {"lenient", no_argument, NULL, 'l'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    bool trace = false;
+    bool trace = false, lenient = false;
     int ch;
     optind = 0; /* 0, not 1: glibc re-reads the ordering mode (main parsed with "+") */
-    while ((ch = getopt_long(argc, argv, "th", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "tlh", opts, NULL)) != -1) {
         switch (ch) {
         case 't': trace = true; break;
+        case 'l': lenient = true; break;
         case 'h': conform_usage(stdout); return 0;
         default: conform_usage(stderr); return 2;
         }
@@ -1639,7 +2013,7 @@ int kvsim_conform_main(int argc, char **argv)
     }
     int passed = 0, failed = 0;
     for (int i = optind; i < argc; i++) {
-        if (run_file(argv[i], trace) == 0)
+        if (run_file(argv[i], trace, lenient) == 0)
             passed++;
         else
             failed++;

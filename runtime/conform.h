@@ -4,15 +4,20 @@
  * `kvsim minimize` runs candidate scenarios through it.
  *
  * A scenario is the JSON document of shared/conformance/FORMAT.md plus the extensions of
- * docs/conformance.md (check_invariants, check_liveness, max_futile_preemptions). A run ends
- * with a structured result: pass, or the failing step, its op and a failure kind that is stable
- * across replays (the minimizer compares kinds):
- *   "invariant:<rule>"   sched_check (or a scheduler boundary) found a broken invariant
+ * docs/conformance.md (check_invariants, check_liveness, max_futile_preemptions,
+ * scheduler_checks, legacy_partial_alloc, offload tiers and virtual time: the `advance` op). A
+ * run ends with a structured result: pass, or the failing step, its op and a failure kind that
+ * is stable across replays (the minimizer compares kinds):
+ *   "invariant:<rule>"   sched_check (or a scheduler boundary) or kvsim_tiers_check found a
+ *                        broken invariant
  *   "dead_end"           check_liveness: unfinished requests and nothing can make progress
  *   "futile_preemption"  max_futile_preemptions exceeded (#49675 zero-progress preemptions)
  *   "expect:<key>"       an expectation did not hold
+ *   "offload_error"      the offload tiers failed (a flush or an advance returned an error)
+ *   "scheduler_error"    a scheduler call the runner made returned an errno (-ENOMEM,
+ *                        -ESTALE, ...; an invariant violation is "invariant:<rule>")
  *   "error"              the scenario asked for something impossible (unknown request, an
- *                        output with no outstanding schedule, a scheduler errno, ...)
+ *                        output with no outstanding schedule, a request sched_add refuses, ...)
  *   "invalid"            the document itself is malformed (strict schema)
  */
 #ifndef KVSIM_CONFORM_H
@@ -50,6 +55,16 @@ struct kvsim_conform_stats {
     uint64_t futile_preemptions;      /* of which the victim's free was deferred (#49675) */
     uint64_t zero_progress_schedules; /* schedules that preempted and scheduled no token */
     uint64_t max_futile_in_one_schedule; /* the longest cascade */
+    /* with offload tiers (totals at the end of the run; summed by kvsim_conform_stats_add) */
+    uint64_t offload_runs;        /* 1 for a run with tiers */
+    uint64_t advances;            /* advance ops */
+    uint64_t virtual_ns;          /* virtual time reached */
+    uint64_t blocked_on_offload;  /* BLOCKED_ON_OFFLOAD outcomes (sched_offload_counters) */
+    uint64_t retry_now;           /* RETRY_NOW retries */
+    uint64_t loads, failed_loads; /* onboardings started / failed (kvsim_tiers_stats) */
+    uint64_t written_g2;          /* blocks written through to G2 */
+    uint64_t failed_blocks;       /* blocks of failed batches */
+    uint64_t max_held_blocks;     /* most G1 blocks held only by transfers after an op (max) */
 };
 
 struct kvsim_conform_options {
@@ -98,6 +113,16 @@ const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner 
 size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *r,
                                         struct sched_step *const **steps);
 const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *r);
+/* Virtual time (ns; moved by `advance` ops only). */
+int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *r);
+/* Whether the scenario has offload tiers (config `offload`). */
+bool kvsim_conform_runner_has_offload(const struct kvsim_conform_runner *r);
+/* The tiers' earliest transfer end (kvsim_tiers_next_deadline; may be <= now when a transfer is
+ * due but not applied yet: the next advance applies it), or OFFLOAD_NEVER (INT64_MAX) when
+ * nothing is pending or there are no tiers. */
+int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *r);
+/* Transfers enqueued and not yet drained (kvsim_tiers_pending; 0 without tiers). */
+uint32_t kvsim_conform_runner_pending_transfers(const struct kvsim_conform_runner *r);
 
 /* Adds b into a. */
 void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b);

@@ -150,6 +150,8 @@ json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop)
             filter_map(ex, expect_maps[i], drop);
         for (size_t i = 0; ex && i < sizeof expect_lists / sizeof expect_lists[0]; i++)
             filter_list(ex, expect_lists[i], drop, false);
+        if (in_set(drop, json_string_value(json_object_get(ex, "blocked_on_offload"))))
+            json_object_del(ex, "blocked_on_offload");
         json_array_append_new(out, st);
     }
     return out;
@@ -268,7 +270,8 @@ static void minimize_usage(FILE *f)
                "Shrinks a failing scenario (a soak failure trace, or any scenario that fails)\n"
                "by delta debugging over its requests and its steps, keeping only candidates that\n"
                "fail with the same kind (same invariant rule, dead_end, futile_preemption,\n"
-               "expect:<key>). Writes a scenario that `kvsim conform` fails the same way.\n"
+               "expect:<key>, scheduler_error, offload_error). Writes a scenario that\n"
+               "`kvsim conform` fails the same way.\n"
                "\n"
                "  -o, --output FILE  where to write it (default: TRACE.min.json beside the\n"
                "                     input; '-' = standard output)\n"

@@ -1,13 +1,15 @@
 /*
- * soak.c - `kvsim soak`: seeded randomized runs of the scheduler core with every invariant,
- * the liveness rule and the #49675 progress rule checked after every op (see docs/soak.md).
+ * soak.c - `kvsim soak`: seeded randomized runs of the scheduler core (and, in part of the
+ * seeds, its G2/G3 offload tiers in virtual time) with every invariant, the liveness rule and the
+ * #49675 progress rule checked after every op (see docs/soak.md).
  *
  * A seed picks one value per matrix dimension (the table below), then drives the scheduler by
  * building a scenario as it goes: each op is appended to the scenario's steps and executed at
  * once by the in-process scenario runner (runtime/conform.h), so the file written for a failing
  * seed is exactly what ran and `kvsim conform` replays it step for step. Adding a dimension is a
  * row in `dims` (plus, for a workload knob, its use in the generator); adding an op kind is one
- * gen_* function called from drive().
+ * gen_* function called from drive(). With tiers, gen_time_for_output moves virtual time before
+ * each output (a step's duration, or to the next transfer end when the engine idles).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -142,6 +144,30 @@ static const struct dim dims[KVSIM_NUM_DIMS] = {
         {0, 0, 3, END}, {0, 0, 5, END}, "reset_prefix_cache ops per 1000 ops"},
     [KVSIM_DIM_MAX_OPS] = {"max_ops", T_UINT, false, 1, 10000000,
         {600, END}, {3000, END}, "op budget per seed; then everything left is aborted"},
+    /* offload tiers (the config's `offload` object) and virtual time */
+    [KVSIM_DIM_OFFLOAD] = {"offload", T_BOOL, false, 0, 1,
+        {0, 1, END}, {0, 1, END}, "G2/G3 tiers behind G1 (the rows below apply when on)"},
+    [KVSIM_DIM_G2_BLOCKS] = {"g2_blocks", T_UINT, false, 1, 1 << 24,
+        {4, 16, 64, END}, {1, 4, 16, 64, 512, END}, "G2 capacity in blocks"},
+    [KVSIM_DIM_G3_BLOCKS] = {"g3_blocks", T_UINT, false, 0, 1 << 24,
+        {0, 0, 32, END}, {0, 0, 16, 128, END}, "G3 capacity in blocks (0 = no G3)"},
+    [KVSIM_DIM_G3_WRITE_THROUGH] = {"g3_write_through", T_BOOL, false, 0, 1,
+        {0, 1, END}, {0, 1, END}, "copy every block G2 receives on to G3"},
+    [KVSIM_DIM_COPY_PCT] = {"copy_pct", T_UINT, false, 0, 100000,
+        {0, 10, 50, 200, 800, END}, {0, 5, 25, 100, 300, 1000, END},
+        "G1<->G2 copy time of one block, % of a step (0 = instant; G2<->G3 takes twice as long)"},
+    [KVSIM_DIM_OFFLOAD_PERMITS] = {"offload_permits", T_UINT, false, 1, 256,
+        {1, 2, END}, {1, 2, 4, END}, "batches in flight per lane"},
+    [KVSIM_DIM_OFFLOAD_MAX_BLOCKS] = {"offload_max_blocks", T_UINT, false, 1, 64,
+        {1, 4, 32, END}, {1, 2, 8, 32, END}, "blocks per batch"},
+    [KVSIM_DIM_OFFLOAD_FAIL_RATE] = {"offload_fail_rate", T_FRACTION, false, 0, 999,
+        {0, 0, 20, END}, {0, 0, 20, 100, END}, "probability that a transfer batch fails"},
+    [KVSIM_DIM_STEP_US] = {"step_us", T_UINT, false, 1, 1000000,
+        {1000, 4000, END}, {1000, 4000, END},
+        "virtual duration of a step with tokens (with offload: advance per output)"},
+    [KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = {"legacy_partial_alloc", T_BOOL, true, 0, 1,
+        {0, END}, {0, END},
+        "THE OLD BUG (issue 6), never drawn: --legacy-partial-alloc or --set"},
 };
 /* clang-format on */
 
@@ -209,8 +235,9 @@ int kvsim_soak_parse_set(struct kvsim_soak_overrides *o, const char *arg, char *
         char *end = NULL;
         switch (d->type) {
         case T_BOOL:
-            ok = !strcmp(val, "true") || !strcmp(val, "false");
-            v = !strcmp(val, "true");
+            ok = !strcmp(val, "true") || !strcmp(val, "false") || !strcmp(val, "1") ||
+                 !strcmp(val, "0");
+            v = !strcmp(val, "true") || !strcmp(val, "1");
             break;
         case T_POLICY:
             ok = !strcmp(val, "fcfs") || !strcmp(val, "priority");
@@ -250,7 +277,7 @@ int kvsim_soak_parse_set(struct kvsim_soak_overrides *o, const char *arg, char *
             format_value(d, d->max, hi, sizeof hi);
             snprintf(range, sizeof range, "an integer in [%s, %s]", lo, hi);
             snprintf(err, len, "option --set: '%s' is not a valid value of %s (%s)", val, d->name,
-                     d->type == T_BOOL       ? "true or false"
+                     d->type == T_BOOL       ? "true, false, 1 or 0"
                      : d->type == T_POLICY   ? "fcfs or priority"
                      : d->type == T_ARRIVAL  ? "burst, trickle or waves"
                      : d->type == T_FRACTION ? "a number in [0, 1) in thousandths"
@@ -265,6 +292,36 @@ int kvsim_soak_parse_set(struct kvsim_soak_overrides *o, const char *arg, char *
     snprintf(err, len, "option --set: unknown dimension '%.*s' (see kvsim soak --show-matrix)",
              (int)nlen, arg);
     return -EINVAL;
+}
+
+int kvsim_soak_parse_checks(struct kvsim_soak_overrides *o, const char *arg, char *err, size_t len)
+{
+    static const char *const names[] = {"invariants", "liveness", "progress"};
+    if (!strcmp(arg, "all") || !strcmp(arg, "none")) {
+        o->checks_off = !strcmp(arg, "none") ? KVSIM_SOAK_CHECK_ALL : 0;
+        return 0;
+    }
+    unsigned on = 0;
+    const char *p = arg;
+    for (;;) {
+        size_t n = strcspn(p, ",");
+        unsigned bit = 0;
+        for (unsigned k = 0; k < 3; k++)
+            if (strlen(names[k]) == n && !strncmp(p, names[k], n))
+                bit = 1u << k;
+        if (!bit) {
+            snprintf(err, len,
+                     "option --checks: '%.*s' is not all, none, invariants, liveness or progress",
+                     (int)n, p);
+            return -EINVAL;
+        }
+        on |= bit;
+        if (!p[n])
+            break;
+        p += n + 1;
+    }
+    o->checks_off = KVSIM_SOAK_CHECK_ALL & ~on;
+    return 0;
 }
 
 /* ---- one seed ------------------------------------------------------------------------------- */
@@ -291,6 +348,12 @@ struct pending_report {
 
 struct soak {
     struct rng rng;
+    /* The offload dimensions draw from their own stream, so that a seed without offload builds
+     * exactly the scenario it built before they existed. */
+    struct rng rng2;
+    unsigned checks_off; /* KVSIM_SOAK_CHECK_* */
+    bool offload;
+    int64_t step_ns; /* virtual duration of a step with tokens */
     int64_t v[KVSIM_NUM_DIMS];
     uint32_t max_model_len;
     json_t *steps;
@@ -312,9 +375,14 @@ static void pick_config(struct soak *s, enum kvsim_soak_matrix m,
         while (n < MAX_VALS && vals[n] != END)
             n++;
         /* Draw even when overridden: an override changes one dimension, not the others. */
-        int64_t v = vals[rng_below(&s->rng, n)];
+        int64_t v = vals[rng_below(i >= KVSIM_DIM_OFFLOAD ? &s->rng2 : &s->rng, n)];
         s->v[i] = o && o->set[i] ? o->value[i] : v;
     }
+    if (m == KVSIM_SOAK_SMALL && s->v[KVSIM_DIM_POLICY] && !(o && o->set[KVSIM_DIM_OFFLOAD]))
+        s->v[KVSIM_DIM_OFFLOAD] = 0; /* an onboarding from G2/G3 is an async load: the same known
+                                      * dead end under PRIORITY (docs/soak.md) */
+    s->offload = s->v[KVSIM_DIM_OFFLOAD] != 0;
+    s->step_ns = s->v[KVSIM_DIM_STEP_US] * 1000;
     /* Derived rules that keep every configuration meaningful. */
     if (m == KVSIM_SOAK_SMALL && s->v[KVSIM_DIM_POLICY] && !(o && o->set[KVSIM_DIM_EXTERNAL_ASYNC]))
         s->v[KVSIM_DIM_EXTERNAL_ASYNC] = 0; /* keeps the known PRIORITY + async-load dead end
@@ -330,13 +398,49 @@ static void pick_config(struct soak *s, enum kvsim_soak_matrix m,
         s->v[KVSIM_DIM_MAX_NUM_BATCHED_TOKENS] = s->max_model_len; /* vLLM requires it too */
 }
 
-static json_t *config_json(const struct soak *s)
+/* Block bytes of the generated tiers: the bandwidths follow from copy_pct and step_us. */
+#define SOAK_BLOCK_BYTES 1000
+
+/* Bytes per second that copy one block in pct % of a step (0: instant). */
+static int64_t copy_bandwidth(const struct soak *s, int64_t pct)
+{
+    if (pct <= 0)
+        return 0;
+    double ns = (double)s->step_ns * (double)pct / 100.0;
+    double bw = (double)SOAK_BLOCK_BYTES * 1e9 / ns;
+    return bw < 1 ? 1 : (int64_t)bw;
+}
+
+static json_t *offload_json(const struct soak *s, uint64_t seed)
+{
+    json_t *o = json_object();
+    const int64_t *v = s->v;
+    json_object_set_new(o, "g2_blocks", json_integer(v[KVSIM_DIM_G2_BLOCKS]));
+    json_object_set_new(o, "g3_blocks", json_integer(v[KVSIM_DIM_G3_BLOCKS]));
+    json_object_set_new(o, "g3_write_through", json_boolean(v[KVSIM_DIM_G3_WRITE_THROUGH]));
+    json_object_set_new(o, "block_bytes", json_integer(SOAK_BLOCK_BYTES));
+    json_object_set_new(o, "g1_g2_bytes_per_s",
+                        json_integer(copy_bandwidth(s, v[KVSIM_DIM_COPY_PCT])));
+    json_object_set_new(o, "g2_g3_bytes_per_s",
+                        json_integer(copy_bandwidth(s, 2 * v[KVSIM_DIM_COPY_PCT])));
+    json_object_set_new(o, "permits", json_integer(v[KVSIM_DIM_OFFLOAD_PERMITS]));
+    json_object_set_new(o, "max_blocks", json_integer(v[KVSIM_DIM_OFFLOAD_MAX_BLOCKS]));
+    json_object_set_new(o, "fail_rate", json_real((double)v[KVSIM_DIM_OFFLOAD_FAIL_RATE] / 1000.0));
+    json_object_set_new(o, "seed", json_integer((json_int_t)(seed & INT64_MAX)));
+    return o;
+}
+
+static json_t *config_json(const struct soak *s, uint64_t seed)
 {
     json_t *cfg = json_object();
     for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
         const struct dim *d = &dims[i];
         int64_t v = s->v[i];
         if (!d->config)
+            continue;
+        if (i == KVSIM_DIM_LEGACY_PARTIAL_ALLOC && !v)
+            continue; /* only a seed that asks for the old bug says so */
+        if (i == KVSIM_DIM_MAX_FUTILE && (s->checks_off & KVSIM_SOAK_CHECK_PROGRESS))
             continue;
         json_t *j = NULL;
         switch (d->type) {
@@ -351,8 +455,14 @@ static json_t *config_json(const struct soak *s)
             json_object_set_new(cfg, d->name, j);
     }
     json_object_set_new(cfg, "max_model_len", json_integer(s->max_model_len));
-    json_object_set_new(cfg, "check_invariants", json_true());
-    json_object_set_new(cfg, "check_liveness", json_true());
+    if (!(s->checks_off & KVSIM_SOAK_CHECK_INVARIANTS))
+        json_object_set_new(cfg, "check_invariants", json_true());
+    else /* no invariant at all: not even the scheduler's own boundary checks */
+        json_object_set_new(cfg, "scheduler_checks", json_false());
+    if (!(s->checks_off & KVSIM_SOAK_CHECK_LIVENESS))
+        json_object_set_new(cfg, "check_liveness", json_true());
+    if (s->offload)
+        json_object_set_new(cfg, "offload", offload_json(s, seed));
     return cfg;
 }
 
@@ -458,7 +568,9 @@ static void queue_load_reports(struct soak *s)
 {
     for (size_t i = 0; i < s->next_add; i++) {
         struct sreq *q = &s->reqs[i];
-        if (q->report_queued || q->r->status != SCHED_WAITING_FOR_REMOTE_KVS || q->r->recv_finished)
+        /* An onboarding from the tiers ends with its transfer (advance), not with a report. */
+        if (q->report_queued || q->r->status != SCHED_WAITING_FOR_REMOTE_KVS ||
+            q->r->recv_finished || q->r->offload_load)
             continue;
         q->report_queued = true;
         s->pend[s->npend++] = (struct pending_report){i, rng_below(&s->rng, 3)};
@@ -520,6 +632,35 @@ static int gen_output(struct soak *s, bool report_all)
     return emit(s, op);
 }
 
+static int emit_advance_to(struct soak *s, int64_t t)
+{
+    return emit(s, json_pack("{s:s,s:I}", "op", "advance", "to_ns", (json_int_t)t));
+}
+
+/*
+ * Virtual time before the oldest outstanding schedule's output (with offload only: without
+ * tiers nothing depends on time). A step with tokens runs for step_ns; transfers that end
+ * meanwhile are applied first, as the engine does. An empty step takes no time, but when no
+ * step has tokens in flight the engine idles until its next transfer ends: time jumps there.
+ */
+static int gen_time_for_output(struct soak *s)
+{
+    if (!s->offload)
+        return 0;
+    struct sched_step *const *outs;
+    size_t nout = kvsim_conform_runner_outstanding(s->run, &outs);
+    if (outs[0]->total_tokens > 0)
+        return emit(s, json_pack("{s:s,s:I}", "op", "advance", "by_ns", (json_int_t)s->step_ns));
+    for (size_t i = 1; i < nout; i++)
+        if (outs[i]->total_tokens > 0)
+            return 0;
+    int64_t d = kvsim_conform_runner_next_deadline(s->run);
+    if (d == INT64_MAX)
+        return 0;
+    int64_t now = kvsim_conform_runner_now(s->run);
+    return emit_advance_to(s, d > now ? d : now);
+}
+
 static size_t count_unfinished(const struct soak *s)
 {
     size_t n = 0;
@@ -565,9 +706,22 @@ static int wind_down(struct soak *s)
         if (nout == 0 ? gen_schedule(s) : gen_output(s, true))
             return -1;
     }
+    /* Every transfer drains: holds go back, aborted onboardings free their blocks. */
+    for (int k = 0; k < WIND_DOWN_LIMIT; k++) {
+        int64_t d = kvsim_conform_runner_next_deadline(s->run);
+        if (d == INT64_MAX)
+            break;
+        int64_t now = kvsim_conform_runner_now(s->run);
+        if (emit_advance_to(s, d > now ? d : now))
+            return -1;
+    }
     uint32_t usable = (uint32_t)s->v[KVSIM_DIM_NUM_BLOCKS] - 1;
-    return emit(
-        s, json_pack("{s:s,s:{s:I}}", "op", "check", "expect", "free_blocks", (json_int_t)usable));
+    json_t *ex = json_pack("{s:I}", "free_blocks", (json_int_t)usable);
+    if (s->offload) {
+        json_object_set_new(ex, "held_blocks", json_integer(0));
+        json_object_set_new(ex, "pending_transfers", json_integer(0));
+    }
+    return emit(s, json_pack("{s:s,s:o}", "op", "check", "expect", ex));
 }
 
 static bool want_add(struct soak *s)
@@ -606,7 +760,7 @@ static int drive(struct soak *s)
         else if (work && nout < depth)
             rc = gen_schedule(s);
         else if (nout > 0)
-            rc = gen_output(s, false);
+            rc = gen_time_for_output(s) ? -1 : gen_output(s, false);
         else if (!all_added)
             rc = gen_add(s); /* an idle engine: the next arrival comes now */
         else
@@ -622,12 +776,16 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
                         struct kvsim_conform_result *res, struct kvsim_conform_stats *stats)
 {
     *doc = NULL;
-    struct soak s = {.rng = {seed ^ UINT64_C(0x6b7673696d736f6b)}}; /* "kvsimsok" */
+    struct soak s = {
+        .rng = {seed ^ UINT64_C(0x6b7673696d736f6b)},  /* "kvsimsok" */
+        .rng2 = {seed ^ UINT64_C(0x6f66666c6f616473)}, /* "offloads" */
+        .checks_off = o ? o->checks_off : 0,
+    };
     pick_config(&s, matrix, o);
     int rc = make_requests(&s);
     s.pend = calloc(s.nreqs + 1, sizeof *s.pend);
     s.steps = json_array();
-    json_t *cfg = config_json(&s);
+    json_t *cfg = config_json(&s, seed);
     char name[64], source[1024];
     snprintf(name, sizeof name, "soak seed %" PRIu64, seed);
     size_t len = (size_t)snprintf(source, sizeof source, "kvsim soak --matrix %s --seed %" PRIu64,
@@ -638,6 +796,19 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
             continue;
         format_value(&dims[i], o->value[i], v, sizeof v);
         len += (size_t)snprintf(source + len, sizeof source - len, " --set %s=%s", dims[i].name, v);
+    }
+    if (o && o->checks_off && len < sizeof source) {
+        static const char *const names[] = {"invariants", "liveness", "progress"};
+        len += (size_t)snprintf(source + len, sizeof source - len, " --checks ");
+        bool first = true;
+        for (unsigned k = 0; k < 3 && len < sizeof source; k++)
+            if (!(o->checks_off & (1u << k))) {
+                len += (size_t)snprintf(source + len, sizeof source - len, "%s%s", first ? "" : ",",
+                                        names[k]);
+                first = false;
+            }
+        if (first && len < sizeof source) /* every check off: nothing to list */
+            len += (size_t)snprintf(source + len, sizeof source - len, "none");
     }
     *doc = json_pack("{s:s,s:s,s:O,s:O}", "name", name, "source", source, "config", cfg, "steps",
                      s.steps);
@@ -751,28 +922,34 @@ static int make_dirs(const char *dir)
 
 static void soak_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
-            "                  [--set NAME=VALUE]... [--keep] [--quiet]\n"
-            "\n"
-            "Seeded randomized runs of the scheduler core: each seed picks a configuration from\n"
-            "the matrix and builds a scenario op by op, checking the invariants, the liveness\n"
-            "rule and the #49675 progress rule after every op (docs/soak.md). A failing seed's\n"
-            "scenario is written to DIR/soak-seed<S>.json; `kvsim conform` replays it and\n"
-            "`kvsim minimize` shrinks it.\n"
-            "\n"
-            "  --seeds N          run seeds 1..N (default 200)\n"
-            "  --seed S           run seed S only\n"
-            "  --matrix M         small (CI, default) or full (nightly)\n"
-            "  --out DIR          where failing scenarios go (default ./soak-failures)\n"
-            "  --set NAME=VALUE   fix one matrix dimension for every seed (repeatable), e.g.\n"
-            "                     --set preempted_victim_guard=false\n"
-            "  --show-matrix      print the matrix dimensions and exit\n"
-            "  --keep             write every seed's scenario, not only failing ones\n"
-            "  --quiet            no summary line (failures are still printed)\n"
-            "  -h, --help         print this help\n"
-            "\n"
-            "Exit status: 0 all seeds passed, 1 a seed failed, 2 usage error.\n");
+    fprintf(f, "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
+               "                  [--set NAME=VALUE]... [--checks LIST] [--legacy-partial-alloc]\n"
+               "                  [--keep] [--quiet]\n"
+               "\n"
+               "Seeded randomized runs of the scheduler core (in part of the seeds with G2/G3\n"
+               "offload tiers, in virtual time): each seed picks a configuration from the matrix\n"
+               "and builds a scenario op by op, checking the invariants, the liveness rule and\n"
+               "the #49675 progress rule after every op (docs/soak.md). A failing seed's\n"
+               "scenario is written to DIR/soak-seed<S>.json; `kvsim conform` replays it and\n"
+               "`kvsim minimize` shrinks it.\n"
+               "\n"
+               "  --seeds N          run seeds 1..N (default 200)\n"
+               "  --seed S           run seed S only\n"
+               "  --matrix M         small (CI, default) or full (nightly)\n"
+               "  --out DIR          where failing scenarios go (default ./soak-failures)\n"
+               "  --set NAME=VALUE   fix one matrix dimension for every seed (repeatable), e.g.\n"
+               "                     --set preempted_victim_guard=false\n"
+               "  --checks LIST      the rules checked: all (default), none, or a comma list of\n"
+               "                     invariants, liveness, progress (e.g. --checks liveness)\n"
+               "  --legacy-partial-alloc\n"
+               "                     reintroduce the old partial allocation (issue 6; the same as\n"
+               "                     --set legacy_partial_alloc=true)\n"
+               "  --show-matrix      print the matrix dimensions and exit\n"
+               "  --keep             write every seed's scenario, not only failing ones\n"
+               "  --quiet            no summary line (failures are still printed)\n"
+               "  -h, --help         print this help\n"
+               "\n"
+               "Exit status: 0 all seeds passed, 1 a seed failed, 2 usage error.\n");
 }
 
 static bool parse_u64_arg(const char *opt, const char *s, uint64_t min, uint64_t max, uint64_t *out)
@@ -834,13 +1011,32 @@ static int save_seed(const char *dir, uint64_t seed, json_t *doc,
 
 int kvsim_soak_main(int argc, char **argv)
 {
-    enum { O_SEEDS = 256, O_SEED, O_MATRIX, O_OUT, O_SET, O_SHOW, O_KEEP, O_QUIET, O_HELP };
+    enum {
+        O_SEEDS = 256,
+        O_SEED,
+        O_MATRIX,
+        O_OUT,
+        O_SET,
+        O_CHECKS,
+        O_LEGACY,
+        O_SHOW,
+        O_KEEP,
+        O_QUIET,
+        O_HELP
+    };
     static const struct option opts[] = {
-        {"seeds", required_argument, NULL, O_SEEDS},   {"seed", required_argument, NULL, O_SEED},
-        {"matrix", required_argument, NULL, O_MATRIX}, {"out", required_argument, NULL, O_OUT},
-        {"set", required_argument, NULL, O_SET},       {"show-matrix", no_argument, NULL, O_SHOW},
-        {"keep", no_argument, NULL, O_KEEP},           {"quiet", no_argument, NULL, O_QUIET},
-        {"help", no_argument, NULL, O_HELP},           {NULL, 0, NULL, 0},
+        {"seeds", required_argument, NULL, O_SEEDS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"matrix", required_argument, NULL, O_MATRIX},
+        {"out", required_argument, NULL, O_OUT},
+        {"set", required_argument, NULL, O_SET},
+        {"show-matrix", no_argument, NULL, O_SHOW},
+        {"checks", required_argument, NULL, O_CHECKS},
+        {"legacy-partial-alloc", no_argument, NULL, O_LEGACY},
+        {"keep", no_argument, NULL, O_KEEP},
+        {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
     };
     uint64_t nseeds = 200, first = 1;
     bool have_seeds = false, have_seed = false, keep = false, quiet = false;
@@ -885,6 +1081,16 @@ int kvsim_soak_main(int argc, char **argv)
                 fprintf(stderr, "kvsim soak: %s\n", err);
                 return 2;
             }
+            break;
+        case O_CHECKS:
+            if (kvsim_soak_parse_checks(&ov, optarg, err, sizeof err)) {
+                fprintf(stderr, "kvsim soak: %s\n", err);
+                return 2;
+            }
+            break;
+        case O_LEGACY:
+            ov.set[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = true;
+            ov.value[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = 1;
             break;
         case O_SHOW: kvsim_soak_print_matrix(stdout); return 0;
         case O_KEEP: keep = true; break;
@@ -938,18 +1144,28 @@ int kvsim_soak_main(int argc, char **argv)
         fflush(stdout);
     }
     double dt = now_s() - t0;
+    char off[512] = "";
+    if (total.offload_runs)
+        snprintf(off, sizeof off,
+                 "; offload in %" PRIu64 " seeds: %" PRIu64
+                 " advances over %.3f virtual s, %" PRIu64 " blocks written to G2, %" PRIu64
+                 " loads (%" PRIu64 " failed), %" PRIu64 " blocked on offload, %" PRIu64
+                 " retry_now, up to %" PRIu64 " held blocks",
+                 total.offload_runs, total.advances, (double)total.virtual_ns * 1e-9,
+                 total.written_g2, total.loads, total.failed_loads, total.blocked_on_offload,
+                 total.retry_now, total.max_held_blocks);
     if (!quiet)
         printf("soak: %" PRIu64 " seeds (matrix %s), %" PRIu64 " ops, %" PRIu64
                " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
                " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
                " futile, longest cascade %" PRIu64 ", %" PRIu64
-               " zero-progress schedules); %" PRIu64 " failed\n",
+               " zero-progress schedules)%s; %" PRIu64 " failed\n",
                nseeds, matrix_name(matrix), total.ops, total.transitions, dt,
                dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
                total.scheduled_tokens
                    ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
                    : 0.0,
                total.futile_preemptions, total.max_futile_in_one_schedule,
-               total.zero_progress_schedules, failed);
+               total.zero_progress_schedules, off, failed);
     return failed ? 1 : 0;
 }

@@ -2,11 +2,13 @@
  * soak.h - seeded soaks (runtime/soak.c) and failure minimization (runtime/minimize.c), private
  * to runtime/ and tests/.
  *
- * A soak seed picks a configuration from a matrix of dimensions and drives the scheduler by
- * building a scenario as it goes: every op it appends to the scenario's steps is executed at
- * once through the in-process scenario runner (runtime/conform.h) with check_invariants,
- * check_liveness and max_futile_preemptions on, so a failing seed's scenario file replays
- * exactly what ran. The minimizer shrinks such a file with delta debugging.
+ * A soak seed picks a configuration from a matrix of dimensions (scheduler, workload, offload
+ * tiers) and drives the scheduler by building a scenario as it goes: every op it appends to the
+ * scenario's steps is executed at once through the in-process scenario runner
+ * (runtime/conform.h) with check_invariants, check_liveness and max_futile_preemptions on (unless
+ * `--checks` says otherwise), so a failing seed's scenario file replays exactly what ran. With
+ * offload tiers it also moves virtual time (`advance` ops). The minimizer shrinks such a file
+ * with delta debugging.
  */
 #ifndef KVSIM_SOAK_H
 #define KVSIM_SOAK_H
@@ -52,14 +54,42 @@ enum kvsim_soak_dim {
     KVSIM_DIM_STOP,
     KVSIM_DIM_RESET,
     KVSIM_DIM_MAX_OPS,
+    /* offload tiers and virtual time (drawn from a second stream: see soak.c) */
+    KVSIM_DIM_OFFLOAD,
+    KVSIM_DIM_G2_BLOCKS,
+    KVSIM_DIM_G3_BLOCKS,
+    KVSIM_DIM_G3_WRITE_THROUGH,
+    KVSIM_DIM_COPY_PCT,
+    KVSIM_DIM_OFFLOAD_PERMITS,
+    KVSIM_DIM_OFFLOAD_MAX_BLOCKS,
+    KVSIM_DIM_OFFLOAD_FAIL_RATE,
+    KVSIM_DIM_STEP_US,
+    KVSIM_DIM_LEGACY_PARTIAL_ALLOC,
     KVSIM_NUM_DIMS
 };
 
-/* Fixed values for some dimensions (`--set NAME=VALUE`), applied after the seed's choice. */
+/* The rules a soak seed's scenario turns on (`--checks`); all by default. */
+enum {
+    KVSIM_SOAK_CHECK_INVARIANTS = 1, /* check_invariants (+ the scheduler's own checks) */
+    KVSIM_SOAK_CHECK_LIVENESS = 2,   /* check_liveness */
+    KVSIM_SOAK_CHECK_PROGRESS = 4,   /* max_futile_preemptions (the dimension) */
+    KVSIM_SOAK_CHECK_ALL = 7,
+};
+
+/* Fixed values for some dimensions (`--set NAME=VALUE`), applied after the seed's choice, and
+ * the checks turned off (`--checks`; 0: every check on). */
 struct kvsim_soak_overrides {
     bool set[KVSIM_NUM_DIMS];
     int64_t value[KVSIM_NUM_DIMS];
+    unsigned checks_off; /* KVSIM_SOAK_CHECK_* bits */
 };
+
+/*
+ * kvsim_soak_parse_checks - parse `--checks LIST` ("all" or a comma-separated subset of
+ * invariants, liveness, progress) into o->checks_off. Returns 0, or -EINVAL with a message
+ * naming the bad word in err.
+ */
+int kvsim_soak_parse_checks(struct kvsim_soak_overrides *o, const char *arg, char *err, size_t len);
 
 /*
  * kvsim_soak_parse_set - parse "NAME=VALUE" into o. Returns 0, or -EINVAL with a message that
@@ -92,7 +122,8 @@ int kvsim_scenario_write_file(const json_t *doc, const char *path);
  * kvsim_scenario_drop_requests - a copy of steps without the requests named in drop (an object
  * used as a set of ids): their `add`s go, every op that names only them (abort, kv_*) goes,
  * and their ids leave every list and map of the other ops (sampled, finished_recving,
- * finished_sending, ids, expect). An abort left without ids goes too.
+ * finished_sending, ids, expect; an expected blocked_on_offload naming one goes). An abort left
+ * without ids goes too.
  */
 json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop);
 

@@ -127,7 +127,8 @@ Test(scenario, dropping_a_request_removes_it_everywhere)
         "[{\"op\":\"add\",\"id\":\"a\",\"prompt\":[1],\"max_tokens\":1},"
         " {\"op\":\"add\",\"id\":\"b\",\"prompt\":[2],\"max_tokens\":1},"
         " {\"op\":\"schedule\",\"expect\":{\"scheduled\":{\"a\":1,\"b\":1},\"new\":[\"a\",\"b\"],"
-        "   \"total_scheduled\":2}},"
+        "   \"total_scheduled\":2,\"blocked_on_offload\":\"b\"}},"
+        " {\"op\":\"advance\",\"by_ns\":5},"
         " {\"op\":\"output\",\"sampled\":{\"a\":[5],\"b\":[6]},\"finished_recving\":[\"b\"]},"
         " {\"op\":\"abort\",\"id\":\"b\"},"
         " {\"op\":\"abort\",\"ids\":[\"b\"]},"
@@ -140,13 +141,14 @@ Test(scenario, dropping_a_request_removes_it_everywhere)
         json_loads("[{\"op\":\"add\",\"id\":\"a\",\"prompt\":[1],\"max_tokens\":1},"
                    " {\"op\":\"schedule\",\"expect\":{\"scheduled\":{\"a\":1},\"new\":[\"a\"],"
                    "   \"total_scheduled\":2}},"
+                   " {\"op\":\"advance\",\"by_ns\":5},"
                    " {\"op\":\"output\",\"sampled\":{\"a\":[5]}},"
                    " {\"op\":\"abort\",\"ids\":[\"a\"]}]",
                    0, NULL);
     char *g = json_dumps(got, JSON_COMPACT);
     cr_assert(json_equal(got, want), "got %s", g);
     free(g);
-    cr_assert_eq(json_array_size(steps), 8, "the input is not modified");
+    cr_assert_eq(json_array_size(steps), 9, "the input is not modified");
     json_decref(steps);
     json_decref(drop);
     json_decref(got);
@@ -241,13 +243,18 @@ Test(runner, no_false_alarms_on_the_conformance_scenarios)
         /* SC-10b withholds a sampled token on purpose: the liveness rule refuses that. */
         if (strstr(rel, "SC-10b"))
             cr_assert(rc == -1 && !strcmp(res.kind, "error"), "%s: %s", rel, res.message);
+        /* OFF-03 runs the legacy partial allocation: the invariant check catches it at once. */
+        else if (strstr(rel, "OFF-03"))
+            cr_assert(rc == -1 && !strcmp(res.kind, "invariant:waiting_holds_no_blocks") &&
+                          res.step == 7,
+                      "%s: [%s] step %ld %s", rel, res.kind, res.step, res.message);
         else
             cr_assert_eq(rc, 0, "%s: [%s] %s", rel, res.kind, res.message);
         json_decref(doc);
         n++;
     }
     closedir(d);
-    cr_assert_geq(n, 50);
+    cr_assert_geq(n, 56);
 }
 
 Test(runner, a_lenient_run_records_a_strictly_identical_scenario)
@@ -347,4 +354,282 @@ Test(soak, overrides_fix_a_dimension_and_leave_the_rest)
         json_decref(doc);
         json_decref(plain);
     }
+}
+
+/* ---- offload tiers and virtual time (stage 2) ------------------------------------------------ */
+
+/* Runs a scenario given as JSON text; returns kvsim_conform_run_json's verdict. */
+static int run_text(const char *text, const struct kvsim_conform_options *opt,
+                    struct kvsim_conform_result *res, struct kvsim_conform_stats *st)
+{
+    json_error_t err;
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    cr_assert_not_null(doc, "%s", err.text);
+    int rc = kvsim_conform_run_json(doc, opt, res, st);
+    json_decref(doc);
+    return rc;
+}
+
+#define TIERS_CFG                                                                                  \
+    "\"config\":{\"block_size\":4,\"num_blocks\":9,\"max_num_batched_tokens\":64,"                 \
+    "\"max_model_len\":64,\"check_invariants\":true,\"check_liveness\":true,"                      \
+    "\"offload\":{\"g2_blocks\":64,\"block_bytes\":1000,\"g1_g2_bytes_per_s\":1000000,"            \
+    "\"permits\":1,\"max_blocks\":2}}"
+
+Test(offload, advance_moves_virtual_time_and_applies_transfers_that_end_by_then)
+{
+    struct kvsim_conform_result res;
+    struct kvsim_conform_stats st;
+    int rc = run_text(
+        "{\"name\":\"t\"," TIERS_CFG ",\"steps\":["
+        "{\"op\":\"add\",\"id\":\"a\",\"prompt\":{\"range\":[100,116]},\"max_tokens\":1},"
+        "{\"op\":\"schedule\",\"expect\":{\"pending_transfers\":2,\"now_ns\":0}},"
+        "{\"op\":\"output\",\"sampled\":{\"a\":[9]},\"expect\":{\"held_blocks\":4}},"
+        "{\"op\":\"advance\",\"by_ns\":1999999,\"expect\":{\"held_blocks\":4,\"now_ns\":1999999}},"
+        "{\"op\":\"advance\",\"by_ns\":1,\"expect\":{\"held_blocks\":2,\"pending_transfers\":1}},"
+        "{\"op\":\"advance\",\"to_ns\":4000000,\"expect\":{\"held_blocks\":0,\"free_blocks\":8,"
+        "  \"offload\":{\"written_g2\":4,\"g2_resident\":4,\"g1_g2_batches\":2}}},"
+        "{\"op\":\"advance\",\"to_ns\":4000000,\"expect\":{\"now_ns\":4000000}}]}",
+        NULL, &res, &st);
+    cr_assert_eq(rc, 0, "[%s] %s", res.kind, res.message);
+    cr_assert_eq(st.offload_runs, 1);
+    cr_assert_eq(st.advances, 4);
+    cr_assert_eq(st.virtual_ns, 4000000);
+    cr_assert_eq(st.written_g2, 4);
+    cr_assert_eq(st.max_held_blocks, 4);
+    /* Time never runs backwards: strictly an error, leniently the step is dropped. */
+    const char *back = "{\"name\":\"t\",\"steps\":[{\"op\":\"advance\",\"to_ns\":50},"
+                       "{\"op\":\"advance\",\"to_ns\":49},"
+                       "{\"op\":\"check\",\"expect\":{\"now_ns\":50}}]}";
+    cr_assert_eq(run_text(back, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "error");
+    cr_assert_eq(res.step, 1);
+    cr_assert(strstr(res.message, "key 'to_ns': 49 is before now (50)"), "%s", res.message);
+    json_t *eff = json_array();
+    struct kvsim_conform_options opt = {.lenient = true, .effective = eff};
+    cr_assert_eq(run_text(back, &opt, &res, NULL), 0, "%s", res.message);
+    cr_assert_eq(json_array_size(eff), 2, "the moot advance is not recorded");
+    json_decref(eff);
+    /* Without tiers, advance only moves the clock; the offload map needs tiers. */
+    cr_assert_eq(run_text("{\"name\":\"t\",\"steps\":[{\"op\":\"advance\",\"by_ns\":7},"
+                          "{\"op\":\"check\",\"expect\":{\"now_ns\":7,\"held_blocks\":0,"
+                          "\"pending_transfers\":0,\"blocked_on_offload\":null}}]}",
+                          NULL, &res, NULL),
+                 0, "%s", res.message);
+    cr_assert_eq(run_text("{\"name\":\"t\",\"steps\":[{\"op\":\"check\",\"expect\":{\"offload\":"
+                          "{\"loads\":0}}}]}",
+                          NULL, &res, NULL),
+                 -1);
+    cr_assert(strstr(res.message, "only observable with offload tiers"), "%s", res.message);
+}
+
+Test(offload, the_format_is_strict_about_the_offload_object_and_advance)
+{
+    static const struct {
+        const char *cfg_or_step, *message;
+    } bad[] = {
+        {"\"config\":{\"offload\":{}},\"steps\":[]", "offload: missing key 'g2_blocks'"},
+        {"\"config\":{\"offload\":{\"g2_blocks\":0}},\"steps\":[]",
+         "offload: key 'g2_blocks' must be an integer in [1, "},
+        {"\"config\":{\"offload\":{\"g2_blocks\":4,\"max_blocks\":65}},\"steps\":[]",
+         "key 'max_blocks' must be an integer in [1, 64]"},
+        {"\"config\":{\"offload\":{\"g2_blocks\":4,\"fail_rate\":1.5}},\"steps\":[]",
+         "key 'fail_rate' must be a number in [0, 1]"},
+        {"\"config\":{\"offload\":{\"g2_blocks\":4,\"g1_g2_bytes_per_s\":1.5}},\"steps\":[]",
+         "key 'g1_g2_bytes_per_s' must be an integer"},
+        {"\"config\":{\"offload\":{\"g2_blocks\":4,\"g2\":1}},\"steps\":[]",
+         "config: offload: unknown key 'g2'"},
+        {"\"config\":{\"offload\":4},\"steps\":[]", "key 'offload' must be an object"},
+        {"\"config\":{\"legacy_partial_alloc\":1},\"steps\":[]",
+         "key 'legacy_partial_alloc' must be a boolean"},
+        {"\"steps\":[{\"op\":\"advance\"}]", "give exactly one of 'to_ns' and 'by_ns'"},
+        {"\"steps\":[{\"op\":\"advance\",\"to_ns\":1,\"by_ns\":1}]",
+         "give exactly one of 'to_ns' and 'by_ns'"},
+        {"\"steps\":[{\"op\":\"advance\",\"by_ns\":-1}]", "key 'by_ns' has the wrong type"},
+        {"\"steps\":[{\"op\":\"check\",\"expect\":{\"offload\":{\"nope\":1}}}]",
+         "key 'offload': unknown field 'nope'"},
+        {"\"steps\":[{\"op\":\"check\",\"expect\":{\"blocked_on_offload\":3}}]",
+         "key 'blocked_on_offload' has the wrong type"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"name\":\"bad\",%s}", bad[i].cfg_or_step);
+        struct kvsim_conform_result res;
+        cr_assert_eq(run_text(text, NULL, &res, NULL), -1, "%s", text);
+        cr_assert_eq(res.verdict, KVSIM_CONFORM_INVALID, "%s: %s", text, res.message);
+        cr_assert(strstr(res.message, bad[i].message), "%s: got '%s'", text, res.message);
+    }
+}
+
+/* OFF-01 without the advance that ends b's onboarding: the schedules after it park nothing new
+ * and schedule nothing, but a transfer is pending: not a dead end. Once the transfer is gone (the
+ * tiers destroyed) the same state would be one; a report of the onboarding through
+ * finished_recving is refused: it ends with its transfer. */
+Test(offload, a_parked_onboarding_with_a_pending_transfer_is_not_a_dead_end)
+{
+    json_t *doc = load("tests/conformance/OFF-01-write-through-and-onboarding.json");
+    json_t *steps = json_object_get(doc, "steps");
+    json_t *cut = json_array();
+    for (size_t i = 0; i < 19; i++) /* up to the second schedule after b parked */
+        json_array_append(cut, json_array_get(steps, i));
+    json_array_append_new(cut, json_pack("{s:s}", "op", "output"));
+    json_array_append_new(cut, json_pack("{s:s}", "op", "schedule"));
+    json_object_set_new(doc, "steps", cut);
+    struct kvsim_conform_result res;
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "[%s] %s", res.kind,
+                 res.message);
+    json_array_append_new(cut, json_pack("{s:s,s:[s]}", "op", "output", "finished_recving", "b"));
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "error");
+    cr_assert(strstr(res.message, "'b' is loading from the offload tiers"), "%s", res.message);
+    json_decref(doc);
+}
+
+/* Nothing runs and the head is BLOCKED_ON_OFFLOAD: the schedule does nothing, yet the copy that
+ * holds the capacity will end. Not a dead end; after the advance the head is admitted. */
+Test(offload, a_head_blocked_on_a_copy_is_not_a_dead_end)
+{
+    struct kvsim_conform_result res;
+    int rc = run_text(
+        "{\"name\":\"t\"," TIERS_CFG ",\"steps\":["
+        "{\"op\":\"add\",\"id\":\"a\",\"prompt\":{\"range\":[100,116]},\"max_tokens\":1},"
+        "{\"op\":\"schedule\"},{\"op\":\"output\",\"sampled\":{\"a\":[9]}},"
+        "{\"op\":\"add\",\"id\":\"b\",\"prompt\":{\"range\":[500,520]},\"max_tokens\":1},"
+        "{\"op\":\"schedule\",\"expect\":{\"scheduled\":{},\"preempted\":[],"
+        "  \"blocked_on_offload\":\"b\",\"held_blocks\":4,\"free_blocks\":4}},"
+        "{\"op\":\"output\"},"
+        "{\"op\":\"advance\",\"to_ns\":2000000},"
+        "{\"op\":\"schedule\",\"expect\":{\"scheduled\":{\"b\":20},\"blocked_on_offload\":null}}]}",
+        NULL, &res, NULL);
+    cr_assert_eq(rc, 0, "[%s] %s", res.kind, res.message);
+}
+
+Test(offload, the_legacy_regression_fails_with_its_shape_and_passes_transactionally)
+{
+    json_t *doc = load("tests/regressions/legacy/legacy-partial-alloc-dead-end.json");
+    struct kvsim_conform_result res;
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "dead_end");
+    cr_assert_eq(res.step, 9);
+    cr_assert(
+        strstr(res.message, "active=27 free=4, head r4 (PREEMPTED) needs 7 blocks (holds 0)") &&
+            strstr(res.message, "r5 (WAITING) holds 27 blocks without a computed token"),
+        "%s", res.message);
+    /* With every invariant check on, the partial allocation itself is what fails. */
+    json_t *cfg = json_object_get(doc, "config");
+    json_object_set_new(cfg, "check_invariants", json_true());
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_str_eq(res.kind, "invariant:waiting_holds_no_blocks", "%s", res.message);
+    cr_assert_eq(res.step, 7, "the schedule that committed the partial allocation");
+    cr_assert(strstr(res.message, "id='r5'"), "%s", res.message);
+    /* The transactional allocation: the workload completes (the outputs replayed leniently). */
+    json_object_set_new(cfg, "legacy_partial_alloc", json_false());
+    struct kvsim_conform_options opt = {.lenient = true};
+    cr_assert_eq(kvsim_conform_run_json(doc, &opt, &res, NULL), 0, "[%s] %s", res.kind,
+                 res.message);
+    json_decref(doc);
+}
+
+Test(offload, soak_seeds_with_offload_are_deterministic_and_replay_what_ran)
+{
+    struct kvsim_soak_overrides o = {0};
+    char err[256];
+    cr_assert_eq(kvsim_soak_parse_set(&o, "offload=true", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_soak_parse_set(&o, "policy=fcfs", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_soak_parse_set(&o, "copy_pct=800", err, sizeof err), 0, "%s", err);
+    uint64_t advances = 0, blocked = 0;
+    for (uint64_t seed = 1; seed <= 30; seed++) {
+        json_t *a, *b;
+        struct kvsim_conform_result ra, rb, rr;
+        struct kvsim_conform_stats sa, sb, sr;
+        cr_assert_eq(kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, &o, &a, &ra, &sa), 0,
+                     "seed %llu: [%s] %s", (unsigned long long)seed, ra.kind, ra.message);
+        cr_assert_eq(kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, &o, &b, &rb, &sb), 0);
+        cr_assert(json_equal(a, b), "seed %llu builds the same scenario twice",
+                  (unsigned long long)seed);
+        cr_assert_not_null(json_object_get(json_object_get(a, "config"), "offload"));
+        cr_assert_eq(kvsim_conform_run_json(a, NULL, &rr, &sr), 0, "%s", rr.message);
+        cr_assert_eq(sr.transitions, sa.transitions);
+        cr_assert_eq(sr.advances, sa.advances);
+        cr_assert_eq(sr.virtual_ns, sa.virtual_ns);
+        cr_assert_eq(sr.blocked_on_offload, sa.blocked_on_offload);
+        advances += sa.advances;
+        blocked += sa.blocked_on_offload;
+        json_decref(a);
+        json_decref(b);
+    }
+    cr_assert_gt(advances, 0, "virtual time moves");
+    cr_assert_gt(blocked, 0, "copies slower than steps leave allocations BLOCKED_ON_OFFLOAD");
+}
+
+/* A seed without offload builds the scenario it built before the offload dimensions existed:
+ * no advance op, no offload key, no legacy key. */
+Test(offload, a_seed_without_offload_moves_no_time)
+{
+    struct kvsim_soak_overrides o = {0};
+    char err[256];
+    cr_assert_eq(kvsim_soak_parse_set(&o, "offload=false", err, sizeof err), 0, "%s", err);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+        json_t *doc;
+        struct kvsim_conform_result res;
+        cr_assert_eq(kvsim_soak_run_seed(seed, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL), 0);
+        json_t *cfg = json_object_get(doc, "config");
+        cr_assert_null(json_object_get(cfg, "offload"));
+        cr_assert_null(json_object_get(cfg, "legacy_partial_alloc"));
+        char *text = json_dumps(json_object_get(doc, "steps"), 0);
+        cr_assert_null(strstr(text, "\"advance\""), "seed %llu", (unsigned long long)seed);
+        free(text);
+        json_decref(doc);
+    }
+}
+
+Test(offload, the_legacy_seed_fails_as_the_checks_say_and_passes_without_legacy)
+{
+    struct kvsim_soak_overrides o = {0};
+    char err[256];
+    cr_assert_eq(kvsim_soak_parse_set(&o, "legacy_partial_alloc=1", err, sizeof err), 0, "%s", err);
+    json_t *doc;
+    struct kvsim_conform_result res;
+    cr_assert_eq(kvsim_soak_run_seed(37, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL), 1);
+    cr_assert_str_eq(res.kind, "invariant:waiting_holds_no_blocks", "%s", res.message);
+    cr_assert(
+        json_is_true(json_object_get(json_object_get(doc, "config"), "legacy_partial_alloc")));
+    json_decref(doc);
+    cr_assert_eq(kvsim_soak_parse_checks(&o, "liveness", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(o.checks_off, KVSIM_SOAK_CHECK_INVARIANTS | KVSIM_SOAK_CHECK_PROGRESS);
+    cr_assert_eq(kvsim_soak_run_seed(37, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL), 1);
+    cr_assert_str_eq(res.kind, "dead_end", "%s", res.message);
+    cr_assert(strstr(res.message, "without a computed token"), "%s", res.message);
+    json_t *cfg = json_object_get(doc, "config");
+    cr_assert_null(json_object_get(cfg, "check_invariants"));
+    cr_assert(json_is_false(json_object_get(cfg, "scheduler_checks")));
+    cr_assert_null(json_object_get(cfg, "max_futile_preemptions"));
+    cr_assert(strstr(json_string_value(json_object_get(doc, "source")),
+                     "--set legacy_partial_alloc=true --checks liveness"));
+    json_decref(doc);
+    o.set[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = false;
+    cr_assert_eq(kvsim_soak_run_seed(37, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL), 0, "%s",
+                 res.message);
+    json_decref(doc);
+    o.checks_off = 0;
+    cr_assert_eq(kvsim_soak_run_seed(37, KVSIM_SOAK_SMALL, &o, &doc, &res, NULL), 0, "%s",
+                 res.message);
+    json_decref(doc);
+}
+
+Test(offload, checks_lists_parse_strictly)
+{
+    struct kvsim_soak_overrides o = {0};
+    char err[256];
+    cr_assert_eq(kvsim_soak_parse_checks(&o, "invariants,progress", err, sizeof err), 0);
+    cr_assert_eq(o.checks_off, KVSIM_SOAK_CHECK_LIVENESS);
+    cr_assert_eq(kvsim_soak_parse_checks(&o, "none", err, sizeof err), 0);
+    cr_assert_eq(o.checks_off, KVSIM_SOAK_CHECK_ALL);
+    cr_assert_eq(kvsim_soak_parse_checks(&o, "all", err, sizeof err), 0);
+    cr_assert_eq(o.checks_off, 0);
+    cr_assert_neq(kvsim_soak_parse_checks(&o, "liveness,", err, sizeof err), 0);
+    cr_assert(strstr(err, "'' is not all"), "%s", err);
+    cr_assert_neq(kvsim_soak_parse_checks(&o, "invariant", err, sizeof err), 0);
+    cr_assert(strstr(err, "'invariant' is not all, none, invariants, liveness or progress"), "%s",
+              err);
 }

@@ -1065,7 +1065,7 @@ int kvsim_replay_main(int argc, char **argv)
             break;
         case O_G12BW:
         case O_G23BW: {
-            double gbps;
+            double gbps = 0;
             rc = parse_pos_double(optname, optarg, &gbps);
             int64_t bw = (int64_t)(gbps * 1e9);
             if (c == O_G12BW)

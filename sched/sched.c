@@ -909,9 +909,21 @@ static bool relieve_moved_capacity(struct sched *s, const struct kvpool_plan *pl
  * the front of the waiting queue, ahead of the head. Returns 0 or a negative errno.
  */
 static int legacy_partial_alloc(struct sched *s, struct sched_step *st, uint64_t *budget,
-                                struct sched_request *r, const struct kvpool_plan *plan)
+                                struct sched_request *r, const struct kvpool_alloc_args *args)
 {
-    int rc = kvpool_commit_partial_legacy(s->pool, &r->kv, plan);
+    /* The relief may have changed the pool (a hold released on a block still referenced moves
+     * no capacity): prepare again so the partial commit is not refused as stale. */
+    struct kvpool_alloc_args a = *args;
+    struct kvpool_hits hits;
+    if (a.hits && a.hits->num_blocks) { /* hits computed before the relief are stale too */
+        kvpool_lookup(s->pool, &r->kv, &hits, NULL, 0);
+        a.hits = &hits;
+    }
+    struct kvpool_plan plan;
+    int rc = kvpool_prepare(s->pool, &r->kv, &a, &plan);
+    if (rc != KVPOOL_BLOCKED_ON_OFFLOAD)
+        return rc < 0 ? rc : 0;
+    rc = kvpool_commit_partial_legacy(s->pool, &r->kv, &plan);
     if (rc < 0)
         return rc;
     if (s->num_running == 0)
@@ -960,8 +972,10 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             } else if (c->offload && !r->onboard_disabled) {
                 /* Onboarding: blocks after the G1 hits that G2/G3 hold load asynchronously
                  * into a destination reservation instead of being recomputed. */
+                /* Like the G1 lookup, never the block of the last prompt token: it is always
+                 * recomputed, so a promoted load never has to give a computed token back. */
                 uint64_t blocks = c->offload->lookup(c->offload_ctx, r, hits.num_blocks);
-                external = min_u64(blocks * c->block_size, nt - hits.num_tokens);
+                external = min_u64(blocks * c->block_size, nt - 1 - hits.num_tokens);
                 external -= external % c->block_size;
                 load_async = onboard = external > 0;
             }
@@ -1001,7 +1015,7 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             }
             s->offload_status = (struct sched_offload_status){r, plan.num_blocks_short, false};
             if (c->legacy_partial_alloc) {
-                rc = legacy_partial_alloc(s, st, budget, r, &plan);
+                rc = legacy_partial_alloc(s, st, budget, r, &args);
                 break;
             }
         }

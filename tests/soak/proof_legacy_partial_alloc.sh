@@ -10,8 +10,9 @@
 #     transfer pending) whose shape shows the partial allocation; the first one replays with the
 #     same evidence and minimizes to a dead end;
 #  3. without it, the same seeds pass, with all checks and with liveness only.
-# The only other failure tolerated under the legacy mode is the known stale-plan error of the
-# legacy path (tests/regressions/known-scheduler-error-legacy-stale-plan.json).
+# The stale-plan error the legacy path once had is fixed
+# (tests/regressions/legacy-partial-alloc-after-relief-is-not-stale.json); the pattern below
+# stays only so that a reappearance is reported as what it is.
 set -u
 kvsim=$1 work=$2
 seeds=1000

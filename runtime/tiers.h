@@ -4,7 +4,8 @@
  *
  * What it does (KVBM-style, reference dynamo-mocker.md §5):
  *  - write-through: every full block entering G1's prefix cache (the pool's store hook) that G2
- *    does not hold and that is not already on its way is copied G1->G2 in batches; each source
+ *    does not hold is copied G1->G2 in batches (a block on its way stays cached in G1, so it is
+ *    not stored twice); each source
  *    G1 block carries a transfer hold (kvpool_hold_block) until its copy ends, so it cannot be
  *    reused before;
  *  - G2->G3 when G2 evicts a block (LRU), or for every block G2 receives (g3_write_through);

@@ -5,9 +5,8 @@
  * What it does (KVBM-style, reference dynamo-mocker.md §5):
  *  - write-through: every full block entering G1's prefix cache (the pool's store hook) that G2
  *    does not hold is copied G1->G2 in batches (a block on its way stays cached in G1, so it is
- *    not stored twice); each source
- *    G1 block carries a transfer hold (kvpool_hold_block) until its copy ends, so it cannot be
- *    reused before;
+ *    not stored twice); each source G1 block carries a transfer hold (kvpool_hold_block) until
+ *    its copy ends, so it cannot be reused before;
  *  - G2->G3 when G2 evicts a block (LRU), or for every block G2 receives (g3_write_through);
  *  - onboarding at admission (the scheduler's offload hooks): the blocks after a request's G1
  *    hits that G2 or G3 hold are loaded (G3->G2 staging, then G2->G1) into a destination

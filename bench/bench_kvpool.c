@@ -93,13 +93,6 @@ static uint64_t hash_work_tokens(bool quick) { return quick ? 2000000 : 64000000
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t splitmix64(uint64_t x)
 {
     x += UINT64_C(0x9e3779b97f4a7c15);
@@ -461,12 +454,12 @@ static void churn(struct kvpool *pool, struct ring *ring, uint64_t target, bool 
     memset(o, 0, sizeof *o);
     uint64_t usable = kvpool_num_usable_blocks(pool);
     uint64_t high = usable * 9 / 10, low = usable / 2;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     while (o->allocated < target) {
         struct kvpool_seq *s = &ring->seqs[ring->next];
         uint64_t need = ring->blocks[ring->next];
         if (usable - kvpool_num_free_blocks(pool) + need > high) {
-            uint64_t f0 = now_ns();
+            uint64_t f0 = bench_now_ns();
             while (ring->live && usable - kvpool_num_free_blocks(pool) + need > low) {
                 struct kvpool_seq *old = &ring->seqs[ring->head];
                 o->freed += old->num_blocks;
@@ -474,7 +467,7 @@ static void churn(struct kvpool *pool, struct ring *ring, uint64_t target, bool 
                 ring->head = ring->head + 1 == ring->n ? 0 : ring->head + 1;
                 ring->live--;
             }
-            o->free_ns += now_ns() - f0;
+            o->free_ns += bench_now_ns() - f0;
         }
         admit(pool, s, &o->st);
         if (events)
@@ -483,7 +476,7 @@ static void churn(struct kvpool *pool, struct ring *ring, uint64_t target, bool 
         ring->next = ring->next + 1 == ring->n ? 0 : ring->next + 1;
         ring->live++;
     }
-    o->total_ns = now_ns() - t0;
+    o->total_ns = bench_now_ns() - t0;
 }
 
 struct alloc_result {
@@ -653,7 +646,7 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
         passes = 1;
     for (int rep = 0; rep < REPS && res->ok; rep++) {
         uint64_t sum = 0;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         for (uint64_t p = 0; p < passes; p++) {
             for (uint32_t q = 0; q < nq; q++) {
                 struct kvpool_hits h;
@@ -661,7 +654,7 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
                 sum += h.num_blocks;
             }
         }
-        uint64_t ns = now_ns() - t0;
+        uint64_t ns = bench_now_ns() - t0;
         if (sum != passes * res->hit_blocks_per_pass) {
             fprintf(stderr, "bench_kvpool: lookup results changed between passes\n");
             res->ok = false;
@@ -678,7 +671,7 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
         for (int rep = 0; rep < REPS; rep++) {
             uint64_t matched = 0;
             uint32_t q = 0;
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             for (uint64_t i = 0; i < w->plans; i++) {
                 struct kvpool_alloc_args args = {
                     .num_new_tokens = qs[q].num_tokens - hits[q].num_tokens,
@@ -692,7 +685,7 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
                 if (++q == nq)
                     q = 0;
             }
-            uint64_t ns = now_ns() - t0;
+            uint64_t ns = bench_now_ns() - t0;
             fig_record(f, rep, w->plans, ns);
             if (matched != w->plans) {
                 fprintf(stderr,
@@ -761,7 +754,7 @@ static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result
         struct kvpool_seq seq;
         uint64_t appended = 0, blocks = 0;
         size_t off = 0, c = 0;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = bench_now_ns();
         seq_init_or_die(pool, &seq, 1);
         while (appended < target_tokens) {
             size_t n = chunks[c];
@@ -781,7 +774,7 @@ static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result
         }
         blocks += seq.num_hashes;
         seq_fini_or_die(pool, &seq);
-        uint64_t ns = now_ns() - t0;
+        uint64_t ns = bench_now_ns() - t0;
         fig_record(&res->tokens_f, rep, appended, ns);
         fig_record(&res->blocks_f, rep, blocks, ns);
     }
@@ -791,14 +784,6 @@ static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result
 }
 
 /* ---- memory and machine --------------------------------------------------------------------- */
-
-static long peak_rss_kib(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return -1;
-    return ru.ru_maxrss; /* KiB on Linux */
-}
 
 /* jemalloc's stats.allocated / stats.resident in bytes; false without jemalloc. */
 static bool jemalloc_stats(uint64_t *allocated, uint64_t *resident)
@@ -827,8 +812,8 @@ static bool jemalloc_stats(uint64_t *allocated, uint64_t *resident)
 
 static json_t *memory_json(void)
 {
-    json_t *m =
-        json_pack("{s:{s:I, s:s}}", "peak_rss", "value", (json_int_t)peak_rss_kib(), "unit", "KiB");
+    json_t *m = json_pack("{s:{s:I, s:s}}", "peak_rss", "value", (json_int_t)bench_peak_rss_kib(),
+                          "unit", "KiB");
     uint64_t a, r;
     if (jemalloc_stats(&a, &r)) {
         json_object_set_new(m, "jemalloc_allocated",
@@ -842,7 +827,7 @@ static json_t *memory_json(void)
 static void print_memory(const char *when)
 {
     uint64_t a, r;
-    printf("memory %s: peak RSS %.1f MiB", when, (double)peak_rss_kib() / 1024.0);
+    printf("memory %s: peak RSS %.1f MiB", when, (double)bench_peak_rss_kib() / 1024.0);
     if (jemalloc_stats(&a, &r))
         printf(", jemalloc stats.allocated %.1f MiB (resident %.1f MiB)",
                (double)a / (1024.0 * 1024.0), (double)r / (1024.0 * 1024.0));
@@ -891,36 +876,22 @@ static int parse_options(int argc, char **argv, struct options *o)
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 0);
-            if (errno || end == optarg || *end != '\0' || optarg[0] == '-') {
-                fprintf(stderr, "bench_kvpool: invalid --seed '%s'\n", optarg);
+        case 's':
+            if (bench_opt_u64("bench_kvpool", "--seed", optarg, &o->seed))
                 return 2;
-            }
-            o->seed = (uint64_t)v;
             break;
-        }
         case 'j':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_kvpool: empty --json path\n");
+            if (bench_opt_path("bench_kvpool", "--json", optarg, &o->json_path))
                 return 2;
-            }
-            o->json_path = optarg;
             break;
         case 'q': o->quick = true; break;
         case 'e': o->events = true; break;
         case 'f': o->fresh = true; break;
         case 'h': usage(stdout); return 1;
-        default: fprintf(stderr, "bench_kvpool: try --help\n"); return 2;
+        default: return bench_opt_bad("bench_kvpool");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench_kvpool: unexpected argument '%s' (try --help)\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return bench_opt_no_operands("bench_kvpool", argc, argv);
 }
 
 /* ---- main -------------------------------------------------------------------------------------
@@ -1069,15 +1040,8 @@ int main(int argc, char **argv)
     json_object_set_new(root, "ok", json_boolean(all_ok));
     print_memory("at exit");
 
-    int rc = bench_make_parent_dirs(opt.json_path);
-    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
-        rc = -EIO;
-    if (rc) {
-        fprintf(stderr, "bench_kvpool: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+    if (!bench_write_results("bench_kvpool", root, opt.json_path, false))
         all_ok = false;
-    } else {
-        printf("results written to %s\n", opt.json_path);
-    }
     json_decref(root);
     if (!all_ok)
         fprintf(stderr, "bench_kvpool: FAILED\n");

@@ -70,7 +70,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <xxhash.h>
 
 #include "bench_util.h"
 #include "offload/offload.h"
@@ -82,6 +81,7 @@
 #endif
 
 #define DEFAULT_TRACE      KVSIM_SOURCE_DIR "/../shared/traces/conversation_trace.jsonl"
+#define PROG               "bench_offload"
 #define DEFAULT_JSON       "bench/results/bench_offload.json"
 #define NUM_ENGINES        8u
 #define QUICK_MAX_REQUESTS 1000u
@@ -104,155 +104,52 @@ struct options {
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
-}
-
-static int64_t timeval_ns(struct timeval tv)
-{
-    return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
-}
-
-/* "12,345,678" for the tables. */
-static const char *grouped(double v, char *buf, size_t len)
-{
-    char digits[32];
-    snprintf(digits, sizeof digits, "%.0f", v < 0 ? 0.0 : v);
-    size_t n = strlen(digits), o = 0;
-    for (size_t i = 0; i < n && o + 2 < len; i++) {
-        if (i > 0 && (n - i) % 3 == 0)
-            buf[o++] = ',';
-        buf[o++] = digits[i];
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
-static long self_peak_rss_kib(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return -1;
-    return ru.ru_maxrss; /* KiB on Linux */
-}
-
 static double ratio_of(double num, double den) { return den != 0 ? num / den : 0.0; }
 
 /* ---- the digest of a report ----------------------------------------------------------------- */
 
 /* Everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns, speed,
  * wall_requests_per_s), field by field (no padding bytes), offload section included, hashed with
- * XXH3-64. */
-struct digest_buf {
-    unsigned char b[8192];
-    size_t n;
-    bool overflow;
-};
-
-static void dig_bytes(struct digest_buf *d, const void *p, size_t len)
+ * XXH3-64 (bench_dig_report() and the offload section below). */
+static void dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o)
 {
-    if (d->n + len > sizeof d->b) {
-        d->overflow = true;
-        return;
-    }
-    memcpy(d->b + d->n, p, len);
-    d->n += len;
-}
-
-static void dig_u64(struct digest_buf *d, uint64_t v) { dig_bytes(d, &v, sizeof v); }
-static void dig_i64(struct digest_buf *d, int64_t v) { dig_bytes(d, &v, sizeof v); }
-static void dig_f64(struct digest_buf *d, double v) { dig_bytes(d, &v, sizeof v); }
-
-static void dig_str(struct digest_buf *d, const char *s)
-{
-    size_t len = s ? strlen(s) : 0;
-    dig_u64(d, len);
-    if (len)
-        dig_bytes(d, s, len);
-}
-
-static void dig_latency(struct digest_buf *d, const struct kvsim_latency *l)
-{
-    dig_u64(d, l->count);
-    dig_f64(d, l->mean);
-    dig_f64(d, l->min);
-    dig_f64(d, l->p50);
-    dig_f64(d, l->p90);
-    dig_f64(d, l->p95);
-    dig_f64(d, l->p99);
-    dig_f64(d, l->max);
-}
-
-static void dig_offload(struct digest_buf *d, const struct kvsim_offload_summary *o)
-{
-    dig_u64(d, o->enabled ? 1 : 0);
+    bench_dig_u64(d, o->enabled ? 1 : 0);
     for (int l = 0; l < 4; l++) {
-        dig_u64(d, o->lanes[l].batches);
-        dig_u64(d, o->lanes[l].blocks);
-        dig_u64(d, o->lanes[l].bytes);
-        dig_u64(d, o->lanes[l].failed);
-        dig_u64(d, o->lanes[l].cancelled);
+        bench_dig_u64(d, o->lanes[l].batches);
+        bench_dig_u64(d, o->lanes[l].blocks);
+        bench_dig_u64(d, o->lanes[l].bytes);
+        bench_dig_u64(d, o->lanes[l].failed);
+        bench_dig_u64(d, o->lanes[l].cancelled);
     }
-    dig_u64(d, o->g1_miss_blocks);
-    dig_u64(d, o->g2_hit_blocks);
-    dig_u64(d, o->g3_hit_blocks);
-    dig_f64(d, o->g2_hit_rate);
-    dig_f64(d, o->g3_hit_rate);
-    dig_u64(d, o->onboarded_tokens);
-    dig_u64(d, o->recomputed_tokens);
-    dig_u64(d, o->loads);
-    dig_u64(d, o->failed_loads);
-    dig_u64(d, o->blocked);
-    dig_u64(d, o->retry_now);
-    dig_i64(d, o->blocked_ns);
-    dig_i64(d, o->onboard_wait_ns);
-    dig_u64(d, o->written_g2);
-    dig_u64(d, o->written_g3);
-    dig_u64(d, o->filtered);
-    dig_u64(d, o->dropped);
-    dig_u64(d, o->failed_blocks);
-    dig_u64(d, o->g2_resident);
-    dig_u64(d, o->g3_resident);
+    bench_dig_u64(d, o->g1_miss_blocks);
+    bench_dig_u64(d, o->g2_hit_blocks);
+    bench_dig_u64(d, o->g3_hit_blocks);
+    bench_dig_f64(d, o->g2_hit_rate);
+    bench_dig_f64(d, o->g3_hit_rate);
+    bench_dig_u64(d, o->onboarded_tokens);
+    bench_dig_u64(d, o->recomputed_tokens);
+    bench_dig_u64(d, o->loads);
+    bench_dig_u64(d, o->failed_loads);
+    bench_dig_u64(d, o->blocked);
+    bench_dig_u64(d, o->retry_now);
+    bench_dig_i64(d, o->blocked_ns);
+    bench_dig_i64(d, o->onboard_wait_ns);
+    bench_dig_u64(d, o->written_g2);
+    bench_dig_u64(d, o->written_g3);
+    bench_dig_u64(d, o->filtered);
+    bench_dig_u64(d, o->dropped);
+    bench_dig_u64(d, o->failed_blocks);
+    bench_dig_u64(d, o->g2_resident);
+    bench_dig_u64(d, o->g3_resident);
 }
 
 static uint64_t report_digest(const struct kvsim_report *r)
 {
-    struct digest_buf d = {.n = 0, .overflow = false};
-    dig_str(&d, r->trace);
-    dig_str(&d, r->router);
-    dig_u64(&d, r->seed);
-    dig_u64(&d, r->num_engines);
-    dig_u64(&d, r->num_requests);
-    dig_u64(&d, r->completed);
-    dig_u64(&d, r->rejected);
-    dig_u64(&d, r->incomplete);
-    dig_u64(&d, r->num_reject_reasons);
-    for (uint32_t i = 0; i < r->num_reject_reasons && i < KVSIM_REPORT_MAX_REASONS; i++) {
-        dig_str(&d, r->rejects[i].reason);
-        dig_u64(&d, r->rejects[i].count);
-    }
-    dig_u64(&d, r->preemptions);
-    dig_u64(&d, r->input_tokens);
-    dig_u64(&d, r->output_tokens);
-    dig_u64(&d, r->cached_tokens);
-    dig_f64(&d, r->prefix_cache_reuse);
-    dig_i64(&d, r->duration_ns);
-    dig_f64(&d, r->requests_per_s);
-    dig_f64(&d, r->input_tokens_per_s);
-    dig_f64(&d, r->output_tokens_per_s);
-    dig_f64(&d, r->total_tokens_per_s);
-    dig_latency(&d, &r->ttft);
-    dig_latency(&d, &r->ttst);
-    dig_latency(&d, &r->tpot);
-    dig_latency(&d, &r->itl);
-    dig_latency(&d, &r->e2e);
+    struct bench_digest d;
+    bench_digest_init(&d);
+    bench_dig_report(&d, r);
     dig_offload(&d, &r->offload);
-    if (d.overflow) /* cannot happen with the sizes above; never report a truncated digest */
-        return 0;
-    return XXH3_64bits(d.b, d.n);
+    return bench_digest_value(&d);
 }
 
 /* ---- configurations and the child process --------------------------------------------------- */
@@ -317,41 +214,6 @@ struct rep_result {
     char failure[320];
 };
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Reads up to len bytes (fewer only at EOF); returns the count or a negative errno. */
-static ssize_t read_all(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, p + got, len - got);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 static void child_replay(const struct options *o, const struct run_cfg *c, struct child_msg *msg)
 {
     struct kvsim_replay_config cfg;
@@ -374,9 +236,9 @@ static void child_replay(const struct options *o, const struct run_cfg *c, struc
     }
     struct kvsim_report rep;
     memset(&rep, 0, sizeof rep);
-    int64_t t0 = now_ns();
+    int64_t t0 = bench_now_ns();
     int rc = kvsim_replay_run(&cfg, &rep, msg->err, sizeof msg->err);
-    msg->wall_ns = now_ns() - t0;
+    msg->wall_ns = bench_now_ns() - t0;
     msg->rc = rc;
     if (rc)
         return;
@@ -425,10 +287,10 @@ static bool run_child(const struct options *o, const struct run_cfg *c, struct r
         struct child_msg msg;
         memset(&msg, 0, sizeof msg);
         child_replay(o, c, &msg);
-        _exit(write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
+        _exit(bench_write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
     }
     close(fds[1]);
-    ssize_t got = read_all(fds[0], &res->msg, sizeof res->msg);
+    ssize_t got = bench_read_all(fds[0], &res->msg, sizeof res->msg);
     close(fds[0]);
     int status = 0;
     struct rusage ru;
@@ -439,8 +301,8 @@ static bool run_child(const struct options *o, const struct run_cfg *c, struct r
             return false;
         }
     }
-    res->utime_ns = timeval_ns(ru.ru_utime);
-    res->stime_ns = timeval_ns(ru.ru_stime);
+    res->utime_ns = bench_timeval_ns(ru.ru_utime);
+    res->stime_ns = bench_timeval_ns(ru.ru_stime);
     res->maxrss_kib = ru.ru_maxrss;
     if (WIFSIGNALED(status)) {
         snprintf(res->failure, sizeof res->failure, "child killed by signal %d", WTERMSIG(status));
@@ -731,41 +593,23 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_offload: empty --trace path\n");
+            if (bench_opt_path(PROG, "--trace", optarg, &o->trace_path))
                 return 2;
-            }
-            o->trace_path = optarg;
             break;
         case 'j':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_offload: empty --json path\n");
+            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
                 return 2;
-            }
-            o->json_path = optarg;
             break;
-        case 'r': {
-            char *end;
-            errno = 0;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (errno || end == optarg || *end != '\0' || optarg[0] == '-' || v < 1 ||
-                v > MAX_REPS) {
-                fprintf(stderr, "bench_offload: invalid --reps '%s' (1..%u)\n", optarg, MAX_REPS);
+        case 'r':
+            if (bench_opt_reps(PROG, optarg, MAX_REPS, &o->reps))
                 return 2;
-            }
-            o->reps = (unsigned)v;
             break;
-        }
         case 'q': o->quick = true; break;
         case 'h': usage(stdout); return 1;
-        default: fprintf(stderr, "bench_offload: try --help\n"); return 2;
+        default: return bench_opt_bad(PROG);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench_offload: unexpected argument '%s' (try --help)\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return bench_opt_no_operands(PROG, argc, argv);
 }
 
 /* ---- main ------------------------------------------------------------------------------------
@@ -812,8 +656,8 @@ static void print_ratio(const char *what, double a, double b, const char *fmt_ab
         snprintf(sa, sizeof sa, fmt_ab, a);
         snprintf(sb, sizeof sb, fmt_ab, b);
     } else {
-        grouped(a, sa, sizeof sa);
-        grouped(b, sb, sizeof sb);
+        bench_grouped(a, sa, sizeof sa);
+        bench_grouped(b, sb, sizeof sb);
     }
     printf("  %-44s %14s -> %14s   %.3fx\n", what, sa, sb, ratio_of(b, a));
 }
@@ -871,7 +715,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    long parent_rss_kib = self_peak_rss_kib();
+    long parent_rss_kib = bench_peak_rss_kib();
 
     bool all_ok = true;
     for (unsigned rep = 0; rep < opt.reps; rep++) {
@@ -932,14 +776,14 @@ int main(int argc, char **argv)
         }
         const struct child_msg *m = &b->msg;
         const struct kvsim_offload_summary *o = &m->offload;
-        snprintf(b3, sizeof b3, "%s%s", grouped((double)computed_tokens(m), b2, sizeof b2),
+        snprintf(b3, sizeof b3, "%s%s", bench_grouped((double)computed_tokens(m), b2, sizeof b2),
                  o->enabled ? " " : "*");
         if (o->enabled)
             printf("%-18s %3u %7" PRIu64 " %7.2f %7.2f %7.2f %12s %13s %11.1f %11.1f %9.1f\n",
                    label, configs[i].threads, m->preemptions, 100.0 * m->prefix_cache_reuse,
                    100.0 * o->g2_hit_rate, 100.0 * o->g3_hit_rate,
-                   grouped((double)o->onboarded_tokens, b1, sizeof b1), b3, m->ttft.p50 * 1e-6,
-                   m->ttft.p99 * 1e-6, (double)m->duration_ns * 1e-9);
+                   bench_grouped((double)o->onboarded_tokens, b1, sizeof b1), b3,
+                   m->ttft.p50 * 1e-6, m->ttft.p99 * 1e-6, (double)m->duration_ns * 1e-9);
         else
             printf("%-18s %3u %7" PRIu64 " %7.2f %7s %7s %12s %13s %11.1f %11.1f %9.1f\n", label,
                    configs[i].threads, m->preemptions, 100.0 * m->prefix_cache_reuse, "-", "-", "-",
@@ -951,13 +795,13 @@ int main(int argc, char **argv)
         printf("every run: %" PRIu64 " requests, %" PRIu64 " completed, %" PRIu64
                " rejected (prompt longer than G1), %s prompt tokens completed, %s output tokens\n",
                base->msg.num_requests, base->msg.completed, base->msg.rejected,
-               grouped((double)base->msg.input_tokens, b1, sizeof b1),
-               grouped((double)base->msg.output_tokens, b2, sizeof b2));
+               bench_grouped((double)base->msg.input_tokens, b1, sizeof b1),
+               bench_grouped((double)base->msg.output_tokens, b2, sizeof b2));
         printf("reuse: first-admission cached / prompt tokens; hit%%: blocks onboarded from the "
                "tier / G1-miss blocks; computed: prompt tokens computed by steps\n"
                "(* G1 only: no offload section, so input - cached = %s, preemption recompute "
                "left out)\n",
-               grouped((double)first_admission_computed(&base->msg), b3, sizeof b3));
+               bench_grouped((double)first_admission_computed(&base->msg), b3, sizeof b3));
     }
 
     /* ---- lanes ---- */
@@ -982,11 +826,11 @@ int main(int argc, char **argv)
             continue;
         }
         printf("%-18s %3u %11s %11s %11s %11s %8" PRIu64 " %10s %9" PRIu64 "\n", label,
-               configs[i].threads, grouped((double)o->lanes[0].blocks, l0, sizeof l0),
-               grouped((double)o->lanes[1].blocks, l1, sizeof l1),
-               grouped((double)o->lanes[2].blocks, l2, sizeof l2),
-               grouped((double)o->lanes[3].blocks, l3, sizeof l3), o->loads,
-               grouped((double)o->filtered, fl, sizeof fl), o->dropped);
+               configs[i].threads, bench_grouped((double)o->lanes[0].blocks, l0, sizeof l0),
+               bench_grouped((double)o->lanes[1].blocks, l1, sizeof l1),
+               bench_grouped((double)o->lanes[2].blocks, l2, sizeof l2),
+               bench_grouped((double)o->lanes[3].blocks, l3, sizeof l3), o->loads,
+               bench_grouped((double)o->filtered, fl, sizeof fl), o->dropped);
     }
 
     /* ---- ratios ---- */
@@ -1206,15 +1050,8 @@ int main(int argc, char **argv)
     bool ok = all_ok && identical;
     json_object_set_new(root, "ok", json_boolean(ok));
 
-    int rc = bench_make_parent_dirs(opt.json_path);
-    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
-        rc = -EIO;
-    if (rc) {
-        fprintf(stderr, "bench_offload: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+    if (!bench_write_results("bench_offload", root, opt.json_path, true))
         ok = false;
-    } else {
-        printf("\nresults written to %s\n", opt.json_path);
-    }
     json_decref(root);
     for (size_t i = 0; i < NUM_CONFIGS; i++)
         free(crs[i].reps);

@@ -76,13 +76,6 @@ static uint64_t splitmix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t thread_cpu_ns(void)
 {
     struct timespec ts;
@@ -388,7 +381,7 @@ static void *reader_main(void *arg)
     pthread_barrier_wait(&r->start);
     if (rcu)
         kvpool_registry_thread_online();
-    uint64_t t0 = now_ns(), c0 = thread_cpu_ns();
+    uint64_t t0 = bench_now_ns(), c0 = thread_cpu_ns();
     while (!atomic_load_explicit(&r->stop, memory_order_relaxed)) {
         const uint64_t *q = r->queries + pos;
         pos = (pos + QB) % NQ;
@@ -422,7 +415,7 @@ static void *reader_main(void *arg)
         checks += QB;
         atomic_store_explicit(&r->floors[ra->id].v, v, memory_order_release);
     }
-    r->ns[ra->id] = now_ns() - t0;
+    r->ns[ra->id] = bench_now_ns() - t0;
     r->cpu_ns[ra->id] = thread_cpu_ns() - c0;
     r->checks[ra->id] = checks;
     r->hits[ra->id] = hits;
@@ -533,32 +526,18 @@ static int parse_options(int argc, char **argv, struct options *o)
         switch (c) {
         case 'q': o->quick = true; break;
         case 'j':
-            if (!optarg[0]) {
-                fprintf(stderr, "bench_registry: empty --json path\n");
+            if (bench_opt_path("bench_registry", "--json", optarg, &o->json_path))
                 return 2;
-            }
-            o->json_path = optarg;
             break;
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long v = strtoull(optarg, &end, 0);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, "bench_registry: invalid --seed '%s'\n", optarg);
+        case 's':
+            if (bench_opt_u64("bench_registry", "--seed", optarg, &o->seed))
                 return 2;
-            }
-            o->seed = v;
             break;
-        }
         case 'h': usage(stdout); return 1;
-        default: fprintf(stderr, "bench_registry: try --help\n"); return 2;
+        default: return bench_opt_bad("bench_registry");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench_registry: unexpected argument '%s' (try --help)\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return bench_opt_no_operands("bench_registry", argc, argv);
 }
 
 int main(int argc, char **argv)
@@ -708,8 +687,7 @@ int main(int argc, char **argv)
         root, "scaling_1_to_2_readers",
         json_pack("{s:f, s:f}", "rcu_lfht", scale_rcu, "mutex_open_addressing", scale_mutex));
     json_object_set_new(root, "ok", json_boolean(ok));
-    int rc = bench_make_parent_dirs(opt.json_path);
-    if (rc != 0 || json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0) {
+    if (bench_dump_json(root, opt.json_path) != 0) {
         fprintf(stderr, "bench_registry: cannot write %s\n", opt.json_path);
         ok = false;
     } else {

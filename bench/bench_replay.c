@@ -35,7 +35,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <xxhash.h>
 
 #include "bench_util.h"
 #include "runtime/replay.h"
@@ -46,6 +45,7 @@
 #endif
 
 #define DEFAULT_TRACE      KVSIM_SOURCE_DIR "/../shared/traces/conversation_trace.jsonl"
+#define PROG               "bench_replay"
 #define DEFAULT_JSON       "bench/results/bench_replay.json"
 #define NUM_ENGINES        8u
 #define QUICK_MAX_REQUESTS 1000u
@@ -76,123 +76,6 @@ struct options {
     unsigned reps;
     bool quick;
 };
-
-/* ---- small utilities ------------------------------------------------------------------------ */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
-}
-
-static int64_t timeval_ns(struct timeval tv)
-{
-    return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
-}
-
-/* "12,345,678" for the table. */
-static const char *grouped(double v, char *buf, size_t len)
-{
-    char digits[32];
-    snprintf(digits, sizeof digits, "%.0f", v < 0 ? 0.0 : v);
-    size_t n = strlen(digits), o = 0;
-    for (size_t i = 0; i < n && o + 2 < len; i++) {
-        if (i > 0 && (n - i) % 3 == 0)
-            buf[o++] = ',';
-        buf[o++] = digits[i];
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
-static long self_peak_rss_kib(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return -1;
-    return ru.ru_maxrss; /* KiB on Linux */
-}
-
-/* ---- the digest of a report ----------------------------------------------------------------- */
-
-/* Everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns, speed,
- * wall_requests_per_s), field by field (no padding bytes), hashed with XXH3-64. */
-struct digest_buf {
-    unsigned char b[4096];
-    size_t n;
-    bool overflow;
-};
-
-static void dig_bytes(struct digest_buf *d, const void *p, size_t len)
-{
-    if (d->n + len > sizeof d->b) {
-        d->overflow = true;
-        return;
-    }
-    memcpy(d->b + d->n, p, len);
-    d->n += len;
-}
-
-static void dig_u64(struct digest_buf *d, uint64_t v) { dig_bytes(d, &v, sizeof v); }
-static void dig_i64(struct digest_buf *d, int64_t v) { dig_bytes(d, &v, sizeof v); }
-static void dig_f64(struct digest_buf *d, double v) { dig_bytes(d, &v, sizeof v); }
-
-static void dig_str(struct digest_buf *d, const char *s)
-{
-    size_t len = s ? strlen(s) : 0;
-    dig_u64(d, len);
-    if (len)
-        dig_bytes(d, s, len);
-}
-
-static void dig_latency(struct digest_buf *d, const struct kvsim_latency *l)
-{
-    dig_u64(d, l->count);
-    dig_f64(d, l->mean);
-    dig_f64(d, l->min);
-    dig_f64(d, l->p50);
-    dig_f64(d, l->p90);
-    dig_f64(d, l->p95);
-    dig_f64(d, l->p99);
-    dig_f64(d, l->max);
-}
-
-static uint64_t report_digest(const struct kvsim_report *r)
-{
-    struct digest_buf d = {.n = 0, .overflow = false};
-    dig_str(&d, r->trace);
-    dig_str(&d, r->router);
-    dig_u64(&d, r->seed);
-    dig_u64(&d, r->num_engines);
-    dig_u64(&d, r->num_requests);
-    dig_u64(&d, r->completed);
-    dig_u64(&d, r->rejected);
-    dig_u64(&d, r->incomplete);
-    dig_u64(&d, r->num_reject_reasons);
-    for (uint32_t i = 0; i < r->num_reject_reasons && i < KVSIM_REPORT_MAX_REASONS; i++) {
-        dig_str(&d, r->rejects[i].reason);
-        dig_u64(&d, r->rejects[i].count);
-    }
-    dig_u64(&d, r->preemptions);
-    dig_u64(&d, r->input_tokens);
-    dig_u64(&d, r->output_tokens);
-    dig_u64(&d, r->cached_tokens);
-    dig_f64(&d, r->prefix_cache_reuse);
-    dig_i64(&d, r->duration_ns);
-    dig_f64(&d, r->requests_per_s);
-    dig_f64(&d, r->input_tokens_per_s);
-    dig_f64(&d, r->output_tokens_per_s);
-    dig_f64(&d, r->total_tokens_per_s);
-    dig_latency(&d, &r->ttft);
-    dig_latency(&d, &r->ttst);
-    dig_latency(&d, &r->tpot);
-    dig_latency(&d, &r->itl);
-    dig_latency(&d, &r->e2e);
-    if (d.overflow) /* cannot happen with the sizes above; never report a truncated digest */
-        return 0;
-    return XXH3_64bits(d.b, d.n);
-}
 
 /* ---- configurations and the child process --------------------------------------------------- */
 
@@ -230,41 +113,6 @@ struct rep_result {
     char failure[320];
 };
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-    const char *p = buf;
-    while (len) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Reads up to len bytes (fewer only at EOF); returns the count or a negative errno. */
-static ssize_t read_all(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t r = read(fd, p + got, len - got);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 static void fill_trace_opts(const struct options *o, struct kvsim_trace_opts *t)
 {
     kvsim_trace_opts_default(t);
@@ -277,9 +125,9 @@ static void child_load(const struct options *o, struct child_msg *msg)
     struct kvsim_trace_opts topts;
     fill_trace_opts(o, &topts);
     struct kvsim_trace t;
-    int64_t t0 = now_ns();
+    int64_t t0 = bench_now_ns();
     int rc = kvsim_trace_load(o->trace_path, &topts, &t, msg->err, sizeof msg->err);
-    msg->wall_ns = now_ns() - t0;
+    msg->wall_ns = bench_now_ns() - t0;
     msg->rc = rc;
     if (rc)
         return;
@@ -308,9 +156,9 @@ static void child_replay(const struct options *o, const struct run_cfg *c, struc
     cfg.quiet = true;
     struct kvsim_report rep;
     memset(&rep, 0, sizeof rep);
-    int64_t t0 = now_ns();
+    int64_t t0 = bench_now_ns();
     int rc = kvsim_replay_run(&cfg, &rep, msg->err, sizeof msg->err);
-    msg->wall_ns = now_ns() - t0;
+    msg->wall_ns = bench_now_ns() - t0;
     msg->rc = rc;
     if (rc)
         return;
@@ -324,7 +172,7 @@ static void child_replay(const struct options *o, const struct run_cfg *c, struc
     msg->input_tokens = rep.input_tokens;
     msg->output_tokens = rep.output_tokens;
     msg->cached_tokens = rep.cached_tokens;
-    msg->digest = report_digest(&rep);
+    msg->digest = bench_digest_report(&rep);
 }
 
 /* Runs one configuration in a child process; fills *res. Returns res->ok. */
@@ -353,10 +201,10 @@ static bool run_child(const struct options *o, const struct run_cfg *c, struct r
             child_load(o, &msg);
         else
             child_replay(o, c, &msg);
-        _exit(write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
+        _exit(bench_write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
     }
     close(fds[1]);
-    ssize_t got = read_all(fds[0], &res->msg, sizeof res->msg);
+    ssize_t got = bench_read_all(fds[0], &res->msg, sizeof res->msg);
     close(fds[0]);
     int status = 0;
     struct rusage ru;
@@ -367,8 +215,8 @@ static bool run_child(const struct options *o, const struct run_cfg *c, struct r
             return false;
         }
     }
-    res->utime_ns = timeval_ns(ru.ru_utime);
-    res->stime_ns = timeval_ns(ru.ru_stime);
+    res->utime_ns = bench_timeval_ns(ru.ru_utime);
+    res->stime_ns = bench_timeval_ns(ru.ru_stime);
     res->maxrss_kib = ru.ru_maxrss;
     if (WIFSIGNALED(status)) {
         snprintf(res->failure, sizeof res->failure, "child killed by signal %d", WTERMSIG(status));
@@ -580,41 +428,23 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 't':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_replay: empty --trace path\n");
+            if (bench_opt_path(PROG, "--trace", optarg, &o->trace_path))
                 return 2;
-            }
-            o->trace_path = optarg;
             break;
         case 'j':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_replay: empty --json path\n");
+            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
                 return 2;
-            }
-            o->json_path = optarg;
             break;
-        case 'r': {
-            char *end;
-            errno = 0;
-            unsigned long v = strtoul(optarg, &end, 10);
-            if (errno || end == optarg || *end != '\0' || optarg[0] == '-' || v < 1 ||
-                v > MAX_REPS) {
-                fprintf(stderr, "bench_replay: invalid --reps '%s' (1..%u)\n", optarg, MAX_REPS);
+        case 'r':
+            if (bench_opt_reps(PROG, optarg, MAX_REPS, &o->reps))
                 return 2;
-            }
-            o->reps = (unsigned)v;
             break;
-        }
         case 'q': o->quick = true; break;
         case 'h': usage(stdout); return 1;
-        default: fprintf(stderr, "bench_replay: try --help\n"); return 2;
+        default: return bench_opt_bad(PROG);
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench_replay: unexpected argument '%s' (try --help)\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return bench_opt_no_operands(PROG, argc, argv);
 }
 
 /* ---- main ------------------------------------------------------------------------------------
@@ -685,7 +515,7 @@ static void print_target_row(const char *what, const char *goal, const double *v
             if (fmt)
                 snprintf(v, sizeof v, fmt, vals[i]);
             else
-                grouped(vals[i], v, sizeof v);
+                bench_grouped(vals[i], v, sizeof v);
             double ratio = vals[i] / goal_value;
             bool met = higher_is_better ? vals[i] >= goal_value : vals[i] < goal_value;
             snprintf(cell, sizeof cell, "%s (%.3fx%s)", v, ratio, met ? " met" : "");
@@ -738,7 +568,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    long parent_rss_kib = self_peak_rss_kib();
+    long parent_rss_kib = bench_peak_rss_kib();
 
     bool all_ok = true;
     for (unsigned rep = 0; rep < opt.reps; rep++) {
@@ -777,14 +607,14 @@ int main(int argc, char **argv)
         struct figures f = figures_of(b);
         if (cfgs[i].kind == RUN_LOAD) {
             printf("%-20s %3s %8.3f %14s %11s %12s %8.3f %9.2f %8.1f\n", label, "-", f.wall_s,
-                   grouped(f.req_per_wall_s, b1, sizeof b1), "-", "-", f.cpu_s,
+                   bench_grouped(f.req_per_wall_s, b1, sizeof b1), "-", "-", f.cpu_s,
                    f.wall_s > 0 ? f.cpu_s / f.wall_s : 0.0, f.peak_rss_mib);
             continue;
         }
         char spd[32];
         snprintf(spd, sizeof spd, "%.0fx", f.speed);
         printf("%-20s %3u %8.3f %14s %11s %12.1f %8.3f %9.2f %8.1f\n", label, cfgs[i].threads,
-               f.wall_s, grouped(f.req_per_wall_s, b1, sizeof b1), spd, f.cpu_ns_per_out_tok,
+               f.wall_s, bench_grouped(f.req_per_wall_s, b1, sizeof b1), spd, f.cpu_ns_per_out_tok,
                f.cpu_s, f.wall_s > 0 ? f.cpu_s / f.wall_s : 0.0, f.peak_rss_mib);
     }
     printf("CPU/wall: CPU s per wall s of the child; under 1 with 1 thread, the run waited for a "
@@ -794,8 +624,8 @@ int main(int argc, char **argv)
         char b1[32], b2[32];
         printf("trace: %s requests, %s output tokens (trace load = parsing only, the floor of "
                "every run's wall time)\n",
-               grouped((double)load->msg.num_requests, b1, sizeof b1),
-               grouped((double)load->msg.output_tokens, b2, sizeof b2));
+               bench_grouped((double)load->msg.num_requests, b1, sizeof b1),
+               bench_grouped((double)load->msg.output_tokens, b2, sizeof b2));
     }
     const struct rep_result *any = NULL;
     for (size_t i = 1; i < ncfg && !any; i++)
@@ -979,15 +809,8 @@ int main(int argc, char **argv)
     bool ok = all_ok && all_identical;
     json_object_set_new(root, "ok", json_boolean(ok));
 
-    int rc = bench_make_parent_dirs(opt.json_path);
-    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
-        rc = -EIO;
-    if (rc) {
-        fprintf(stderr, "bench_replay: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+    if (!bench_write_results("bench_replay", root, opt.json_path, true))
         ok = false;
-    } else {
-        printf("\nresults written to %s\n", opt.json_path);
-    }
     json_decref(root);
     for (size_t i = 0; i < ncfg; i++)
         free(crs[i].reps);

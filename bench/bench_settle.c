@@ -238,22 +238,15 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
-            if (optarg[0] == '\0') {
-                fprintf(stderr, "bench_settle: empty --json path\n");
+            if (bench_opt_path("bench_settle", "--json", optarg, &o->json_path))
                 return 2;
-            }
-            o->json_path = optarg;
             break;
         case 'q': o->quick = true; break;
         case 'h': usage(stdout); return 1;
-        default: fprintf(stderr, "bench_settle: try --help\n"); return 2;
+        default: return bench_opt_bad("bench_settle");
         }
     }
-    if (optind < argc) {
-        fprintf(stderr, "bench_settle: unexpected argument '%s' (try --help)\n", argv[optind]);
-        return 2;
-    }
-    return 0;
+    return bench_opt_no_operands("bench_settle", argc, argv);
 }
 
 int main(int argc, char **argv)
@@ -301,15 +294,8 @@ int main(int argc, char **argv)
     json_object_set_new(root, "figures", figs);
     json_object_set_new(root, "ok", json_boolean(all_ok));
 
-    int rc = bench_make_parent_dirs(opt.json_path);
-    if (rc == 0 && json_dump_file(root, opt.json_path, JSON_INDENT(2) | JSON_SORT_KEYS) != 0)
-        rc = -EIO;
-    if (rc) {
-        fprintf(stderr, "bench_settle: cannot write %s: %s\n", opt.json_path, strerror(-rc));
+    if (!bench_write_results("bench_settle", root, opt.json_path, false))
         all_ok = false;
-    } else {
-        printf("results written to %s\n", opt.json_path);
-    }
     json_decref(root);
     if (!all_ok)
         fprintf(stderr, "bench_settle: FAILED\n");

@@ -264,55 +264,30 @@ static void child_replay(const struct options *o, const struct run_cfg *c, struc
     msg->digest = report_digest(&rep);
 }
 
+struct child_job {
+    const struct options *o;
+    const struct run_cfg *c;
+};
+
+static void child_main(const void *arg, void *msg)
+{
+    const struct child_job *j = arg;
+    child_replay(j->o, j->c, msg);
+}
+
 /* Runs one configuration in a child process; fills *res. Returns res->ok. */
 static bool run_child(const struct options *o, const struct run_cfg *c, struct rep_result *res)
 {
     memset(res, 0, sizeof *res);
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(res->failure, sizeof res->failure, "pipe: %s", strerror(errno));
+    struct child_job job = {o, c};
+    struct bench_child_usage ru;
+    bool ran = bench_run_forked(child_main, &job, &res->msg, sizeof res->msg, &ru, res->failure,
+                                sizeof res->failure);
+    res->utime_ns = ru.utime_ns;
+    res->stime_ns = ru.stime_ns;
+    res->maxrss_kib = ru.maxrss_kib;
+    if (!ran)
         return false;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        snprintf(res->failure, sizeof res->failure, "fork: %s", strerror(errno));
-        close(fds[0]);
-        close(fds[1]);
-        return false;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        struct child_msg msg;
-        memset(&msg, 0, sizeof msg);
-        child_replay(o, c, &msg);
-        _exit(bench_write_all(fds[1], &msg, sizeof msg) == 0 ? 0 : 3);
-    }
-    close(fds[1]);
-    ssize_t got = bench_read_all(fds[0], &res->msg, sizeof res->msg);
-    close(fds[0]);
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    while (wait4(pid, &status, 0, &ru) < 0) {
-        if (errno != EINTR) {
-            snprintf(res->failure, sizeof res->failure, "wait4: %s", strerror(errno));
-            return false;
-        }
-    }
-    res->utime_ns = bench_timeval_ns(ru.ru_utime);
-    res->stime_ns = bench_timeval_ns(ru.ru_stime);
-    res->maxrss_kib = ru.ru_maxrss;
-    if (WIFSIGNALED(status)) {
-        snprintf(res->failure, sizeof res->failure, "child killed by signal %d", WTERMSIG(status));
-        return false;
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != (ssize_t)sizeof res->msg) {
-        snprintf(res->failure, sizeof res->failure, "child exited with status %d (%zd bytes)",
-                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, got);
-        return false;
-    }
     if (res->msg.rc != 0) {
         res->msg.err[sizeof res->msg.err - 1] = '\0';
         snprintf(res->failure, sizeof res->failure, "%s (%s)",

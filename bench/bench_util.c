@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -142,7 +143,7 @@ const char *bench_grouped(double v, char *buf, size_t len)
 
 /* ---- pipes ----------------------------------------------------------------------------------- */
 
-int bench_write_all(int fd, const void *buf, size_t len)
+static int write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;
     while (len) {
@@ -158,7 +159,7 @@ int bench_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-ssize_t bench_read_all(int fd, void *buf, size_t len)
+static ssize_t read_all(int fd, void *buf, size_t len)
 {
     char *p = buf;
     size_t got = 0;
@@ -174,6 +175,57 @@ ssize_t bench_read_all(int fd, void *buf, size_t len)
         got += (size_t)r;
     }
     return (ssize_t)got;
+}
+
+bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_size,
+                      struct bench_child_usage *usage, char *failure, size_t failure_len)
+{
+    memset(usage, 0, sizeof *usage);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(failure, failure_len, "pipe: %s", strerror(errno));
+        return false;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(failure, failure_len, "fork: %s", strerror(errno));
+        close(fds[0]);
+        close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        memset(msg, 0, msg_size);
+        fn(arg, msg);
+        _exit(write_all(fds[1], msg, msg_size) == 0 ? 0 : 3);
+    }
+    close(fds[1]);
+    ssize_t got = read_all(fds[0], msg, msg_size);
+    close(fds[0]);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0) {
+        if (errno != EINTR) {
+            snprintf(failure, failure_len, "wait4: %s", strerror(errno));
+            return false;
+        }
+    }
+    usage->utime_ns = bench_timeval_ns(ru.ru_utime);
+    usage->stime_ns = bench_timeval_ns(ru.ru_stime);
+    usage->maxrss_kib = ru.ru_maxrss;
+    if (WIFSIGNALED(status)) {
+        snprintf(failure, failure_len, "child killed by signal %d", WTERMSIG(status));
+        return false;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || got != (ssize_t)msg_size) {
+        snprintf(failure, failure_len, "child exited with status %d (%zd bytes)",
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1, got);
+        return false;
+    }
+    return true;
 }
 
 /* ---- the digest of a report ------------------------------------------------------------------ */

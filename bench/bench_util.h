@@ -43,14 +43,23 @@ long bench_peak_rss_kib(void);
  * returns buf. */
 const char *bench_grouped(double v, char *buf, size_t len);
 
-/* ---- pipes ----------------------------------------------------------------------------------- */
+/* ---- a run in a child process ---------------------------------------------------------------- */
 
-/* Writes all len bytes (retrying on EINTR); returns 0 or a negative errno. */
-int bench_write_all(int fd, const void *buf, size_t len);
+/* What the kernel measured of a child (wait4). */
+struct bench_child_usage {
+    int64_t utime_ns, stime_ns;
+    long maxrss_kib;
+};
 
-/* Reads up to len bytes (fewer only at EOF; retrying on EINTR); returns the count or a negative
- * errno. */
-ssize_t bench_read_all(int fd, void *buf, size_t len);
+/*
+ * bench_run_forked - runs fn(arg, msg) in a forked child (its own peak RSS and CPU time), which
+ * sends msg (msg_size bytes) back through a pipe; on return *msg holds it and *usage the child's
+ * rusage. Returns true, or false with the reason in failure (pipe, fork or wait4 errors, a
+ * signal, a non-zero exit, a short message).
+ */
+typedef void (*bench_child_fn)(const void *arg, void *msg);
+bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_size,
+                      struct bench_child_usage *usage, char *failure, size_t failure_len);
 
 /* ---- the digest of a report ------------------------------------------------------------------ */
 

@@ -1438,28 +1438,6 @@ static int check_futile(struct kvsim_conform_runner *c, const char *where)
                      c->max_futile);
 }
 
-/* The waiting request the scheduler considers first: the skipped queue's head for FCFS, the
- * better of the two heads for PRIORITY (as sched.c's pick_queue). NULL if none. */
-static struct sched_request *waiting_head(const struct sched *s)
-{
-    uint32_t nw = sched_waiting_snapshot(s, NULL, 0);
-    struct sched_request **w = nw ? malloc(nw * sizeof *w) : NULL;
-    if (!w)
-        return NULL;
-    sched_waiting_snapshot(s, w, nw);
-    struct sched_request *skipped = w[0]->queue == SCHED_Q_SKIPPED ? w[0] : NULL, *waiting = NULL;
-    for (uint32_t i = 0; i < nw && !waiting; i++)
-        if (w[i]->queue == SCHED_Q_WAITING)
-            waiting = w[i];
-    free(w);
-    if (!skipped || !waiting || sched_get_config(s)->policy == SCHED_POLICY_FCFS)
-        return skipped ? skipped : waiting;
-    bool wfirst = waiting->priority != skipped->priority ? waiting->priority < skipped->priority
-                  : waiting->arrival != skipped->arrival ? waiting->arrival < skipped->arrival
-                                                         : waiting->add_seq < skipped->add_seq;
-    return wfirst ? waiting : skipped;
-}
-
 /*
  * check_liveness - after a schedule: a dead end is a schedule that scheduled no token and
  * preempted nobody while nothing else is in flight (every other outstanding schedule is empty,
@@ -1504,14 +1482,12 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
                         "samples)",
                         where, c->reqs[r->id - 1].name);
     }
-    struct sched_request *head = waiting_head(c->s);
+    struct sched_request *head = sched_waiting_head(c->s);
     if (!head && nr)
         head = rr[0];
     char hs[256] = "no request is queued";
     if (head) {
-        uint64_t bs = sched_get_config(c->s)->block_size;
-        uint64_t full = (sched_request_num_tokens(head) + bs - 1) / bs;
-        uint64_t needs = full > head->kv.num_blocks ? full - head->kv.num_blocks : 0;
+        uint64_t needs = sched_request_blocks_missing(head, sched_get_config(c->s)->block_size);
         snprintf(hs, sizeof hs, "head %s (%s) needs %" PRIu64 " blocks (holds %" PRIu32 ")",
                  c->reqs[head->id - 1].name, sched_status_name(head->status), needs,
                  head->kv.num_blocks);

@@ -570,40 +570,21 @@ static int complete_step(struct kvsim_engine *e)
     return 0;
 }
 
-/* Blocks a request still needs for its whole known sequence. */
-static uint64_t blocks_needed(const struct sched_request *r, uint32_t bs)
-{
-    uint64_t want = (sched_request_num_tokens(r) + bs - 1) / bs;
-    return want > r->kv.num_blocks ? want - r->kv.num_blocks : 0;
-}
-
 /* An idle engine with unfinished requests that no step, transfer or arrival can wake. */
 static int dead_end(struct kvsim_engine *e)
 {
     struct kvpool *pool = sched_pool(e->s);
     uint32_t free_blocks = kvpool_num_free_blocks(pool);
     uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
-    struct sched_request *head = NULL;
-    uint32_t nw = sched_waiting_snapshot(e->s, NULL, 0);
-    if (nw && nw <= e->cap_waiting_scratch) {
-        sched_waiting_snapshot(e->s, e->waiting_scratch, e->cap_waiting_scratch);
-        head = e->waiting_scratch[0];
-    } else if (nw) {
-        struct sched_request **w = malloc(nw * sizeof *w);
-        if (w) {
-            sched_waiting_snapshot(e->s, w, nw);
-            head = w[0];
-            free(w);
-        }
-    }
+    const struct sched_request *head = sched_waiting_head(e->s);
     if (head)
-        snprintf(e->err, sizeof e->err,
-                 "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
-                 "blocks, head request %" PRIu64 " (%s) needs %" PRIu64 " blocks, %u free; no "
-                 "step, transfer or arrival can wake them",
-                 e->cfg.id, e->now, e->unfinished, active, head->id,
-                 sched_status_name(head->status),
-                 blocks_needed(head, sched_get_config(e->s)->block_size), free_blocks);
+        snprintf(
+            e->err, sizeof e->err,
+            "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
+            "blocks, head request %" PRIu64 " (%s) needs %" PRIu64 " blocks, %u free; no "
+            "step, transfer or arrival can wake them",
+            e->cfg.id, e->now, e->unfinished, active, head->id, sched_status_name(head->status),
+            sched_request_blocks_missing(head, sched_get_config(e->s)->block_size), free_blocks);
     else
         snprintf(e->err, sizeof e->err,
                  "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "

@@ -817,7 +817,7 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
 }
 
 /* PRIORITY: the better head of the two queues; FCFS: skipped first. */
-static struct rq *pick_queue(struct sched *s)
+static const struct rq *pick_queue_const(const struct sched *s)
 {
     struct sched_request *w = rq_peek(&s->waiting), *k = rq_peek(&s->skipped);
     if (!k)
@@ -825,6 +825,13 @@ static struct rq *pick_queue(struct sched *s)
     if (!w || s->cfg.policy == SCHED_POLICY_FCFS)
         return &s->skipped;
     return prio_less(w, k) ? &s->waiting : &s->skipped;
+}
+
+static struct rq *pick_queue(struct sched *s) { return (struct rq *)pick_queue_const(s); }
+
+struct sched_request *sched_waiting_head(const struct sched *s)
+{
+    return rq_peek(pick_queue_const(s));
 }
 
 /* A finished async load becomes an ordinary waiting request with computed tokens (§10). A failed

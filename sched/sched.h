@@ -175,6 +175,14 @@ static inline uint64_t sched_request_num_tokens(const struct sched_request *r)
     return r->kv.num_tokens;
 }
 
+/* Blocks the request still lacks for every token it has so far (dead-end reports). */
+static inline uint64_t sched_request_blocks_missing(const struct sched_request *r,
+                                                    uint32_t block_size)
+{
+    uint64_t want = (r->kv.num_tokens + block_size - 1) / block_size;
+    return want > r->kv.num_blocks ? want - r->kv.num_blocks : 0;
+}
+
 /* One request's share of a step. */
 struct sched_scheduled {
     struct sched_request *req;
@@ -284,6 +292,9 @@ int sched_reset_prefix_cache(struct sched *s, bool reset_running);
  * sched_running's array is valid until the next call that adds or schedules. Owner thread. */
 uint32_t sched_running(const struct sched *s, struct sched_request *const **reqs);
 uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **out, uint32_t cap);
+/* The waiting request the next schedule() considers first (the skipped queue's head for FCFS,
+ * the better of the two queue heads for PRIORITY), or NULL. O(1). Owner thread. */
+struct sched_request *sched_waiting_head(const struct sched *s);
 uint32_t sched_num_unfinished(const struct sched *s);
 uint64_t sched_num_preemptions(const struct sched *s);
 /* Deferred-free entries not yet drained. */

@@ -922,7 +922,7 @@ int kvsim_replay_main(int argc, char **argv)
     const char *offload_opt = NULL; /* an offload option given (needs --g2-blocks) */
     uint64_t v;
     int c;
-    optind = 1;
+    optind = 0; /* 0, not 1: glibc re-reads the ordering mode (main parsed with "+") */
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *name = c >= 256 ? opts[c - 256].name : "";
         char optname[64];

@@ -447,10 +447,8 @@ static void batch_unused(struct kvsim_tiers *t, uint32_t i)
 }
 
 /* Undoes the holds of a G1->G2 record that never reached the pipeline. */
-static void write_g2_undo(struct kvsim_tiers *t, const kvpool_block_id *g1, const kvpool_hash *h,
-                          uint32_t n)
+static void write_g2_undo(struct kvsim_tiers *t, const kvpool_block_id *g1, uint32_t n)
 {
-    (void)h;
     for (uint32_t k = 0; k < n; k++)
         kvpool_release_hold(t->pool, g1[k]);
 }
@@ -458,18 +456,16 @@ static void write_g2_undo(struct kvsim_tiers *t, const kvpool_block_id *g1, cons
 static int submit_write_g2(struct kvsim_tiers *t, uint32_t i)
 {
     uint32_t n = t->b[i].n;
-    kvpool_block_id g1[64];
-    kvpool_hash h[64];
+    kvpool_block_id g1[64]; /* a refused record goes back to the free list: keep its blocks */
     memcpy(g1, bg1(t, i), n * sizeof *g1);
-    memcpy(h, bh(t, i), n * sizeof *h);
     int rc = batch_submit(t, i);
     if (rc == -EAGAIN) { /* the lane's window is full: this write-through is dropped */
-        write_g2_undo(t, g1, h, n);
+        write_g2_undo(t, g1, n);
         t->st.dropped += n;
         return 0;
     }
     if (rc)
-        write_g2_undo(t, g1, h, n);
+        write_g2_undo(t, g1, n);
     return rc;
 }
 
@@ -509,7 +505,7 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
     if (rc == 0 && cur != UINT32_MAX) {
         rc = submit_write_g2(t, cur);
     } else if (cur != UINT32_MAX) {
-        write_g2_undo(t, bg1(t, cur), bh(t, cur), t->b[cur].n);
+        write_g2_undo(t, bg1(t, cur), t->b[cur].n);
         batch_unused(t, cur);
     }
     t->nst = 0;

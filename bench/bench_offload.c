@@ -73,7 +73,7 @@
 
 #include "bench_util.h"
 #include "offload/offload.h"
-#include "runtime/replay.h"
+#include "runtime/replay/replay.h"
 #include "runtime/runtime.h"
 
 #ifndef KVSIM_SOURCE_DIR

@@ -37,7 +37,7 @@
 #include <jansson.h>
 
 #include "bench_util.h"
-#include "runtime/replay.h"
+#include "runtime/replay/replay.h"
 #include "runtime/runtime.h"
 
 #ifndef KVSIM_SOURCE_DIR

@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "runtime/metrics.h"
+#include "runtime/report/report.h"
 #include "runtime/runtime.h"
 
 int bench_make_parent_dirs(const char *path)

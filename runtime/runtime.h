@@ -1,67 +1,66 @@
 /*
- * runtime.h - the kvsim runtime: command-line front end and process-wide facilities.
+ * runtime.h - kvsim's public umbrella: what an embedder includes.
  *
- * The replay runtime (worker threads, epochs, router, traces, reports) grows here; today it
- * holds the version query and the pool demonstration that `kvsim pool-demo` runs.
+ * It brings in the runtime's modules, each with its own header and contract:
+ *   input/input.h    traces (Mooncake JSONL, Azure CSV) and the seeded synthetic workload
+ *   report/report.h  the metrics collector, percentiles and the report writers
+ *   engine/engine.h  an engine: scheduler core + G1 pool + step model + offload tiers
+ *   replay/replay.h  the multi-engine replay: epochs, worker threads, routers
+ * and, below them, the core (kvpool/kvpool.h, kvpool/registry.h, sched/sched.h,
+ * offload/offload.h). Plus, here: the version and kvsim's error codes.
+ *
+ * Errors everywhere are negative errno values. Where kvsim gives an errno a meaning of its own,
+ * the code has a KVSIM_E* name below and kvsim_strerror() says what kvsim means by it (a dead
+ * end must not print "Resource deadlock avoided").
+ *
+ * Threads: nothing here has hidden global state; the per-module headers state which thread may
+ * call what.
  */
 #ifndef KVSIM_RUNTIME_H
 #define KVSIM_RUNTIME_H
 
-#include <stdio.h>
+#include <errno.h>
+
+#include "runtime/engine/engine.h"
+#include "runtime/input/input.h"
+#include "runtime/replay/replay.h"
+#include "runtime/report/report.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* "kvsim X.Y.Z": the library's version string. Never NULL. */
+/* "kvsim X.Y.Z": the library's version string. Never NULL. Any thread. */
 const char *kvsim_version(void);
-/* Name of the allocator linked into this build: "jemalloc" or "libc". */
+/* Name of the allocator linked into this build: "jemalloc" or "libc". Any thread. */
 const char *kvsim_allocator(void);
 
 /*
- * kvsim_pool_demo - run a short, deterministic walk through the G1 block pool (prefix hits,
- * free order, eviction, an aborted plan, the ownership check) and print it to out.
- * Returns 0, or a negative errno if a step did not behave as vLLM's pool does.
+ * The codes kvsim gives its own meaning: XX(NAME, errno, message). KVSIM_E<NAME> is -errno.
+ * Every other negative errno keeps the C library's meaning.
  */
-int kvsim_pool_demo(FILE *out);
+#define KVSIM_ERRNO_MAP(XX)                                                                        \
+    XX(DEADEND, EDEADLK,                                                                           \
+       "dead end: unfinished requests that no step, transfer or arrival can "                      \
+       "wake")                                                                                     \
+    XX(INVARIANT, EUCLEAN, "invariant violation (ownership, queue or capacity check failed)")      \
+    XX(STALE, ESTALE, "stale allocation plan: the pool changed since it was prepared")             \
+    XX(SCENARIO, EBADMSG, "scenario failed: an expectation or a checked rule did not hold")        \
+    XX(NOREPRO, EPROTO, "the failure does not reproduce the same way")                             \
+    XX(FINISHED, EALREADY, "the request has already finished")
+
+enum {
+#define KVSIM__ERRNO_ENUM(name, err, msg) KVSIM_E##name = -(err),
+    KVSIM_ERRNO_MAP(KVSIM__ERRNO_ENUM)
+#undef KVSIM__ERRNO_ENUM
+};
 
 /*
- * kvsim_conform_main - `kvsim conform [--trace] FILE...` (argv[0] is "conform"): run scenario
- * files, print PASS/FAIL lines and "<N> passed, <M> failed". Returns the exit status: 0 when
- * all passed, 1 when any failed or could not be read, 2 for a usage error.
+ * kvsim_strerror - what error code err (a negative errno) means: kvsim's meaning for the codes
+ * of KVSIM_ERRNO_MAP, the C library's otherwise ("Unknown error" for anything else, 0 gives
+ * "Success"). A static string; any thread.
  */
-int kvsim_conform_main(int argc, char **argv);
-
-/*
- * kvsim_soak_main - `kvsim soak [options]` (argv[0] is "soak"): seeded randomized scheduler runs
- * with invariants, liveness and the #49675 progress rule checked after every op; a failing
- * seed's scenario is written for `kvsim conform`. Prints one summary line. Returns the exit
- * status: 0 (every seed passed), 1 (a seed failed), 2 (bad option).
- */
-int kvsim_soak_main(int argc, char **argv);
-
-/*
- * kvsim_minimize_main - `kvsim minimize TRACE.json [-o OUT.json]` (argv[0] is "minimize"):
- * delta-debug a failing scenario down to the steps and requests it needs to fail the same way.
- * Returns the exit status: 0 (written), 1 (could not verify or write it), 2 (bad option, or an
- * input that does not fail or is not a scenario).
- */
-int kvsim_minimize_main(int argc, char **argv);
-
-/*
- * kvsim_replay_main - `kvsim replay [options]` (argv[0] is "replay"): replay a trace or the
- * built-in workload and print the report. Returns the exit status: 0, 1 (the replay failed),
- * 2 (bad option, input or configuration).
- */
-int kvsim_replay_main(int argc, char **argv);
-
-/*
- * kvsim_stress_main - `kvsim stress [options]` (argv[0] is "stress"): hammer the offload
- * pipeline, then the block registry, from many threads, checking their invariants; print a
- * summary line per part with operations per second and the verdict. Returns the exit status:
- * 0, 1 (a violation), 2 (bad option).
- */
-int kvsim_stress_main(int argc, char **argv);
+const char *kvsim_strerror(int err);
 
 #ifdef __cplusplus
 }

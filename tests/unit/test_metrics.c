@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/metrics.h"
+#include "runtime/report/report.h"
 
 TestSuite(metrics);
 

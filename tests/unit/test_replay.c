@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/replay.h"
+#include "runtime/replay/replay.h"
 
 #define TRACES KVSIM_SOURCE_DIR "/../shared/traces/"
 #define INPUTS KVSIM_SOURCE_DIR "/tests/inputs/"

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/conform.h"
-#include "runtime/soak.h"
+#include "runtime/verify/verify.h"
 
 /* ---- ddmin ---------------------------------------------------------------------------------- */
 

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/tiers.h"
+#include "runtime/engine/tiers.h"
 
 TestSuite(tiers, .timeout = 30);
 

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/trace.h"
+#include "runtime/input/input.h"
 
 #ifndef KVSIM_SOURCE_DIR
 #error "KVSIM_SOURCE_DIR must be defined (the source tree, for tests/inputs and ../shared/traces)"

@@ -1,0 +1,82 @@
+/*
+ * base.h - the few portable primitives every kvsim module uses: splitmix64 mixing, the
+ * monotonic clock, and the pieces of a spin-then-sleep wait (a CPU pause and a futex).
+ *
+ * This is the base layer below every module, not part of the pool: it sits in kvpool/ because
+ * kvpool is the lowest module, and it is the one kvpool header that offload/ (which includes
+ * nothing else of kvpool) may include. Header-only, private (never installed), no state:
+ * every function may be called from any thread.
+ */
+#ifndef KVSIM_BASE_H
+#define KVSIM_BASE_H
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* splitmix64's increment (2^64 / golden ratio). */
+#define BASE_GOLDEN_GAMMA UINT64_C(0x9e3779b97f4a7c15)
+
+/* splitmix64's finaliser: a bijective mix of x (structured inputs become uniform bits). */
+static inline uint64_t base_mix64(uint64_t x)
+{
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+/* splitmix64 of one value: the finaliser of x + gamma (a stateless hash of x). */
+static inline uint64_t base_splitmix64(uint64_t x) { return base_mix64(x + BASE_GOLDEN_GAMMA); }
+
+/* The splitmix64 generator: advances *state by gamma and returns the finaliser of it. */
+static inline uint64_t base_splitmix64_next(uint64_t *state)
+{
+    *state += BASE_GOLDEN_GAMMA;
+    return base_mix64(*state);
+}
+
+/* CLOCK_MONOTONIC in nanoseconds (wall time for measurements and guards, never virtual time). */
+static inline int64_t base_monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One iteration of a spin loop: a pause hint where the CPU has one, nothing elsewhere. */
+static inline void base_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/*
+ * base_futex_wait - sleep while *word == val, at most timeout_ns (< 0: no limit). Returns on a
+ * wake, a timeout, a signal or at once if *word != val: callers re-check their condition.
+ * Ordering: none by itself; the caller's acquire load of *word after it orders what follows.
+ */
+static inline void base_futex_wait(_Atomic uint32_t *word, uint32_t val, int64_t timeout_ns)
+{
+    struct timespec ts, *tsp = NULL;
+    if (timeout_ns >= 0) {
+        ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+        ts.tv_nsec = (long)(timeout_ns % 1000000000);
+        tsp = &ts;
+    }
+    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, val, tsp, NULL, 0);
+}
+
+/* base_futex_wake - wake at most n threads sleeping on word (INT_MAX: all). */
+static inline void base_futex_wake(_Atomic uint32_t *word, int n)
+{
+    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+#endif /* KVSIM_BASE_H */

@@ -1,0 +1,103 @@
+/*
+ * conform_cmd.c - `kvsim conform [--trace] [--lenient] FILE...`: runs scenario files through
+ * the scenario runner (verify.h), prints PASS/FAIL per file and "<N> passed, <M> failed".
+ */
+#include "runtime/cli/cli.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/verify/verify.h"
+
+/* Runs one file, printing its PASS/FAIL line. Returns true when it passed. */
+static bool run_file(const char *path, bool trace, bool lenient)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    struct kvsim_conform_result res;
+    int rc;
+    const char *name = path;
+    if (!root) {
+        rc = -EINVAL;
+        memset(&res, 0, sizeof res);
+        res.verdict = KVSIM_CONFORM_INVALID;
+        snprintf(res.message, sizeof res.message, "line %d, column %d: %s", jerr.line, jerr.column,
+                 jerr.text);
+    } else {
+        json_t *n = json_object_get(root, "name");
+        if (json_is_string(n))
+            name = json_string_value(n);
+        struct kvsim_conform_options opt = {.trace = trace, .lenient = lenient};
+        rc = kvsim_conform_run_json(root, &opt, &res, NULL);
+    }
+    if (rc == 0)
+        printf("PASS %s\n", name);
+    else if (res.verdict == KVSIM_CONFORM_INVALID)
+        printf("FAIL %s: %s: %s\n", name, path, res.message);
+    else
+        printf("FAIL %s: %s\n", name, res.message);
+    json_decref(root);
+    return rc == 0;
+}
+
+static void conform_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: kvsim conform [--trace] [--lenient] FILE...\n"
+        "\n"
+        "Runs conformance scenarios (JSON, see docs/conformance.md) against the scheduler\n"
+        "core and the G1 pool. Prints PASS/FAIL per file and '<N> passed, <M> failed'.\n"
+        "\n"
+        "  -t, --trace    print each step's observed decision as a JSON line\n"
+        "  -l, --lenient  replay the workload, not the exact decisions: model outputs adapt\n"
+        "                 to what each schedule scheduled (the minimizer's mode: sampled\n"
+        "                 tokens for unscheduled requests are dropped, a request whose\n"
+        "                 chunk sampled gets a token that stops nothing, references to\n"
+        "                 unknown requests and outputs with no schedule are dropped)\n"
+        "  -h, --help     print this help\n"
+        "\n"
+        "Exit status: 0 all passed, 1 a scenario failed or could not be read, 2 usage error.\n");
+}
+
+int cli_conform_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"trace", no_argument, NULL, 't'},
+        {"lenient", no_argument, NULL, 'l'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct cli_parser p;
+    bool trace = false, lenient = false;
+    int c;
+    cli_begin(&p, "kvsim conform", argc, argv, opts, "tlh");
+    while ((c = cli_next(&p)) > 0) {
+        switch (c) {
+        case 't': trace = true; break;
+        case 'l': lenient = true; break;
+        case 'h': conform_usage(stdout); return CLI_EXIT_OK;
+        }
+    }
+    if (c < 0) {
+        conform_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (cli_optind() >= argc) {
+        cli_error(&p, "no scenario files given");
+        conform_usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    int passed = 0, failed = 0;
+    for (int i = cli_optind(); i < argc; i++) {
+        if (run_file(argv[i], trace, lenient))
+            passed++;
+        else
+            failed++;
+        fflush(stdout);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+}

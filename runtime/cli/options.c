@@ -1,0 +1,139 @@
+/*
+ * options.c - the one option parser of the command line (cli.h): getopt_long with our own
+ * messages, and strict readers for integers, numbers and choices.
+ */
+#include "runtime/cli/cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_begin(struct cli_parser *p, const char *prog, int argc, char **argv,
+               const struct option *opts, const char *shortopts)
+{
+    memset(p, 0, sizeof *p);
+    p->prog = prog;
+    p->argc = argc;
+    p->argv = argv;
+    p->opts = opts;
+    p->shortopts = shortopts;
+    optind = 0; /* 0, not 1: glibc re-reads the ordering mode (kvsim's main parsed with "+") */
+    opterr = 0; /* our own messages, naming the option */
+}
+
+int cli_next(struct cli_parser *p)
+{
+    char spec[64]; /* ':' first for our messages ("+:" when the parse stops at a positional) */
+    bool stop = p->shortopts[0] == '+';
+    snprintf(spec, sizeof spec, "%s:%s", stop ? "+" : "", p->shortopts + stop);
+    int idx = -1;
+    int c = getopt_long(p->argc, p->argv, spec, p->opts, &idx);
+    p->arg = optarg;
+    if (c == -1)
+        return 0;
+    if (c == ':') {
+        fprintf(stderr, "%s: option %s needs a value\n", p->prog, p->argv[optind - 1]);
+        return -EINVAL;
+    }
+    if (c == '?') {
+        if (optopt) /* a short option, maybe inside a cluster */
+            fprintf(stderr, "%s: unknown option '-%c'\n", p->prog, optopt);
+        else
+            fprintf(stderr, "%s: unknown option '%s'\n", p->prog, p->argv[optind - 1]);
+        return -EINVAL;
+    }
+    p->long_name = idx >= 0 ? p->opts[idx].name : NULL;
+    if (idx >= 0)
+        snprintf(p->name, sizeof p->name, "--%s", p->opts[idx].name);
+    else
+        snprintf(p->name, sizeof p->name, "-%c", c);
+    return c;
+}
+
+int cli_optind(void) { return optind; }
+
+int cli_error(const struct cli_parser *p, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", p->prog);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return -EINVAL;
+}
+
+bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false; /* no sign, no leading space */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool cli_parse_double(const char *s, double min, bool min_open, double max, double *out)
+{
+    if (!s || !*s || strchr(" \t\n\v\f\r", *s))
+        return false;
+    for (const char *c = s; *c; c++)
+        if (*c == 'x' || *c == 'X') /* no hexadecimal floats */
+            return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || !(min_open ? v > min : v >= min) || !(v <= max))
+        return false;
+    *out = v;
+    return true;
+}
+
+int cli_u64(struct cli_parser *p, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (cli_parse_u64(p->arg, min, max, out))
+        return 0;
+    return cli_error(p, "option %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]", p->name,
+                     p->arg, min, max);
+}
+
+int cli_u32(struct cli_parser *p, uint32_t min, uint32_t max, uint32_t *out)
+{
+    uint64_t v = 0;
+    int rc = cli_u64(p, min, max, &v);
+    if (rc == 0)
+        *out = (uint32_t)v;
+    return rc;
+}
+
+int cli_double(struct cli_parser *p, double min, bool min_open, double max, double *out)
+{
+    if (cli_parse_double(p->arg, min, min_open, max, out))
+        return 0;
+    return cli_error(p, "option %s: '%s' is not a number in %c%g, %g]", p->name, p->arg,
+                     min_open ? '(' : '[', min, max);
+}
+
+int cli_choice(struct cli_parser *p, const char *const *names, int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(p->arg, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof list; i++)
+        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", names[i],
+                              i + 2 < n   ? ", "
+                              : i + 1 < n ? " or "
+                                          : "");
+    return cli_error(p, "option %s: '%s' is not %s", p->name, p->arg, list);
+}

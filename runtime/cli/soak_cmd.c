@@ -1,0 +1,254 @@
+/*
+ * soak_cmd.c - `kvsim soak [options]`: runs seeds through the soak (verify.h), prints each
+ * failure and writes its scenario (checking that it replays the same way), then one summary
+ * line.
+ */
+#include "runtime/cli/cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvpool/base.h"
+#include "runtime/verify/verify.h"
+
+/* mkdir -p. Returns 0 or a negative errno. */
+static int make_dirs(const char *dir)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return -ENAMETOOLONG;
+    for (char *c = p + 1;; c++) {
+        bool last = *c == 0;
+        if (*c != '/' && !last)
+            continue;
+        *c = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return -errno;
+        if (last)
+            break;
+        *c = '/';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+static void soak_usage(FILE *f)
+{
+    fprintf(f, "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
+               "                  [--set NAME=VALUE]... [--checks LIST] [--legacy-partial-alloc]\n"
+               "                  [--keep] [--quiet]\n"
+               "\n"
+               "Seeded randomized runs of the scheduler core (in part of the seeds with G2/G3\n"
+               "offload tiers, in virtual time): each seed picks a configuration from the matrix\n"
+               "and builds a scenario op by op, checking the invariants, the liveness rule and\n"
+               "the #49675 progress rule after every op (docs/soak.md). A failing seed's\n"
+               "scenario is written to DIR/soak-seed<S>.json; `kvsim conform` replays it and\n"
+               "`kvsim minimize` shrinks it.\n"
+               "\n"
+               "  --seeds N          run seeds 1..N (default 200)\n"
+               "  --seed S           run seed S only\n"
+               "  --matrix M         small (CI, default) or full (nightly)\n"
+               "  --out DIR          where failing scenarios go (default ./soak-failures)\n"
+               "  --set NAME=VALUE   fix one matrix dimension for every seed (repeatable), e.g.\n"
+               "                     --set preempted_victim_guard=false\n"
+               "  --checks LIST      the rules checked: all (default), none, or a comma list of\n"
+               "                     invariants, liveness, progress (e.g. --checks liveness)\n"
+               "  --legacy-partial-alloc\n"
+               "                     reintroduce the old partial allocation (issue 6; the same as\n"
+               "                     --set legacy_partial_alloc=true)\n"
+               "  --show-matrix      print the matrix dimensions and exit\n"
+               "  --keep             write every seed's scenario, not only failing ones\n"
+               "  --quiet            no summary line (failures are still printed)\n"
+               "  -h, --help         print this help\n"
+               "\n"
+               "Exit status: 0 all seeds passed, 1 a seed failed, 2 usage error.\n");
+}
+
+/* Writes a failing (or --keep) seed's scenario and, for a failure, checks that the file replays
+ * to the same verdict. Returns 0, or 1 (reported on stdout/stderr). */
+static int save_seed(const char *dir, uint64_t seed, json_t *doc,
+                     const struct kvsim_conform_result *res, bool failed)
+{
+    char path[4096];
+    int rc = make_dirs(dir);
+    if (rc == 0 &&
+        snprintf(path, sizeof path, "%s/soak-seed%" PRIu64 ".json", dir, seed) >= (int)sizeof path)
+        rc = -ENAMETOOLONG;
+    if (rc == 0)
+        rc = kvsim_scenario_write_file(doc, path);
+    if (rc) {
+        fprintf(stderr, "kvsim soak: cannot write the scenario of seed %" PRIu64 " to %s: %s\n",
+                seed, dir, strerror(-rc));
+        return 1;
+    }
+    if (!failed)
+        return 0;
+    json_error_t jerr;
+    json_t *back = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    struct kvsim_conform_result again;
+    int vr = back ? kvsim_conform_run_json(back, NULL, &again, NULL) : 0;
+    json_decref(back);
+    if (!back || vr == 0 || strcmp(again.message, res->message) != 0) {
+        fprintf(stdout, "soak: seed %" PRIu64 ": %s does NOT replay the same way: %s\n", seed, path,
+                back ? (vr == 0 ? "it passes" : again.message) : jerr.text);
+        return 1;
+    }
+    printf("soak: seed %" PRIu64 ": scenario %s (kvsim conform replays it, kvsim minimize "
+           "shrinks it)\n",
+           seed, path);
+    return 0;
+}
+
+/* The options of `kvsim soak`. */
+struct soak_args {
+    uint64_t nseeds, first;
+    bool have_seeds, have_seed, keep, quiet;
+    enum kvsim_soak_matrix matrix;
+    const char *out;
+    struct kvsim_soak_overrides ov;
+};
+
+enum { O_SEEDS = 256, O_SEED, O_MATRIX, O_OUT, O_SET, O_CHECKS, O_LEGACY, O_SHOW, O_KEEP, O_QUIET };
+
+/* Parses the options into *a. Returns 0, 1 (done: help or the matrix printed), -EINVAL. */
+static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
+{
+    static const char *const matrices[] = {"small", "full"};
+    int c, choice;
+    while ((c = cli_next(p)) > 0) {
+        char err[256];
+        int rc = 0;
+        switch (c) {
+        case O_SEEDS:
+            rc = cli_u64(p, 1, 100000000, &a->nseeds);
+            a->have_seeds = true;
+            break;
+        case O_SEED:
+            rc = cli_u64(p, 0, UINT64_MAX, &a->first);
+            a->have_seed = true;
+            break;
+        case O_MATRIX:
+            rc = cli_choice(p, matrices, 2, &choice);
+            a->matrix = choice == 1 ? KVSIM_SOAK_FULL : KVSIM_SOAK_SMALL;
+            break;
+        case O_OUT:
+            if (!*p->arg)
+                return cli_error(p, "option --out: empty directory name");
+            a->out = p->arg;
+            break;
+        case O_SET:
+        case O_CHECKS:
+            if ((c == O_SET ? kvsim_soak_parse_set(&a->ov, p->arg, err, sizeof err)
+                            : kvsim_soak_parse_checks(&a->ov, p->arg, err, sizeof err)) != 0)
+                return cli_error(p, "%s", err);
+            break;
+        case O_LEGACY:
+            a->ov.set[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = true;
+            a->ov.value[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = 1;
+            break;
+        case O_SHOW: kvsim_soak_print_matrix(stdout); return 1;
+        case O_KEEP: a->keep = true; break;
+        case O_QUIET: a->quiet = true; break;
+        case 'h': soak_usage(stdout); return 1;
+        }
+        if (rc)
+            return rc;
+    }
+    if (c < 0) {
+        soak_usage(stderr);
+        return c;
+    }
+    if (cli_optind() < p->argc)
+        return cli_error(p, "unexpected argument '%s'", p->argv[cli_optind()]);
+    if (a->have_seeds && a->have_seed)
+        return cli_error(p, "options --seeds and --seed exclude each other");
+    return 0;
+}
+
+int cli_soak_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"seeds", required_argument, NULL, O_SEEDS},
+        {"seed", required_argument, NULL, O_SEED},
+        {"matrix", required_argument, NULL, O_MATRIX},
+        {"out", required_argument, NULL, O_OUT},
+        {"set", required_argument, NULL, O_SET},
+        {"show-matrix", no_argument, NULL, O_SHOW},
+        {"checks", required_argument, NULL, O_CHECKS},
+        {"legacy-partial-alloc", no_argument, NULL, O_LEGACY},
+        {"keep", no_argument, NULL, O_KEEP},
+        {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct soak_args a = {.nseeds = 200, .first = 1, .out = "soak-failures"};
+    struct cli_parser p;
+    cli_begin(&p, "kvsim soak", argc, argv, opts, "h");
+    int prc = parse_soak_args(&p, &a);
+    if (prc)
+        return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    uint64_t nseeds = a.nseeds, first = a.first;
+    bool keep = a.keep, quiet = a.quiet;
+    enum kvsim_soak_matrix matrix = a.matrix;
+    const char *out = a.out;
+    struct kvsim_soak_overrides ov = a.ov;
+    if (a.have_seed)
+        nseeds = 1;
+    struct kvsim_conform_stats total = {0};
+    uint64_t failed = 0;
+    int64_t t0 = base_monotonic_ns();
+    for (uint64_t k = 0; k < nseeds; k++) {
+        uint64_t seed = first + k;
+        json_t *doc;
+        struct kvsim_conform_result res;
+        struct kvsim_conform_stats st;
+        int rc = kvsim_soak_run_seed(seed, matrix, &ov, &doc, &res, &st);
+        if (rc < 0) {
+            fprintf(stderr, "kvsim soak: seed %" PRIu64 ": %s\n", seed, strerror(-rc));
+            return CLI_EXIT_FAILED;
+        }
+        kvsim_conform_stats_add(&total, &st);
+        if (rc == 1) {
+            failed++;
+            printf("FAIL seed %" PRIu64 " [%s]: %s\n", seed, res.kind, res.message);
+        }
+        /* A passing seed whose --keep file cannot be written fails the run too. */
+        if ((rc == 1 || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0 && rc != 1)
+            failed++;
+        json_decref(doc);
+        fflush(stdout);
+    }
+    double dt = (double)(base_monotonic_ns() - t0) / 1e9;
+    char off[512] = "";
+    if (total.offload_runs)
+        snprintf(off, sizeof off,
+                 "; offload in %" PRIu64 " seeds: %" PRIu64
+                 " advances over %.3f virtual s, %" PRIu64 " blocks written to G2, %" PRIu64
+                 " loads (%" PRIu64 " failed), %" PRIu64 " blocked on offload, %" PRIu64
+                 " retry_now, up to %" PRIu64 " held blocks",
+                 total.offload_runs, total.advances, (double)total.virtual_ns * 1e-9,
+                 total.written_g2, total.loads, total.failed_loads, total.blocked_on_offload,
+                 total.retry_now, total.max_held_blocks);
+    if (!quiet)
+        printf("soak: %" PRIu64 " seeds (matrix %s), %" PRIu64 " ops, %" PRIu64
+               " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
+               " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
+               " futile, longest cascade %" PRIu64 ", %" PRIu64
+               " zero-progress schedules)%s; %" PRIu64 " failed\n",
+               nseeds, kvsim_soak_matrix_name(matrix), total.ops, total.transitions, dt,
+               dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
+               total.scheduled_tokens
+                   ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
+                   : 0.0,
+               total.futile_preemptions, total.max_futile_in_one_schedule,
+               total.zero_progress_schedules, off, failed);
+    return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+}

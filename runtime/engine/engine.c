@@ -1,0 +1,500 @@
+/*
+ * engine.c - a simulated engine in virtual time (see engine.h).
+ */
+#include "runtime/engine/engine.h"
+#include "runtime/engine/tiers.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct kvsim_engine {
+    struct kvsim_engine_config cfg;
+    struct sched *s;
+    struct sched_step *step; /* in flight, or NULL when idle */
+    int64_t step_end;
+    int64_t now; /* the engine's clock: last completion or arrival instant */
+    struct kvsim_engine_pub pub;
+    struct kvsim_engine_done *done;
+    uint32_t num_done, cap_done;
+    /* output scratch, sized to the running set */
+    kvpool_token *tok;
+    const kvpool_token **tok_ptr;
+    uint32_t *tok_count;
+    uint32_t cap_tok;
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    struct sched_request **waiting_scratch; /* publish(): the waiting queue */
+    uint32_t cap_waiting_scratch;
+    uint64_t steps;
+    uint32_t unfinished;
+    struct kvsim_tiers *tiers; /* NULL without offload tiers */
+    uint64_t prefill_tokens;
+    int64_t blocked_since; /* -1: no request blocked on held capacity */
+    int64_t blocked_ns;
+    char err[384];
+};
+
+/* The k-th output token of a request: deterministic, never an EOS (the engine has none), and
+ * unlike any prompt token so outputs never fake prefix hits across requests. */
+static kvpool_token output_token(uint32_t req, uint32_t k)
+{
+    uint64_t x = ((uint64_t)req << 32 | k) + UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return (kvpool_token)(0xc0000000u | ((uint32_t)(x >> 33) & 0x3fffffffu));
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out)
+{
+    *out = NULL;
+    struct kvsim_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return -ENOMEM;
+    e->cfg = *cfg;
+    e->blocked_since = -1;
+    struct sched_config sc = cfg->sched;
+    sc.enable_kv_events = cfg->kv_events;
+    int rc = 0;
+    if (cfg->tiers) {
+        struct kvsim_tiers_config tc = *cfg->tiers;
+        tc.pipe.seed ^= (uint64_t)cfg->id * UINT64_C(0x9e3779b97f4a7c15); /* per-engine stream */
+        tc.g3_engine = cfg->id; /* this engine's slot in a shared G3 */
+        rc = kvsim_tiers_create(&tc, &e->tiers);
+        sc.offload = &kvsim_tiers_sched_ops;
+        sc.offload_ctx = e->tiers;
+    }
+    if (rc == 0)
+        rc = sched_create(&sc, &e->s);
+    if (rc) {
+        kvsim_tiers_destroy(e->tiers);
+        free(e);
+        return rc;
+    }
+    if (e->tiers)
+        kvsim_tiers_bind(e->tiers, e->s);
+    *out = e;
+    return 0;
+}
+
+void kvsim_engine_offload_stats(const struct kvsim_engine *e, struct kvsim_engine_offload *out)
+{
+    memset(out, 0, sizeof *out);
+    out->prefill_tokens = e->prefill_tokens;
+    if (!e->tiers)
+        return;
+    out->enabled = true;
+    kvsim_tiers_stats(e->tiers, &out->tiers);
+    sched_offload_counters(e->s, &out->sched);
+    out->blocked_ns = e->blocked_ns;
+}
+
+void kvsim_engine_destroy(struct kvsim_engine *e)
+{
+    if (!e)
+        return;
+    kvsim_tiers_destroy(e->tiers); /* first: undrained copies give back holds and loads */
+    sched_destroy(e->s);
+    free(e->done);
+    free(e->tok);
+    free(e->tok_ptr);
+    free(e->tok_count);
+    free(e->runs);
+    free(e->waiting_scratch);
+    free(e);
+}
+
+struct kvpool *kvsim_engine_pool(struct kvsim_engine *e) { return sched_pool(e->s); }
+uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e) { return e->unfinished; }
+uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e)
+{
+    return sched_num_preemptions(e->s);
+}
+uint64_t kvsim_engine_steps(const struct kvsim_engine *e) { return e->steps; }
+const char *kvsim_engine_error(const struct kvsim_engine *e) { return e->err; }
+const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e) { return &e->pub; }
+
+const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n)
+{
+    *n = e->num_done;
+    e->num_done = 0;
+    return e->done;
+}
+
+const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e, uint32_t *n)
+{
+    *n = e->num_done;
+    return e->done;
+}
+
+static int64_t tiers_deadline(const struct kvsim_engine *e)
+{
+    if (!e->tiers)
+        return INT64_MAX;
+    int64_t d = kvsim_tiers_next_deadline(e->tiers);
+    return d == OFFLOAD_NEVER ? INT64_MAX : d;
+}
+
+int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
+{
+    int64_t d = tiers_deadline(e);
+    return e->step && e->step_end < d ? e->step_end : d;
+}
+
+/* Fewest tokens any request with a session follow-up still has to produce here. */
+static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_request *const *reqs,
+                                     uint32_t n, uint32_t best)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        const struct sched_request *r = reqs[i];
+        if (e->cfg.next_turn[r->id] < 0)
+            continue;
+        uint32_t left = r->max_tokens > r->num_output ? r->max_tokens - r->num_output : 1;
+        if (left < best)
+            best = left;
+    }
+    return best;
+}
+
+static void publish(struct kvsim_engine *e)
+{
+    struct kvpool *pool = sched_pool(e->s);
+    e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool);
+    struct sched_request *const *rr;
+    e->pub.num_running = sched_running(e->s, &rr);
+    e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+    e->pub.earliest_parent_finish = INT64_MAX;
+    /* The first step that can end: the running one, or (idle, waiting for a transfer) one that
+     * starts when the transfer ends. */
+    int64_t first_end = e->step ? e->step_end : INT64_MAX;
+    if (!e->step && e->unfinished && tiers_deadline(e) != INT64_MAX) {
+        int64_t d = tiers_deadline(e), m = kvsim_step_model_min_duration_ns(&e->cfg.model);
+        first_end = d > INT64_MAX - m ? INT64_MAX : d + m;
+    }
+    if (!e->cfg.next_turn || first_end == INT64_MAX)
+        return;
+    uint32_t best = min_parent_remaining(e, rr, e->pub.num_running, UINT32_MAX);
+    if (e->pub.num_waiting) {
+        if (e->pub.num_waiting > e->cap_waiting_scratch) {
+            struct sched_request **nw =
+                realloc(e->waiting_scratch, e->pub.num_waiting * sizeof *nw);
+            if (!nw) { /* no bound known: the coordinator falls back to the running step */
+                e->pub.earliest_parent_finish = first_end;
+                return;
+            }
+            e->waiting_scratch = nw;
+            e->cap_waiting_scratch = e->pub.num_waiting;
+        }
+        sched_waiting_snapshot(e->s, e->waiting_scratch, e->pub.num_waiting);
+        best = min_parent_remaining(e, e->waiting_scratch, e->pub.num_waiting, best);
+    }
+    if (best == UINT32_MAX)
+        return;
+    int64_t d = kvsim_step_model_min_duration_ns(&e->cfg.model);
+    int64_t more = (int64_t)(best - 1);
+    e->pub.earliest_parent_finish =
+        more > (INT64_MAX - first_end) / d ? INT64_MAX : first_end + more * d;
+}
+
+static int fail_invariant(struct kvsim_engine *e, int rc)
+{
+    const struct sched_violation *v = sched_last_violation(e->s);
+    if (rc == -EUCLEAN && v) {
+        char line[320];
+        sched_violation_format(v, line, sizeof line);
+        snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id, e->now,
+                 line);
+    } else {
+        snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id, e->now,
+                 strerror(-rc));
+    }
+    return rc;
+}
+
+static int push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
+{
+    if (e->num_done == e->cap_done) {
+        uint32_t nc = e->cap_done ? e->cap_done * 2 : 64;
+        struct kvsim_engine_done *nd = realloc(e->done, nc * sizeof *nd);
+        if (!nd)
+            return -ENOMEM;
+        e->done = nd;
+        e->cap_done = nc;
+    }
+    e->done[e->num_done++] = (struct kvsim_engine_done){req, t};
+    return 0;
+}
+
+int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
+{
+    const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[req];
+    const struct sched_config *sc = sched_get_config(e->s);
+    struct kvsim_metrics *m = e->cfg.metrics;
+    if (!e->step && t > e->now)
+        e->now = t;
+    int mrc = kvsim_metrics_on_arrival(m, req, t, spec->input_len);
+    if (mrc)
+        return fail_invariant(e, mrc);
+    uint64_t full = (uint64_t)spec->input_len + spec->output_len;
+    if (full > sc->max_model_len)
+        full = sc->max_model_len;
+    const char *reject = NULL;
+    if (spec->input_len >= sc->max_model_len)
+        reject = "prompt_too_long";
+    else if ((full + sc->block_size - 1) / sc->block_size > sc->num_blocks - 1u)
+        reject = "exceeds_kv_capacity";
+    if (reject) {
+        /* Explicitly rejected, and finished for its session: the next turn still comes. */
+        mrc = kvsim_metrics_on_reject(m, req, t, reject);
+        return mrc ? fail_invariant(e, mrc) : push_done(e, req, t);
+    }
+    uint32_t n = kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
+    if (n > e->cap_runs) {
+        struct kvpool_token_run *nr = realloc(e->runs, n * sizeof *nr);
+        if (!nr)
+            return -ENOMEM;
+        e->runs = nr;
+        e->cap_runs = n;
+        kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
+    }
+    struct sched_request_params p = {
+        .id = req,
+        .num_prompt_tokens = spec->input_len,
+        .prompt_runs = e->runs,
+        .num_prompt_runs = n,
+        .max_tokens = spec->output_len,
+        .arrival = (double)t,
+        .eos_token_id = -1,
+    };
+    struct sched_request *r;
+    int rc = sched_add(e->s, &p, &r);
+    if (rc)
+        return rc;
+    e->unfinished++;
+    e->pub.queued_tokens += spec->input_len;
+    return 0;
+}
+
+static int grow_scratch(struct kvsim_engine *e, uint32_t n)
+{
+    if (n <= e->cap_tok)
+        return 0;
+    uint32_t nc = e->cap_tok ? e->cap_tok : 64;
+    while (nc < n)
+        nc *= 2;
+    kvpool_token *t = realloc(e->tok, nc * sizeof *t);
+    if (t)
+        e->tok = t;
+    const kvpool_token **p = realloc(e->tok_ptr, nc * sizeof *p);
+    if (p)
+        e->tok_ptr = p;
+    uint32_t *c = realloc(e->tok_count, nc * sizeof *c);
+    if (c)
+        e->tok_count = c;
+    if (!t || !p || !c)
+        return -ENOMEM;
+    e->cap_tok = nc;
+    return 0;
+}
+
+/* Starts a step at e->now. Leaves e->step NULL when nothing can be scheduled. */
+static int start_step(struct kvsim_engine *e)
+{
+    struct kvsim_metrics *m = e->cfg.metrics;
+    /* An empty step that preempted someone changed state: schedule again at the same instant.
+     * The running set shrinks each time, so this ends. */
+    for (;;) {
+        int rc;
+        struct sched_step *st = sched_schedule(e->s, &rc);
+        if (!st)
+            return fail_invariant(e, rc);
+        for (uint32_t i = 0; i < st->num_preempted; i++)
+            if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
+                return fail_invariant(e, rc);
+        if (e->tiers) {
+            struct sched_offload_status os;
+            sched_offload_status(e->s, &os);
+            if (os.blocked && e->blocked_since < 0)
+                e->blocked_since = e->now;
+            else if (!os.blocked && e->blocked_since >= 0) {
+                e->blocked_ns += e->now - e->blocked_since;
+                e->blocked_since = -1;
+            }
+            if ((rc = kvsim_tiers_flush(e->tiers)) != 0)
+                return fail_invariant(e, rc);
+        }
+        if (st->total_tokens == 0) {
+            rc = sched_update(e->s, st, NULL);
+            if (rc)
+                return fail_invariant(e, rc);
+            if (st->num_preempted)
+                continue;
+            return 0; /* idle: the caller decides whether anything can wake it */
+        }
+        for (uint32_t i = 0; i < st->num_new; i++) {
+            const struct sched_request *r = st->new_reqs[i];
+            rc = kvsim_metrics_on_schedule(
+                m, (uint32_t)r->id, e->now,
+                r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0, (int32_t)e->cfg.id);
+            if (rc)
+                return fail_invariant(e, rc);
+            e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+        }
+        for (uint32_t i = 0; i < st->num_resumed; i++) {
+            const struct sched_request *r = st->resumed[i];
+            rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
+            if (rc)
+                return fail_invariant(e, rc);
+        }
+        struct kvsim_step_batch b = {0};
+        for (uint32_t i = 0; i < st->num_scheduled; i++) {
+            const struct sched_scheduled *x = &st->scheduled[i];
+            const struct sched_request *r = x->req;
+            uint64_t before = r->num_computed_tokens - x->num_tokens;
+            if (x->num_tokens == 1 && r->num_output > 0 &&
+                before + 1 == sched_request_num_tokens(r)) {
+                b.num_decode_reqs++;
+            } else {
+                b.num_prefill_reqs++;
+                b.prefill_tokens += x->num_tokens;
+            }
+        }
+        b.kv_usage = kvpool_usage(sched_pool(e->s));
+        e->prefill_tokens += b.prefill_tokens;
+        e->step = st;
+        e->step_end = e->now + kvsim_step_model_duration_ns(&e->cfg.model, &b);
+        e->steps++;
+        return 0;
+    }
+}
+
+/* Applies the running step's output at its end time. */
+static int complete_step(struct kvsim_engine *e)
+{
+    struct sched_step *st = e->step;
+    struct kvsim_metrics *m = e->cfg.metrics;
+    int rc = grow_scratch(e, st->num_scheduled);
+    if (rc)
+        return fail_invariant(e, rc);
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        const struct sched_request *r = st->scheduled[i].req;
+        e->tok_count[i] = st->scheduled[i].samples ? 1 : 0;
+        e->tok[i] = output_token((uint32_t)r->id, r->num_output);
+        e->tok_ptr[i] = &e->tok[i];
+        if (st->scheduled[i].samples &&
+            (rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
+            return fail_invariant(e, rc);
+    }
+    struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
+    e->step = NULL;
+    rc = sched_update(e->s, st, &out);
+    if (rc)
+        return fail_invariant(e, rc);
+    uint32_t nf;
+    struct sched_request *const *fin = sched_last_finished(e->s, &nf);
+    for (uint32_t i = 0; i < nf; i++) {
+        uint32_t req = (uint32_t)fin[i]->id;
+        if ((rc = kvsim_metrics_on_finish(m, req, e->now)) != 0 ||
+            (rc = push_done(e, req, e->now)) != 0)
+            return fail_invariant(e, rc);
+    }
+    /* Release finished requests: memory is bounded by the in-flight set. */
+    for (uint32_t i = 0; i < nf; i++)
+        if (sched_release(e->s, fin[i]) != 0)
+            return fail_invariant(e, -EBUSY);
+    e->unfinished -= nf;
+    if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0) /* blocks cached by the update */
+        return fail_invariant(e, rc);
+    return 0;
+}
+
+/* An idle engine with unfinished requests that no step, transfer or arrival can wake. */
+static int dead_end(struct kvsim_engine *e)
+{
+    struct kvpool *pool = sched_pool(e->s);
+    uint32_t free_blocks = kvpool_num_free_blocks(pool);
+    uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
+    const struct sched_request *head = sched_waiting_head(e->s);
+    if (head)
+        snprintf(
+            e->err, sizeof e->err,
+            "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
+            "blocks, head request %" PRIu64 " (%s) needs %" PRIu64 " blocks, %u free; no "
+            "step, transfer or arrival can wake them",
+            e->cfg.id, e->now, e->unfinished, active, head->id, sched_status_name(head->status),
+            sched_request_blocks_missing(head, sched_get_config(e->s)->block_size), free_blocks);
+    else
+        snprintf(e->err, sizeof e->err,
+                 "engine %u at t=%" PRId64 " ns: dead end: %u unfinished requests, active=%u "
+                 "blocks, %u free; no step, transfer or arrival can wake them",
+                 e->cfg.id, e->now, e->unfinished, active, free_blocks);
+    return -EDEADLK;
+}
+
+static int tiers_advance(struct kvsim_engine *e, int64_t t)
+{
+    if (!e->tiers)
+        return 0;
+    int rc = kvsim_tiers_advance_to(e->tiers, t);
+    return rc < 0 ? fail_invariant(e, rc) : 0;
+}
+
+int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
+{
+    int rc;
+    for (;;) {
+        if (!e->step && e->unfinished) {
+            /* Transfers ending now come first: they release holds and finish loads. */
+            if ((rc = tiers_advance(e, e->now)) != 0 || (rc = start_step(e)) != 0)
+                return rc;
+        }
+        int64_t d = tiers_deadline(e);
+        if (!e->step) {
+            if (d == INT64_MAX) {
+                if (e->unfinished)
+                    return dead_end(e);
+                break;
+            }
+            if (d > until)
+                break;
+            if (d > e->now)
+                e->now = d; /* idle until a transfer ends */
+            if ((rc = tiers_advance(e, d)) != 0)
+                return rc;
+            continue;
+        }
+        if (d < e->step_end) { /* a transfer ends while the step runs */
+            if (d > until)
+                break;
+            if ((rc = tiers_advance(e, d)) != 0)
+                return rc;
+            continue;
+        }
+        if (e->step_end > until)
+            break;
+        e->now = e->step_end;
+        if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0)
+            return rc;
+        if (e->tiers && e->cfg.sched.check_invariants) {
+            char msg[256];
+            if (kvsim_tiers_check(e->tiers, msg, sizeof msg) != 0) {
+                snprintf(e->err, sizeof e->err, "engine %u at t=%" PRId64 " ns: %s", e->cfg.id,
+                         e->now, msg);
+                return -EUCLEAN;
+            }
+        }
+    }
+    if (e->tiers && (rc = kvsim_tiers_settle(e->tiers)) != 0)
+        return fail_invariant(e, rc);
+    /* A shared G3: this engine's registry writer publishes until (nothing more at or before). */
+    if (e->tiers && (rc = kvsim_tiers_publish(e->tiers, until)) != 0)
+        return fail_invariant(e, rc);
+    publish(e);
+    return 0;
+}

@@ -1,0 +1,231 @@
+/*
+ * engine.h - one simulated serving engine: a scheduler core, its G1 pool and a step-time model,
+ * advanced in virtual time (private to runtime/).
+ *
+ * Threads: an engine is owned by one worker thread (engine i by thread i mod T); every function
+ * here is called by that thread, except the published fields (struct kvsim_engine_pub), which
+ * the coordinator reads at epoch boundaries while every worker waits at the barrier.
+ *
+ * Time model (eager pass, as Dynamo's mocker): at a step's start the scheduler decides and the
+ * step's duration is computed; its output (one token per request whose chunk reached the end of
+ * its tokens) is applied at the step's end, and the next step starts at that same instant.
+ */
+#ifndef KVSIM_ENGINE_H
+#define KVSIM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/report/report.h"
+#include "offload/offload.h"
+#include "runtime/input/input.h"
+#include "sched/sched.h"
+
+/* ---- offload tiers (G2/G3 behind an engine's G1; docs/offload.md) ---------------------- */
+
+struct kvsim_g3_shared;
+
+struct kvsim_tiers_config {
+    uint32_t g2_blocks;         /* G2 capacity in blocks (>= 1) */
+    uint32_t g3_blocks;         /* G3 capacity in blocks; 0 = no G3 (ignored with g3_shared) */
+    bool g3_write_through;      /* copy every block G2 receives on to G3 (else only evictions) */
+    struct offload_config pipe; /* lanes, bandwidths, block bytes, failure injection; the
+                                 * work/complete callbacks are set by kvsim_tiers_create */
+    struct offload_pool *pool;  /* executor: NULL = inline, else this thread pool */
+    /* A G3 shared by all engines instead of a per-engine one (NULL: per engine), and this
+     * engine's slot in it (< its num_engines; the engine sets it to its id). */
+    struct kvsim_g3_shared *g3_shared;
+    uint32_t g3_engine;
+};
+
+/* Fills cfg: G2 of 4096 blocks, no G3, offload_config_default() lanes, inline executor. */
+void kvsim_tiers_config_default(struct kvsim_tiers_config *cfg);
+
+/* What an engine's tiers did. */
+struct kvsim_tiers_stats {
+    struct offload_lane_stats lanes[OFFLOAD_NUM_LANES];
+    uint64_t written_g2, written_g3; /* blocks that entered G2 / G3 by copies */
+    uint64_t filtered;               /* write-through blocks skipped: already present/in flight */
+    uint64_t released_by_relief;     /* holds released by presence filtering under pressure */
+    uint64_t dropped;                /* write-through blocks dropped: lane window full */
+    uint64_t failed_blocks;          /* blocks of failed batches */
+    uint64_t g2_hit_blocks, g3_hit_blocks; /* blocks onboarded from G2 / staged from G3 */
+    uint64_t loads, failed_loads;
+    uint64_t onboard_wait_ns;  /* sum over loads of (end - start) virtual ns */
+    uint32_t g2_size, g3_size; /* g3_size: 0 with a shared G3 (see kvsim_g3_shared_stats) */
+};
+
+/* ---- a G3 shared by all engines ---------------------------------------------------------------
+ *
+ * Content. Which blocks the shared G3 holds lives in the block registry (tier KVPOOL_TIER_G3):
+ * one registry writer per engine plus one for the coordinator. Capacity (an LRU of capacity
+ * blocks) is enforced by the coordinator, at epoch boundaries only.
+ *
+ * Engine side (kvsim_tiers with cfg.g3_shared). During the epoch that started at boundary b, an
+ * engine holds h in G3 iff the registry held it at virtual time b, or this engine wrote it since
+ * b: other engines' writes of the current epoch are invisible until the next boundary (a
+ * deterministic epoch lag, like the router's view). A G2->G3 copy completing at t registers h
+ * through the engine's writer at vtime t and is logged (t, h, write); a load staging h from G3
+ * logs (t, h, touch). kvsim_tiers_publish closes the engine's entries at the end of each advance
+ * and publishes its watermark. A staging copy does not pin h in the shared G3 (the copy already
+ * read the block): the coordinator may evict it meanwhile.
+ *
+ * Coordinator side (kvsim_g3_shared_boundary, every worker stopped). The engines' logs are merged
+ * in (time, engine, sequence) order into the LRU: a write inserts (or, if resident, moves to the
+ * MRU end), a touch moves to the MRU end, an insert into a full LRU evicts its LRU entry. Then
+ * the coordinator's writer removes the evicted blocks and registers the admitted ones, both at
+ * vtime b, and publishes b; the logs are cleared; removed entries are reclaimed now and then
+ * (horizon b). Nothing here depends on thread timing: the result is the same for any thread
+ * count and either executor.
+ *
+ * Threads: create and destroy on the coordinator; boundary on the coordinator while every engine
+ * thread waits at the epoch barrier. The registry rules apply (kvpool.h).
+ */
+
+/*
+ * kvsim_g3_shared_create - a shared G3 of capacity blocks for num_engines engines, whose virtual
+ * time starts at vtime0 (the first boundary: nothing is written at or before it).
+ * Context: a registered thread, online (the coordinator; a failure destroys what was built).
+ * Returns 0 and *out, -EINVAL (capacity or num_engines 0, capacity above
+ * OFFLOAD_TIER_MAX_CAPACITY), -ENOSPC or -ENOMEM (the registry's).
+ */
+int kvsim_g3_shared_create(uint32_t capacity, uint32_t num_engines, int64_t vtime0,
+                           struct kvsim_g3_shared **out);
+/* Frees it (its registry included). Accepts NULL. Context: a registered thread, online; no
+ * engine uses it any more. */
+void kvsim_g3_shared_destroy(struct kvsim_g3_shared *g);
+/*
+ * kvsim_g3_shared_boundary - the boundary at b: merge the engines' epoch logs into the LRU,
+ * remove evicted and register admitted blocks at vtime b, publish b, clear the logs, reclaim now
+ * and then. A b no later than the last boundary merged changes nothing (the epoch goes on). b =
+ * INT64_MAX is the end of the replay: the LRU is updated (for the statistics), the registry not.
+ * Context: the coordinator, registered and online, while no engine thread runs.
+ * Returns 0 or a negative errno (the registry's).
+ */
+int kvsim_g3_shared_boundary(struct kvsim_g3_shared *g, int64_t b);
+
+struct kvsim_g3_shared_stats {
+    uint32_t capacity, resident; /* blocks */
+    uint64_t inserts;            /* blocks admitted */
+    uint64_t evictions;          /* blocks evicted (LRU) */
+    uint64_t rewrites;           /* writes of a block already resident (moved to MRU) */
+    uint64_t touches;            /* G3 hits used by loads (moved to MRU when still resident) */
+};
+/* Context: the coordinator at a boundary (or after the replay). */
+void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g, struct kvsim_g3_shared_stats *out);
+
+/* ---- the step-time model ------------------------------------------------------------------ */
+
+/* What a step model sees of a step. */
+struct kvsim_step_batch {
+    uint64_t prefill_tokens;   /* new prompt/recompute tokens in the step */
+    uint32_t num_prefill_reqs; /* requests contributing prefill tokens */
+    uint32_t num_decode_reqs;  /* requests decoding one token */
+    double kv_usage;           /* KV utilisation after scheduling, in [0, 1] */
+};
+
+/*
+ * The step-time model: one interface, so that profiled tables can plug in later. The default is
+ * the polynomial of Dynamo's mocker: prefill_ms = p2*T^2 + p1*T + p0 over the step's new prefill
+ * tokens T; decode_ms = d2*u^2 + d1*u + d0 over KV utilisation u, floored at decode_floor_ms; a
+ * mixed step pays both; everything divided by speedup_ratio.
+ */
+struct kvsim_step_model {
+    double prefill_ms[3]; /* p2, p1, p0 */
+    double decode_ms[3];  /* d2, d1, d0 */
+    double decode_floor_ms;
+    double speedup_ratio;
+};
+void kvsim_step_model_default(struct kvsim_step_model *m);
+/* Duration of a step in virtual nanoseconds (>= 1 for a non-empty step). */
+int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
+                                     const struct kvsim_step_batch *b);
+/* A lower bound on the duration of any non-empty step (>= 1 ns). */
+int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m);
+/*
+ * Reads {"step_model": {"prefill_ms": [p2,p1,p0], "decode_ms": [d2,d1,d0],
+ * "decode_floor_ms": x}, "speedup_ratio": s} (every key optional, unknown keys rejected) from a
+ * JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with a message in err naming
+ * the file and the key.
+ */
+int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err, size_t errlen);
+
+/* What the router may read at a boundary (written by the owner between boundaries). */
+struct kvsim_engine_pub {
+    uint32_t active_blocks; /* referenced KV blocks */
+    uint64_t queued_tokens; /* prompt tokens of requests routed here and not yet admitted */
+    uint32_t num_running, num_waiting;
+    /* Earliest instant a request with a session follow-up (cfg.next_turn) could finish here:
+     * its remaining tokens need that many sampling steps, the first ending no earlier than the
+     * running step. INT64_MAX when the engine holds none. */
+    int64_t earliest_parent_finish;
+};
+
+/* A request the engine finished (for closed-loop session follow-ups), in completion order. */
+struct kvsim_engine_done {
+    uint32_t req; /* request index */
+    int64_t finish_ns;
+};
+
+struct kvsim_engine;
+
+struct kvsim_engine_config {
+    uint32_t id;
+    struct sched_config sched;
+    struct kvsim_step_model model;
+    const struct kvsim_trace *trace;        /* request specs (read-only, shared) */
+    struct kvsim_metrics *metrics;          /* records (each written by the request's owner) */
+    uint32_t thread;                        /* owning worker thread (metrics sketch index) */
+    bool kv_events;                         /* keep Stored/Removed events for the router */
+    const int32_t *next_turn;               /* per request: its session follow-up or -1 (or NULL) */
+    const struct kvsim_tiers_config *tiers; /* G2/G3 offload tiers, or NULL for none */
+};
+
+/* What the offload side of an engine did (zero without tiers). */
+struct kvsim_engine_offload {
+    bool enabled;
+    struct kvsim_tiers_stats tiers;
+    struct sched_offload_counters sched;
+    uint64_t prefill_tokens; /* prompt tokens computed by steps (recomputation included) */
+    int64_t blocked_ns;      /* virtual time a request waited for capacity held by copies */
+};
+void kvsim_engine_offload_stats(const struct kvsim_engine *e, struct kvsim_engine_offload *out);
+
+/* Returns 0 and *out, or a negative errno (-EINVAL for an impossible configuration). */
+int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out);
+void kvsim_engine_destroy(struct kvsim_engine *e);
+
+/*
+ * kvsim_engine_admit - add request `req` arriving at `t` (the current boundary). A request
+ * that can never run here (longer than max_model_len, or whose full sequence exceeds the pool)
+ * is rejected with a reason instead. Context: owner thread. Returns 0 or -ENOMEM.
+ */
+int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t);
+/*
+ * kvsim_engine_advance - process every step that completes at or before `until`,
+ * starting each next step at the completion instant, and start a step at `until` if the engine
+ * is idle with work; with a shared G3, publish `until` as the engine's registry watermark
+ * (kvsim_tiers_publish). Context: owner thread (registered with the block registry and online
+ * if its tiers use a shared G3). Returns 0, or a negative errno (-EUCLEAN with a
+ * violation message for a broken invariant, -EDEADLK if the engine holds unfinished requests
+ * it can never make progress on).
+ */
+int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
+/* Earliest time this engine has something to do (its running step's end or a transfer's end),
+ * or INT64_MAX. */
+int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
+/* Publishes load for the router (owner, before the barrier). */
+const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e);
+/* Completed requests since the last call (coordinator, at a boundary); resets the list. */
+const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n);
+/* The same list without taking it (coordinator, at a boundary). */
+const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e, uint32_t *n);
+/* The pool, for KV events and statistics (owner between boundaries; coordinator at them). */
+struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
+uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);
+uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e);
+uint64_t kvsim_engine_steps(const struct kvsim_engine *e);
+/* Last error message (for -EUCLEAN / -EDEADLK). */
+const char *kvsim_engine_error(const struct kvsim_engine *e);
+
+#endif /* KVSIM_ENGINE_H */

@@ -1,0 +1,73 @@
+/*
+ * input_internal.h - the trace loader shared by trace.c (the file loop) and the format parsers
+ * (mooncake.c, azure.c). Private to runtime/input/. Same thread as the caller of
+ * kvsim_trace_load; errors are negative errno values with a message in the loader's buffer.
+ */
+#ifndef KVSIM_INPUT_INTERNAL_H
+#define KVSIM_INPUT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/input/input.h"
+
+/* Longest excerpt of a bad value quoted in an error message. */
+#define INPUT__QUOTE_MAX 48
+
+struct session_slot {
+    char *key; /* NULL = empty slot */
+    size_t len;
+    uint64_t hash;
+    int32_t session;
+};
+
+struct loader {
+    const char *path;
+    const struct kvsim_trace_opts *opts;
+    struct kvsim_trace *t;
+    size_t cap_reqs, cap_hashes;
+    int64_t *raw_ts;            /* per request (file order): source time, ns */
+    int64_t *raw_delay;         /* per request (file order): explicit delay in ns, or -1 */
+    struct session_slot *slots; /* open addressing, power-of-two size */
+    size_t num_slots;
+    int32_t *last_turn; /* per session: file-order index of its latest turn */
+    size_t cap_last;
+    char *err;
+    size_t errlen;
+};
+
+struct azure_state {
+    bool have_first;
+    int64_t sec0, nsec0; /* the first row's time */
+};
+
+/* Makes room for need elements of size elem in *p (capacity *cap). Returns 0 or -ENOMEM. */
+int input__grow(void **p, size_t *cap, size_t need, size_t elem);
+/* Copies at most INPUT__QUOTE_MAX bytes of s[0..n) into buf, printable ASCII only ('?' otherwise).
+ */
+const char *input__quote(char *buf, size_t buflen, const char *s, size_t n);
+/* Formats "<file>: <msg>" (line 0) or "<file>:<line>: <msg>" into the error buffer; returns rc. */
+int input__fail(struct loader *ld, int rc, uint32_t line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "<file>:<line>: field '<name>': <msg>"; returns -EINVAL. */
+int input__fail_field(struct loader *ld, uint32_t line, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "<file>: out of memory"; returns -ENOMEM. */
+int input__oom(struct loader *ld);
+/* Appends a zeroed request (independent, no hashes) with its raw time; NULL when out of memory. */
+struct kvsim_req_spec *input__add_req(struct loader *ld, uint32_t line, int64_t raw_ts);
+/* Looks key up in the session table, adding it as a new session if absent. Sets *session and
+ * *is_new. Returns 0 or -ENOMEM. */
+int input__session_lookup(struct loader *ld, const char *key, size_t len, int32_t *session,
+                          bool *is_new);
+
+/* One Mooncake JSONL line (not blank). Returns 0 or a negative errno. */
+int input__mooncake_line(struct loader *ld, uint32_t line, const char *s, size_t n);
+/* One Azure CSV data line (not blank, not the header). Returns 0 or a negative errno. */
+int input__azure_line(struct loader *ld, struct azure_state *st, uint32_t line, const char *s,
+                      size_t n);
+/* Checks the Azure header line (line 1). Returns 0 or -EINVAL. */
+int input__azure_header(struct loader *ld, const char *s, size_t n);
+
+#endif /* KVSIM_INPUT_INTERNAL_H */

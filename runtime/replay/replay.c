@@ -1,0 +1,761 @@
+/*
+ * replay.c - `kvsim replay`: N engines on T worker threads behind a router, in virtual time.
+ *
+ * Conservative synchronisation in epochs. At a boundary B the coordinator (thread 0) turns
+ * finished session turns into follow-up arrivals, feeds the engines' KV events to the router in
+ * engine-id order, routes every arrival due at B, and picks the next boundary B' (the next
+ * arrival, or earlier when a running session turn could complete and release its follow-up
+ * before it). Then every worker admits its engines' new arrivals at B and advances them to B'
+ * in parallel; engine i belongs to worker i mod T and nothing else touches it in between. Each
+ * engine's evolution depends only on what it was given, and the router only on what engines
+ * published at boundaries, so results are identical for any thread count.
+ *
+ * The barrier spins briefly, then sleeps on a futex: never more spinning threads than cores.
+ *
+ * A shared G3 (--g3-shared) lives in the block registry: every replay thread is then registered
+ * with it (QSBR), reports a quiescent state after each engine advance and is offline while it
+ * waits at the barrier, joins or prints. At each boundary the coordinator merges the engines'
+ * G3 logs into the shared LRU (kvsim_g3_shared_boundary) before routing.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu/wfcqueue.h>
+
+#include "runtime/replay/replay.h"
+#include "runtime/runtime.h"
+
+/* ---- barrier -----------------------------------------------------------------------------------
+ */
+
+struct barrier {
+    _Atomic uint32_t arrived;
+    _Atomic uint32_t generation; /* futex word */
+    uint32_t parties;
+};
+
+/*
+ * barrier_wait - wait until all `parties` threads have arrived.
+ * Context: every replay thread, once per phase boundary; never while holding anything another
+ * party needs. Returns when the last party arrives.
+ * Ordering: the last arrival's release increment of `generation` pairs with every waiter's
+ * acquire load, so everything any party wrote before arriving is visible to all after. Spins a
+ * bounded number of pauses, then sleeps on the futex: threads are never more than cores.
+ */
+static void barrier_wait(struct barrier *b)
+{
+    uint32_t gen = atomic_load_explicit(&b->generation, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) + 1 == b->parties) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        /* Release: everything written before the barrier is visible after it. */
+        atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
+        syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        return;
+    }
+    for (int spin = 0; spin < 500; spin++) {
+        if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
+            return;
+        __builtin_ia32_pause();
+    }
+    while (atomic_load_explicit(&b->generation, memory_order_acquire) == gen)
+        syscall(SYS_futex, &b->generation, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+}
+
+/* ---- the replay ----------------------------------------------------------------------------- */
+
+enum phase {
+    PHASE_ADMIT,             /* admit at b_cur, start steps at b_cur */
+    PHASE_ADVANCE,           /* advance to b_next */
+    PHASE_ADMIT_AND_ADVANCE, /* both, when b_next does not depend on the steps just started */
+};
+
+struct follow_up {
+    int64_t t;
+    uint32_t req;
+};
+
+struct replay {
+    const struct kvsim_replay_config *cfg;
+    struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
+    struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
+    bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_router *router;
+    struct kvsim_engine **engines;
+    const struct kvsim_engine_pub **pubs;
+    const struct kvpool **pools;
+    bool drain_events; /* kv policy fed by events */
+    uint32_t num_engines, num_threads;
+    /*
+     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
+     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
+     * other engines' threads enqueue cross-engine messages the same way. The nodes are
+     * preallocated, one per request: no allocation per hand-off.
+     */
+    struct __cds_wfcq_head *inbox_head;
+    struct cds_wfcq_tail *inbox_tail;
+    struct cds_wfcq_node *nodes;
+    int *engine_rc;
+    /* epoch */
+    int64_t b_cur, b_next;
+    enum phase phase;
+    bool finished;
+    struct barrier barrier;
+    /* arrivals */
+    size_t open_cursor;     /* next open-loop request in trace order */
+    int32_t *next_turn;     /* follow-up of each request, or -1 */
+    struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
+    size_t heap_len, heap_cap;
+    uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
+    int64_t min_delay;
+    uint64_t routed;
+    /* router scratch */
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    kvpool_hash *hashes;
+    uint32_t cap_hashes;
+    /* progress */
+    bool progress;
+    struct timespec last_progress;
+};
+
+struct event_ctx {
+    struct kvsim_router *router;
+    uint32_t engine;
+    int rc;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static bool fu_less(const struct follow_up *a, const struct follow_up *b)
+{
+    return a->t < b->t || (a->t == b->t && a->req < b->req);
+}
+
+static int heap_push(struct replay *rp, struct follow_up f)
+{
+    if (rp->heap_len == rp->heap_cap) {
+        size_t nc = rp->heap_cap ? rp->heap_cap * 2 : 64;
+        struct follow_up *nh = realloc(rp->heap, nc * sizeof *nh);
+        if (!nh)
+            return -ENOMEM;
+        rp->heap = nh;
+        rp->heap_cap = nc;
+    }
+    size_t i = rp->heap_len++;
+    while (i > 0 && fu_less(&f, &rp->heap[(i - 1) / 2])) {
+        rp->heap[i] = rp->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    rp->heap[i] = f;
+    return 0;
+}
+
+static struct follow_up heap_pop(struct replay *rp)
+{
+    struct follow_up top = rp->heap[0], last = rp->heap[--rp->heap_len];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= rp->heap_len)
+            break;
+        if (c + 1 < rp->heap_len && fu_less(&rp->heap[c + 1], &rp->heap[c]))
+            c++;
+        if (!fu_less(&rp->heap[c], &last))
+            break;
+        rp->heap[i] = rp->heap[c];
+        i = c;
+    }
+    if (rp->heap_len)
+        rp->heap[i] = last;
+    return top;
+}
+
+/* Next open-loop request (first turns and independent requests), in trace order. */
+static int64_t next_open_arrival(struct replay *rp)
+{
+    while (rp->open_cursor < rp->trace.num_reqs && rp->trace.reqs[rp->open_cursor].prev_turn >= 0)
+        rp->open_cursor++;
+    return rp->open_cursor < rp->trace.num_reqs ? rp->trace.reqs[rp->open_cursor].arrival_ns
+                                                : INT64_MAX;
+}
+
+static int64_t next_arrival(struct replay *rp)
+{
+    int64_t a = next_open_arrival(rp);
+    if (rp->heap_len && rp->heap[0].t < a)
+        a = rp->heap[0].t;
+    return a;
+}
+
+/*
+ * inbox_push - hand request `req` to engine e's owner.
+ * Context: the coordinator at a boundary (any thread may produce: the queue is multi-producer).
+ * Wait-free; the node is the request's own, so nothing is allocated. Ordering: the consumer
+ * dequeues after the next barrier, which orders the enqueue before it.
+ */
+static void inbox_push(struct replay *rp, uint32_t e, uint32_t req)
+{
+    cds_wfcq_enqueue(&rp->inbox_head[e], &rp->inbox_tail[e], &rp->nodes[req]);
+}
+
+static void apply_event(void *ctx, const struct kvpool_event *ev)
+{
+    struct event_ctx *ec = ctx;
+    int rc = kvsim_router_apply_event_owner(ec->router, ec->engine, ev);
+    if (rc && !ec->rc)
+        ec->rc = rc;
+}
+
+/* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. */
+static int route_one(struct replay *rp, uint32_t req)
+{
+    const struct kvsim_req_spec *s = &rp->trace.reqs[req];
+    uint32_t bs = rp->cfg->sched.block_size;
+    uint32_t nh = 0;
+    if (kvsim_router_policy(rp->router) == KVSIM_ROUTER_KV) {
+        uint32_t n = kvsim_prompt_runs(&rp->trace, req, rp->runs, rp->cap_runs);
+        if (n > rp->cap_runs) {
+            struct kvpool_token_run *nr = realloc(rp->runs, n * sizeof *nr);
+            if (!nr)
+                return -ENOMEM;
+            rp->runs = nr;
+            rp->cap_runs = n;
+            kvsim_prompt_runs(&rp->trace, req, rp->runs, n);
+        }
+        /* Hash only as far as some engine could match: start with a few blocks and double
+         * while an engine still holds every hash so far (most prompts miss early). */
+        uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
+        for (;;) {
+            if (want > rp->cap_hashes) {
+                kvpool_hash *nh2 = realloc(rp->hashes, want * sizeof *nh2);
+                if (!nh2)
+                    return -ENOMEM;
+                rp->hashes = nh2;
+                rp->cap_hashes = want;
+            }
+            int64_t got = kvpool_hash_prompt(bs, NULL, 0, rp->runs, n, rp->hashes, want);
+            if (got < 0)
+                return (int)got;
+            nh = (uint32_t)got;
+            if (nh == full || kvsim_router_max_overlap(rp->router, rp->hashes, nh) < nh)
+                break;
+            want = want * 2 < full ? want * 2 : full;
+        }
+    }
+    uint32_t blocks = (s->input_len + bs - 1) / bs;
+    uint32_t e = kvsim_router_route(rp->router, rp->pubs, rp->hashes, nh, blocks, s->input_len);
+    rp->routed++;
+    if (rp->next_turn[req] >= 0)
+        rp->parents_in_flight++;
+    inbox_push(rp, e, req);
+    return 0;
+}
+
+/* The coordinator's registry state (a shared G3 only): offline before it blocks or prints,
+ * online before it touches the registry. */
+static void coord_offline(struct replay *rp)
+{
+    if (rp->rcu_online) {
+        kvpool_registry_thread_offline();
+        rp->rcu_online = false;
+    }
+}
+
+static void coord_online(struct replay *rp)
+{
+    if (rp->rcu_registered && !rp->rcu_online) {
+        kvpool_registry_thread_online();
+        rp->rcu_online = true;
+    }
+}
+
+/* The epoch barrier for any replay thread: offline while it waits (a shared G3's grace periods
+ * must not wait for a parked thread). */
+static void epoch_barrier(struct replay *rp)
+{
+    if (rp->g3)
+        kvpool_registry_thread_offline();
+    barrier_wait(&rp->barrier);
+    if (rp->g3)
+        kvpool_registry_thread_online();
+}
+
+/* Boundary work at rp->b_cur (coordinator, all workers parked). */
+static int boundary(struct replay *rp)
+{
+    /* 0. The shared G3 as of b_cur: the engines' writes and hits of the epoch, merged. */
+    if (rp->g3) {
+        int rc = kvsim_g3_shared_boundary(rp->g3, rp->b_cur);
+        if (rc)
+            return rc;
+    }
+    /* 1. Finished turns release their follow-ups, in engine order. */
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        uint32_t n;
+        const struct kvsim_engine_done *d = kvsim_engine_take_done(rp->engines[e], &n);
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t nx = rp->next_turn[d[i].req];
+            if (nx < 0)
+                continue;
+            rp->parents_in_flight--;
+            int rc = heap_push(
+                rp, (struct follow_up){d[i].finish_ns + rp->trace.reqs[nx].delay_ns, (uint32_t)nx});
+            if (rc)
+                return rc;
+        }
+    }
+    /* 2. Route every arrival due now, in (time, request) order. */
+    kvsim_router_new_boundary(rp->router);
+    for (;;) {
+        int64_t a = next_open_arrival(rp);
+        bool from_heap =
+            rp->heap_len &&
+            (rp->heap[0].t < a || (rp->heap[0].t == a && rp->heap[0].req < rp->open_cursor));
+        int64_t t = from_heap ? rp->heap[0].t : a;
+        if (t > rp->b_cur || t == INT64_MAX)
+            break;
+        uint32_t req;
+        if (from_heap) {
+            req = heap_pop(rp).req;
+        } else {
+            req = (uint32_t)rp->open_cursor++;
+        }
+        int rc = route_one(rp, req);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/*
+ * The next boundary after rp->b_cur: the next arrival, or, while a session turn is in flight,
+ * the earliest instant its follow-up could arrive (the earliest step completion of any engine
+ * plus the smallest think time). Exact only once the engines have started their steps at b_cur.
+ */
+static int64_t next_boundary(struct replay *rp)
+{
+    int64_t nb = next_arrival(rp);
+    if (!rp->parents_in_flight)
+        return nb;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        /* Turns rejected at admission finished at b_cur; their follow-ups are due soon. */
+        uint32_t n;
+        const struct kvsim_engine_done *d = kvsim_engine_peek_done(rp->engines[e], &n);
+        for (uint32_t i = 0; i < n; i++) {
+            int32_t nx = rp->next_turn[d[i].req];
+            if (nx >= 0 && d[i].finish_ns + rp->trace.reqs[nx].delay_ns < nb)
+                nb = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
+        }
+        int64_t f = rp->pubs[e]->earliest_parent_finish;
+        if (f != INT64_MAX && f + rp->min_delay < nb)
+            nb = f + rp->min_delay;
+    }
+    return nb;
+}
+
+/* The parallel part of an epoch for worker w. */
+static void work(struct replay *rp, uint32_t w, enum phase phase)
+{
+    for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads) {
+        struct kvsim_engine *eng = rp->engines[e];
+        int rc = 0;
+        if (phase != PHASE_ADVANCE) {
+            /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
+            struct cds_wfcq_node *n;
+            while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
+                uint32_t req = (uint32_t)(n - rp->nodes);
+                cds_wfcq_node_init(n);
+                if (rc == 0)
+                    rc = kvsim_engine_admit(eng, req, rp->b_cur);
+            }
+        }
+        if (rc == 0)
+            rc = kvsim_engine_advance(eng, phase == PHASE_ADMIT ? rp->b_cur : rp->b_next);
+        if (rc == 0 && rp->drain_events) {
+            /* This engine's KV events up to the boundary, into its indexer shard. */
+            struct event_ctx ec = {rp->router, e, 0};
+            kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
+            rc = ec.rc;
+        }
+        if (rp->g3)
+            kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
+        if (rc && !rp->engine_rc[e])
+            rp->engine_rc[e] = rc;
+    }
+}
+
+struct worker_arg {
+    struct replay *rp;
+    uint32_t w;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker_arg *wa = arg;
+    struct replay *rp = wa->rp;
+    if (rp->g3)
+        kvpool_registry_thread_register();
+    for (;;) {
+        epoch_barrier(rp);
+        if (rp->finished)
+            break;
+        work(rp, wa->w, rp->phase);
+        epoch_barrier(rp);
+    }
+    if (rp->g3)
+        kvpool_registry_thread_unregister();
+    return NULL;
+}
+
+static void show_progress(struct replay *rp, bool final)
+{
+    if (!rp->progress)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double dt = (double)(ts.tv_sec - rp->last_progress.tv_sec) +
+                (double)(ts.tv_nsec - rp->last_progress.tv_nsec) / 1e9;
+    if (!final && dt < 0.2)
+        return;
+    rp->last_progress = ts;
+    double frac = rp->trace.num_reqs ? (double)rp->routed / (double)rp->trace.num_reqs : 1;
+    int filled = (int)(frac * 30);
+    bool online = rp->rcu_online;
+    coord_offline(rp); /* terminal I/O may block */
+    fprintf(stderr, "\r[%.*s%.*s] %5.1f%% %" PRIu64 "/%zu routed, sim t=%.1f s%s", filled,
+            "##############################", 30 - filled, "                              ",
+            frac * 100, rp->routed, rp->trace.num_reqs,
+            rp->b_cur == INT64_MAX ? 0.0 : (double)rp->b_cur / 1e9, final ? "\n" : "");
+    if (online)
+        coord_online(rp);
+}
+
+static int check_engines(struct replay *rp, char *err, size_t errlen)
+{
+    for (uint32_t e = 0; e < rp->num_engines; e++)
+        if (rp->engine_rc[e]) {
+            snprintf(err, errlen, "%s", kvsim_engine_error(rp->engines[e]));
+            if (!err[0])
+                snprintf(err, errlen, "engine %u: %s", e, strerror(-rp->engine_rc[e]));
+            return rp->engine_rc[e];
+        }
+    return 0;
+}
+
+/* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
+{
+    memset(o, 0, sizeof *o);
+    o->enabled = true;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        struct kvsim_engine_offload eo;
+        kvsim_engine_offload_stats(rp->engines[e], &eo);
+        for (int l = 0; l < 4; l++) {
+            o->lanes[l].batches += eo.tiers.lanes[l].completed;
+            o->lanes[l].blocks += eo.tiers.lanes[l].blocks;
+            o->lanes[l].bytes += eo.tiers.lanes[l].bytes;
+            o->lanes[l].failed += eo.tiers.lanes[l].failed;
+            o->lanes[l].cancelled += eo.tiers.lanes[l].cancelled;
+        }
+        o->g1_miss_blocks += eo.sched.g1_miss_blocks;
+        o->g2_hit_blocks += eo.tiers.g2_hit_blocks;
+        o->g3_hit_blocks += eo.tiers.g3_hit_blocks;
+        o->onboarded_tokens += eo.sched.onboarded_tokens;
+        o->recomputed_tokens += eo.prefill_tokens;
+        o->loads += eo.tiers.loads;
+        o->failed_loads += eo.tiers.failed_loads;
+        o->blocked += eo.sched.blocked;
+        o->retry_now += eo.sched.retry_now;
+        o->blocked_ns += eo.blocked_ns;
+        o->onboard_wait_ns += (int64_t)eo.tiers.onboard_wait_ns;
+        o->written_g2 += eo.tiers.written_g2;
+        o->written_g3 += eo.tiers.written_g3;
+        o->filtered += eo.tiers.filtered;
+        o->dropped += eo.tiers.dropped;
+        o->failed_blocks += eo.tiers.failed_blocks;
+        o->g2_resident += eo.tiers.g2_size;
+        o->g3_resident += eo.tiers.g3_size;
+    }
+    if (rp->g3) {
+        struct kvsim_g3_shared_stats gs;
+        kvsim_g3_shared_stats(rp->g3, &gs);
+        o->g3_resident = gs.resident;
+        o->g3_shared = true;
+        o->g3_evictions = gs.evictions;
+    }
+    if (o->g1_miss_blocks) {
+        o->g2_hit_rate = (double)o->g2_hit_blocks / (double)o->g1_miss_blocks;
+        o->g3_hit_rate = (double)o->g3_hit_blocks / (double)o->g1_miss_blocks;
+    }
+}
+
+static void replay_free(struct replay *rp)
+{
+    coord_offline(rp); /* destroying pipelines may wait for the offload pool */
+    for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++)
+        kvsim_engine_destroy(rp->engines[e]);
+    offload_pool_destroy(rp->offload_pool);
+    if (rp->rcu_registered) {
+        coord_online(rp);
+        kvsim_g3_shared_destroy(rp->g3);
+        kvpool_registry_thread_unregister();
+        rp->rcu_registered = rp->rcu_online = false;
+    }
+    free(rp->engines);
+    free(rp->pubs);
+    free(rp->pools);
+    free(rp->inbox_head);
+    free(rp->inbox_tail);
+    free(rp->nodes);
+    free(rp->engine_rc);
+    free(rp->next_turn);
+    free(rp->heap);
+    free(rp->runs);
+    free(rp->hashes);
+    kvsim_router_destroy(rp->router);
+    kvsim_metrics_destroy(rp->metrics);
+    kvsim_trace_free(&rp->trace);
+}
+
+void kvsim_replay_config_default(struct kvsim_replay_config *c)
+{
+    memset(c, 0, sizeof *c);
+    kvsim_trace_opts_default(&c->trace_opts);
+    kvsim_synth_opts_default(&c->synth);
+    sched_config_default(&c->sched);
+    c->sched.num_blocks = 16384;
+    c->sched.max_num_seqs = 256;
+    c->sched.max_num_batched_tokens = 8192;
+    c->sched.max_model_len = 262144;
+    kvsim_step_model_default(&c->model);
+    c->num_engines = 4;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->num_threads = n > 0 ? (uint32_t)n : 1;
+    c->router = KVSIM_ROUTER_KV;
+    c->overlap_weight = 1.0;
+    c->seed = 1;
+    kvsim_tiers_config_default(&c->tiers);
+    c->offload_threads = 2;
+    c->kv_bytes_per_token = 131072; /* Llama-3.1-8B in bf16 */
+}
+
+int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
+                     size_t errlen)
+{
+    struct replay rp = {.cfg = cfg};
+    int rc;
+    err[0] = 0;
+    if (cfg->num_engines == 0 || cfg->num_threads == 0) {
+        snprintf(err, errlen, "--engines and --threads must be at least 1");
+        return -EINVAL;
+    }
+    int64_t wall0 = now_ns();
+    if (cfg->trace_path) {
+        rc = kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp.trace, err, errlen);
+    } else {
+        struct kvsim_synth_opts so = cfg->synth;
+        so.seed = cfg->seed;
+        rc = kvsim_workload_synthetic(&so, &rp.trace, err, errlen);
+    }
+    if (rc)
+        return rc;
+    if (cfg->g3_shared && (!cfg->offload || cfg->tiers.g3_blocks == 0)) {
+        snprintf(err, errlen, "a shared G3 needs offload tiers and a G3 capacity > 0");
+        kvsim_trace_free(&rp.trace);
+        return -EINVAL;
+    }
+    rp.num_engines = cfg->num_engines;
+    rp.num_threads = cfg->num_threads < cfg->num_engines ? cfg->num_threads : cfg->num_engines;
+    size_t R = rp.trace.num_reqs;
+    rc = kvsim_metrics_create((uint32_t)R, rp.num_threads, &rp.metrics);
+    if (rc == 0)
+        rc = kvsim_router_create(cfg->router, rp.num_engines, cfg->overlap_weight, &rp.router);
+    rp.engines = calloc(rp.num_engines, sizeof *rp.engines);
+    rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
+    rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
+    rp.drain_events = cfg->router == KVSIM_ROUTER_KV && cfg->kv_index_events;
+    rp.inbox_head = calloc(rp.num_engines, sizeof *rp.inbox_head);
+    rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
+    rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
+    rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
+    rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
+    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
+                    !rp.nodes || !rp.engine_rc || !rp.next_turn))
+        rc = -ENOMEM;
+    struct kvsim_tiers_config tiers = cfg->tiers;
+    tiers.pool = NULL;
+    if (rc == 0 && cfg->offload) {
+        tiers.pipe.block_bytes =
+            offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size);
+        if (cfg->offload_pool) {
+            struct offload_pool_config pc;
+            offload_pool_config_default(&pc);
+            pc.threads = cfg->offload_threads;
+            pc.max_pipelines = rp.num_engines;
+            rc = offload_pool_create(&pc, &rp.offload_pool);
+            tiers.pool = rp.offload_pool;
+            if (rc)
+                snprintf(err, errlen, "starting the offload thread pool: %s", strerror(-rc));
+        }
+    }
+    if (rc == 0 && cfg->g3_shared) {
+        /* The coordinator is a registry thread from here to replay_free. The registry's time
+         * starts at the first boundary (the first arrival). */
+        kvpool_registry_thread_register();
+        rp.rcu_registered = rp.rcu_online = true;
+        rc =
+            kvsim_g3_shared_create(cfg->tiers.g3_blocks, rp.num_engines, next_arrival(&rp), &rp.g3);
+        tiers.g3_shared = rp.g3;
+        if (rc)
+            snprintf(err, errlen, "creating the shared G3: %s", strerror(-rc));
+    }
+    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
+        struct kvsim_engine_config ec = {
+            .id = e,
+            .sched = cfg->sched,
+            .model = cfg->model,
+            .trace = &rp.trace,
+            .metrics = rp.metrics,
+            .thread = e % rp.num_threads,
+            .kv_events = rp.drain_events,
+            .next_turn = rp.next_turn,
+            .tiers = cfg->offload ? &tiers : NULL,
+        };
+        rc = kvsim_engine_create(&ec, &rp.engines[e]);
+        if (rc == -EINVAL)
+            snprintf(err, errlen,
+                     "impossible engine configuration (block size, blocks, "
+                     "max_num_batched_tokens vs max_model_len with chunked "
+                     "prefill off)");
+        if (rc == 0) {
+            rp.pubs[e] = kvsim_engine_pub(rp.engines[e]);
+            rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
+        }
+    }
+    if (rc == 0 && !rp.drain_events)
+        kvsim_router_use_pools(rp.router, rp.pools);
+    if (rc) {
+        if (!err[0])
+            snprintf(err, errlen, "setting up the replay: %s", strerror(-rc));
+        replay_free(&rp);
+        return rc;
+    }
+    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++)
+        __cds_wfcq_init(&rp.inbox_head[e], &rp.inbox_tail[e]);
+    for (size_t i = 0; rc == 0 && i < R; i++)
+        cds_wfcq_node_init(&rp.nodes[i]);
+    rp.min_delay = INT64_MAX;
+    for (size_t i = 0; i < R; i++)
+        rp.next_turn[i] = -1;
+    for (size_t i = 0; i < R; i++) {
+        int32_t p = rp.trace.reqs[i].prev_turn;
+        if (p >= 0) {
+            rp.next_turn[p] = (int32_t)i;
+            if (rp.trace.reqs[i].delay_ns < rp.min_delay)
+                rp.min_delay = rp.trace.reqs[i].delay_ns;
+        }
+    }
+    if (rp.min_delay == INT64_MAX)
+        rp.min_delay = 0;
+    rp.progress = !cfg->quiet && isatty(STDERR_FILENO);
+    clock_gettime(CLOCK_MONOTONIC, &rp.last_progress);
+
+    pthread_t *threads = NULL;
+    struct worker_arg *args = NULL;
+    rp.barrier.parties = rp.num_threads;
+    if (rp.num_threads > 1) {
+        threads = calloc(rp.num_threads, sizeof *threads);
+        args = calloc(rp.num_threads, sizeof *args);
+        if (!threads || !args)
+            rc = -ENOMEM;
+        for (uint32_t w = 1; rc == 0 && w < rp.num_threads; w++) {
+            args[w] = (struct worker_arg){&rp, w};
+            if (pthread_create(&threads[w], NULL, worker_main, &args[w]) != 0) {
+                rp.barrier.parties = w; /* the threads started so far */
+                rc = -EAGAIN;
+            }
+        }
+    }
+    rp.b_cur = next_arrival(&rp);
+    while (rc == 0) {
+        rc = boundary(&rp);
+        if (rc)
+            break;
+        /* Without session turns in flight the next boundary is the next arrival: one parallel
+         * phase. With them it depends on the steps the engines start now: two phases. */
+        bool split = rp.parents_in_flight > 0;
+        enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
+        if (split)
+            phases[0] = PHASE_ADMIT;
+        else
+            rp.b_next = next_boundary(&rp);
+        for (int ph = 0; ph < (split ? 2 : 1) && rc == 0; ph++) {
+            if (split && ph == 1)
+                rp.b_next = next_boundary(&rp);
+            rp.phase = phases[ph];
+            if (rp.num_threads > 1)
+                epoch_barrier(&rp);
+            work(&rp, 0, rp.phase);
+            if (rp.num_threads > 1)
+                epoch_barrier(&rp);
+            rc = check_engines(&rp, err, errlen);
+        }
+        show_progress(&rp, false);
+        if (rc)
+            break;
+        if (rp.b_next == INT64_MAX)
+            break;
+        rp.b_cur = rp.b_next;
+    }
+    /* The last epoch's G3 writes and hits, for the end residency (the registry is done). */
+    if (rc == 0 && rp.g3 && (rc = kvsim_g3_shared_boundary(rp.g3, INT64_MAX)) != 0)
+        snprintf(err, errlen, "shared G3 at the end of the replay: %s", strerror(-rc));
+    coord_offline(&rp); /* joins, output files and the table: no registry access until free */
+    if (rp.num_threads > 1 && threads) {
+        rp.finished = true;
+        barrier_wait(&rp.barrier);
+        for (uint32_t w = 1; w < rp.barrier.parties; w++)
+            pthread_join(threads[w], NULL);
+    }
+    free(threads);
+    free(args);
+    show_progress(&rp, true);
+    int64_t wall = now_ns() - wall0;
+    if (rc == 0) {
+        kvsim_metrics_mark_incomplete(rp.metrics);
+        struct kvsim_report_run run = {
+            .trace = cfg->trace_path ? cfg->trace_path : "synthetic",
+            .router = kvsim_router_policy_name(cfg->router),
+            .seed = cfg->seed,
+            .num_engines = rp.num_engines,
+            .num_threads = rp.num_threads,
+            .wall_ns = wall,
+        };
+        rc = kvsim_metrics_summarize(rp.metrics, &run, report);
+        if (rc == 0 && cfg->offload)
+            summarize_offload(&rp, &report->offload);
+        if (rc == 0 && cfg->requests_path)
+            rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
+    } else if (!err[0]) {
+        snprintf(err, errlen, "replay failed: %s", strerror(-rc));
+    }
+    replay_free(&rp);
+    return rc;
+}

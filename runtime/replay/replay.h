@@ -1,0 +1,124 @@
+/*
+ * replay.h - the multi-engine replay (private to runtime/; `kvsim replay` is its front end).
+ */
+#ifndef KVSIM_REPLAY_H
+#define KVSIM_REPLAY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/engine/engine.h"
+#include "runtime/report/report.h"
+#include "runtime/input/input.h"
+#include "sched/sched.h"
+
+/* ---- the router ---------------------------------------------------------------------------- */
+
+/*
+ * The router: placing arrivals on engines (replay/router.c).
+ *
+ * Threads: the router decides only on the coordinator, at epoch boundaries, while every worker
+ * waits at the barrier; it reads the engines' published load and the indexer shards, which
+ * hold exactly the KV events each engine emitted up to the boundary, so its decisions never
+ * depend on thread timing.
+ */
+
+enum kvsim_router_policy {
+    KVSIM_ROUTER_ROUND_ROBIN = 0,
+    KVSIM_ROUTER_LEAST_LOADED, /* fewest active KV blocks, then fewest queued tokens, then id */
+    KVSIM_ROUTER_KV, /* cost = overlap_weight * blocks to prefill + active blocks; lowest, id */
+};
+/* "round-robin", "least-loaded", "kv"; parse returns the policy or -EINVAL. */
+const char *kvsim_router_policy_name(enum kvsim_router_policy p);
+int kvsim_router_policy_parse(const char *name);
+
+struct kvsim_router;
+
+/* Returns 0 and *out, -EINVAL (no engines), -ENOMEM. */
+int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
+                        double overlap_weight, struct kvsim_router **out);
+void kvsim_router_destroy(struct kvsim_router *r);
+enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r);
+
+/*
+ * kvsim_router_use_pools - answer kv-policy overlap queries from the engines' own prefix-cache
+ * maps (pools[i] of engine i) instead of the event-fed indexer. At a boundary both hold exactly
+ * the blocks the engines' Stored/Removed events describe up to that boundary, so decisions are
+ * identical (a test checks it); the pools need no event traffic at all. Coordinator only.
+ */
+void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools);
+
+/*
+ * kvsim_router_apply_event_owner - feed one KV event of engine `engine` to that engine's shard
+ * of the overlap indexer (kv policy). The indexer is sharded by engine so that each engine's
+ * owner thread applies its own events in the parallel phase; the router reads the shards only
+ * at boundaries. Context: the engine's owner thread, between boundaries. Returns 0 or -ENOMEM.
+ */
+int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
+                                   const struct kvpool_event *ev);
+
+/*
+ * kvsim_router_route - choose an engine for a request whose prompt has the block hashes
+ * hashes[0..num_hashes) and needs prompt_blocks blocks for prompt_tokens tokens. pubs[i] is engine
+ * i's published load. Also records the choice (the next decision at the same boundary sees it).
+ * Returns the engine.
+ */
+uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                            const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
+                            uint64_t prompt_tokens);
+/*
+ * kvsim_router_max_overlap - the longest prefix of hashes[0..num_hashes) cached on any engine
+ * (kv policy). When it equals num_hashes the caller may hash further blocks and ask again.
+ * Coordinator only, at a boundary.
+ */
+uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_hash *hashes,
+                                  uint32_t num_hashes);
+
+/* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
+void kvsim_router_new_boundary(struct kvsim_router *r);
+/* Number of distinct block hashes the indexer tracks. */
+uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
+
+/* ---- the replay ------------------------------------------------------------------------------ */
+
+struct kvsim_replay_config {
+    const char *trace_path; /* NULL: the built-in synthetic workload */
+    struct kvsim_trace_opts trace_opts;
+    struct kvsim_synth_opts synth; /* its seed is replaced by `seed` */
+    struct sched_config sched;     /* per engine */
+    struct kvsim_step_model model;
+    uint32_t num_engines;
+    uint32_t num_threads; /* capped at num_engines */
+    enum kvsim_router_policy router;
+    double overlap_weight; /* kv policy */
+    bool kv_index_events;  /* kv policy: event-fed indexer instead of pool queries */
+    uint64_t seed;
+    const char *requests_path; /* per-request JSONL, or NULL */
+    bool quiet;                /* no progress bar */
+    /* offload tiers (docs/offload.md) */
+    bool offload;                    /* G2 (and G3) behind every engine's G1 */
+    struct kvsim_tiers_config tiers; /* per engine; its pool is set by the replay */
+    bool g3_shared;                  /* one G3 of tiers.g3_blocks (> 0) for all engines, in the
+                                      * block registry (docs/offload.md) */
+    bool offload_pool;               /* thread-pool executor instead of inline */
+    uint32_t offload_threads;        /* pool workers */
+    uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy */
+};
+
+/* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,
+ * max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and chunked prefill on, one
+ * thread per CPU. */
+void kvsim_replay_config_default(struct kvsim_replay_config *c);
+
+/*
+ * kvsim_replay_run - load the trace (or generate the workload), replay it, summarize into
+ * *report and write the per-request records if asked. Returns 0, or a negative errno with a
+ * one-line message in err (-EINVAL/-ENOENT: bad input or configuration; -EDEADLK: an engine
+ * reached a dead end; -EUCLEAN: an invariant broke).
+ * With cfg->g3_shared the calling thread (and every worker) is registered with the block
+ * registry for the duration of the run: the caller must not be registered already.
+ */
+int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
+                     size_t errlen);
+
+#endif /* KVSIM_REPLAY_H */

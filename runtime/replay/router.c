@@ -1,0 +1,283 @@
+/*
+ * router.c - round-robin, least-loaded and KV-aware routing (see router.h).
+ *
+ * The KV indexer maps a block hash to a per-engine count of cached blocks carrying it (an engine
+ * can hold duplicates), fed by Stored/Removed events. It is an open-addressing table of entry
+ * indices with backward-shift deletion; the counts live in one flat array, num_engines per
+ * entry.
+ */
+#include "runtime/replay/replay.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One engine's shard of the KV indexer: block hash -> number of cached blocks with it. */
+struct kv_shard {
+    kvpool_hash *keys;
+    uint32_t *counts; /* 0 = empty slot */
+    uint64_t mask;
+    uint64_t live;
+};
+
+struct kvsim_router {
+    enum kvsim_router_policy policy;
+    uint32_t n;
+    double w;
+    uint32_t rr_next;
+    struct kv_shard *shards;
+    const struct kvpool *const *pools; /* when set: overlap from the pools' own maps */
+    /* per boundary */
+    uint64_t *pending_blocks; /* blocks routed to each engine since the boundary began */
+    uint64_t *pending_tokens;
+};
+
+const char *kvsim_router_policy_name(enum kvsim_router_policy p)
+{
+    switch (p) {
+    case KVSIM_ROUTER_ROUND_ROBIN: return "round-robin";
+    case KVSIM_ROUTER_LEAST_LOADED: return "least-loaded";
+    case KVSIM_ROUTER_KV: return "kv";
+    }
+    return "?";
+}
+
+int kvsim_router_policy_parse(const char *name)
+{
+    for (int p = KVSIM_ROUTER_ROUND_ROBIN; p <= KVSIM_ROUTER_KV; p++)
+        if (strcmp(name, kvsim_router_policy_name((enum kvsim_router_policy)p)) == 0)
+            return p;
+    return -EINVAL;
+}
+
+int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
+                        double overlap_weight, struct kvsim_router **out)
+{
+    *out = NULL;
+    if (num_engines == 0)
+        return -EINVAL;
+    struct kvsim_router *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->policy = policy;
+    r->n = num_engines;
+    r->w = overlap_weight;
+    r->pending_blocks = calloc(num_engines, sizeof *r->pending_blocks);
+    r->pending_tokens = calloc(num_engines, sizeof *r->pending_tokens);
+    r->shards = calloc(num_engines, sizeof *r->shards);
+    if (!r->pending_blocks || !r->pending_tokens || !r->shards) {
+        kvsim_router_destroy(r);
+        return -ENOMEM;
+    }
+    *out = r;
+    return 0;
+}
+
+void kvsim_router_destroy(struct kvsim_router *r)
+{
+    if (!r)
+        return;
+    for (uint32_t e = 0; r->shards && e < r->n; e++) {
+        free(r->shards[e].keys);
+        free(r->shards[e].counts);
+    }
+    free(r->shards);
+    free(r->pending_blocks);
+    free(r->pending_tokens);
+    free(r);
+}
+
+enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r) { return r->policy; }
+uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r)
+{
+    uint64_t n = 0;
+    for (uint32_t e = 0; e < r->n; e++)
+        n += r->shards[e].live;
+    return n;
+}
+
+void kvsim_router_new_boundary(struct kvsim_router *r)
+{
+    memset(r->pending_blocks, 0, r->n * sizeof *r->pending_blocks);
+    memset(r->pending_tokens, 0, r->n * sizeof *r->pending_tokens);
+}
+
+/* ---- indexer shards (open addressing, linear probing, backward-shift deletion) --------------- */
+
+static uint64_t home_of(const struct kv_shard *s, kvpool_hash h)
+{
+    return (h ^ (h >> 29)) & s->mask;
+}
+
+/* Slot holding h, or the empty slot where it would go. */
+static uint64_t shard_find(const struct kv_shard *s, kvpool_hash h)
+{
+    uint64_t i = home_of(s, h);
+    while (s->counts[i] && s->keys[i] != h)
+        i = (i + 1) & s->mask;
+    return i;
+}
+
+static bool shard_contains(const struct kv_shard *s, kvpool_hash h)
+{
+    return s->counts && s->counts[shard_find(s, h)] != 0;
+}
+
+static int shard_grow(struct kv_shard *s)
+{
+    uint64_t old_n = s->counts ? s->mask + 1 : 0, n = old_n ? old_n * 2 : 4096;
+    kvpool_hash *keys = malloc(n * sizeof *keys);
+    uint32_t *counts = calloc(n, sizeof *counts);
+    if (!keys || !counts) {
+        free(keys);
+        free(counts);
+        return -ENOMEM;
+    }
+    kvpool_hash *ok = s->keys;
+    uint32_t *oc = s->counts;
+    s->keys = keys;
+    s->counts = counts;
+    s->mask = n - 1;
+    for (uint64_t i = 0; i < old_n; i++)
+        if (oc[i]) {
+            uint64_t j = shard_find(s, ok[i]);
+            s->keys[j] = ok[i];
+            s->counts[j] = oc[i];
+        }
+    free(ok);
+    free(oc);
+    return 0;
+}
+
+static void shard_delete_slot(struct kv_shard *s, uint64_t i)
+{
+    s->counts[i] = 0;
+    uint64_t j = i;
+    for (;;) {
+        j = (j + 1) & s->mask;
+        if (!s->counts[j])
+            return;
+        uint64_t home = home_of(s, s->keys[j]);
+        bool movable = (j > i) ? (home <= i || home > j) : (home <= i && home > j);
+        if (movable) {
+            s->keys[i] = s->keys[j];
+            s->counts[i] = s->counts[j];
+            s->counts[j] = 0;
+            i = j;
+        }
+    }
+}
+
+int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
+                                   const struct kvpool_event *ev)
+{
+    struct kv_shard *s = &r->shards[engine];
+    if (ev->type == KVPOOL_EVENT_CLEARED) {
+        if (s->counts)
+            memset(s->counts, 0, (s->mask + 1) * sizeof *s->counts);
+        s->live = 0;
+        return 0;
+    }
+    for (uint32_t k = 0; k < ev->num_hashes; k++) {
+        kvpool_hash h = ev->hashes[k];
+        if (ev->type == KVPOOL_EVENT_STORED) {
+            if (!s->counts || (s->live + 1) * 2 > s->mask + 1) {
+                int rc = shard_grow(s);
+                if (rc)
+                    return rc;
+            }
+            uint64_t i = shard_find(s, h);
+            if (!s->counts[i]) {
+                s->keys[i] = h;
+                s->live++;
+            }
+            s->counts[i]++;
+        } else if (s->counts) {
+            uint64_t i = shard_find(s, h);
+            if (!s->counts[i])
+                continue; /* never indexed: nothing to forget */
+            if (--s->counts[i] == 0) {
+                s->counts[i] = 1; /* shard_delete_slot clears it and closes the gap */
+                shard_delete_slot(s, i);
+                s->live--;
+            }
+        }
+    }
+    return 0;
+}
+
+void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools)
+{
+    r->pools = pools;
+}
+
+/* Longest prefix of hashes cached on engine e. */
+static uint32_t overlap_on(const struct kvsim_router *r, uint32_t e, const kvpool_hash *hashes,
+                           uint32_t n)
+{
+    uint32_t i = 0;
+    if (r->pools) {
+        while (i < n && kvpool_cache_find(r->pools[e], hashes[i]) >= 0)
+            i++;
+        return i;
+    }
+    while (i < n && shard_contains(&r->shards[e], hashes[i]))
+        i++;
+    return i;
+}
+
+uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_hash *hashes,
+                                  uint32_t num_hashes)
+{
+    uint32_t best = 0;
+    for (uint32_t e = 0; e < r->n && best < num_hashes; e++) {
+        uint32_t ov = overlap_on(r, e, hashes, num_hashes);
+        if (ov > best)
+            best = ov;
+    }
+    return best;
+}
+
+uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                            const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
+                            uint64_t prompt_tokens)
+{
+    uint32_t best = 0;
+    switch (r->policy) {
+    case KVSIM_ROUTER_ROUND_ROBIN:
+        best = r->rr_next;
+        r->rr_next = (r->rr_next + 1) % r->n;
+        break;
+    case KVSIM_ROUTER_LEAST_LOADED: {
+        uint64_t bb = UINT64_MAX, bt = UINT64_MAX;
+        for (uint32_t e = 0; e < r->n; e++) {
+            uint64_t blocks = pubs[e]->active_blocks + r->pending_blocks[e];
+            uint64_t tokens = pubs[e]->queued_tokens + r->pending_tokens[e];
+            if (blocks < bb || (blocks == bb && tokens < bt)) {
+                best = e;
+                bb = blocks;
+                bt = tokens;
+            }
+        }
+        break;
+    }
+    case KVSIM_ROUTER_KV: {
+        double bc = 0;
+        for (uint32_t e = 0; e < r->n; e++) {
+            uint32_t ov = overlap_on(r, e, hashes, num_hashes);
+            if (ov > prompt_blocks)
+                ov = prompt_blocks;
+            double cost = r->w * (double)(prompt_blocks - ov) +
+                          (double)(pubs[e]->active_blocks + r->pending_blocks[e]);
+            if (e == 0 || cost < bc) {
+                best = e;
+                bc = cost;
+            }
+        }
+        break;
+    }
+    }
+    r->pending_blocks[best] += prompt_blocks;
+    r->pending_tokens[best] += prompt_tokens;
+    return best;
+}

@@ -1,0 +1,220 @@
+/*
+ * summary.c - kvsim_metrics_summarize(): every statistic of the report from the records (exact,
+ * sorted percentiles, sums in request-index order) and from the merged sketches (ITL).
+ */
+#include "runtime/report/report_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the summary ----------------------------------------------------------------------------- */
+
+/* The report's percentiles, in per-mille. */
+enum { P50 = 500, P90 = 900, P95 = 950, P99 = 990 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Fills l from vals[0..n), given in request-index order: the mean is summed in that order,
+ * then vals is sorted for the exact nearest-rank percentiles.
+ */
+static void latency_from_values(double *vals, size_t n, struct kvsim_latency *l)
+{
+    memset(l, 0, sizeof *l);
+    if (n == 0)
+        return;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sum += vals[i];
+    qsort(vals, n, sizeof *vals, cmp_double);
+    l->count = n;
+    l->mean = sum / (double)n;
+    l->min = vals[0];
+    l->p50 = kvsim_percentile_sorted(vals, n, P50);
+    l->p90 = kvsim_percentile_sorted(vals, n, P90);
+    l->p95 = kvsim_percentile_sorted(vals, n, P95);
+    l->p99 = kvsim_percentile_sorted(vals, n, P99);
+    l->max = vals[n - 1];
+}
+
+/* Which per-request latency to collect. */
+enum req_latency { LAT_TTFT, LAT_TTST, LAT_TPOT, LAT_E2E };
+
+/* Collects one latency of every completed request that has it, in index order. */
+static size_t collect(const struct kvsim_metrics *m, enum req_latency which, double *vals)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < m->num_requests; i++) {
+        const struct kvsim_req_record *r = &m->recs[i];
+        if (r->status != KVSIM_REQ_COMPLETED)
+            continue;
+        switch (which) {
+        case LAT_TTFT:
+            if (r->num_output_tokens >= 1)
+                vals[n++] = (double)(r->first_token_ns - r->arrival_ns);
+            break;
+        case LAT_TTST:
+            if (r->num_output_tokens >= 2)
+                vals[n++] = (double)(r->second_token_ns - r->first_token_ns);
+            break;
+        case LAT_TPOT:
+            if (r->num_output_tokens >= 2)
+                vals[n++] = (double)(r->last_token_ns - r->first_token_ns) /
+                            (double)(r->num_output_tokens - 1);
+            break;
+        case LAT_E2E: vals[n++] = (double)(r->finish_ns - r->arrival_ns); break;
+        }
+    }
+    return n;
+}
+
+static int cmp_reject(const void *a, const void *b)
+{
+    return strcmp(((const struct kvsim_reject_count *)a)->reason,
+                  ((const struct kvsim_reject_count *)b)->reason);
+}
+
+/*
+ * Counts one rejection by reason. The first MAX-1 distinct reasons (in request-index order)
+ * get their own entry; any further reason is counted under "other" in the last entry.
+ */
+static void count_reject(struct kvsim_report *out, const char *reason, uint64_t *other)
+{
+    for (uint32_t i = 0; i < out->num_reject_reasons; i++) {
+        if (strcmp(out->rejects[i].reason, reason) == 0) {
+            out->rejects[i].count++;
+            return;
+        }
+    }
+    if (out->num_reject_reasons < KVSIM_REPORT_MAX_REASONS - 1) {
+        out->rejects[out->num_reject_reasons++] = (struct kvsim_reject_count){reason, 1};
+        return;
+    }
+    (*other)++;
+}
+
+static void copy_name(char *dst, const char *src)
+{
+    snprintf(dst, KVSIM_REPORT_NAME_LEN, "%s", src != NULL ? src : "");
+}
+
+/* Summarizes the merged ITL sketch, with the exact mean from the records. */
+static int itl_latency(const struct kvsim_metrics *m, struct kvsim_latency *l)
+{
+    memset(l, 0, sizeof *l);
+    struct kvsim_sketch all;
+    kvsim_sketch_init(&all);
+    for (uint32_t i = 0; i < m->num_threads; i++) {
+        int err = kvsim_sketch_merge(&all, &m->sketches[i].s);
+        if (err) {
+            kvsim_sketch_fini(&all);
+            return err;
+        }
+    }
+    if (all.count > 0) {
+        double sum = 0.0;
+        uint64_t gaps = 0;
+        for (uint32_t i = 0; i < m->num_requests; i++) {
+            const struct kvsim_req_record *r = &m->recs[i];
+            if (r->num_output_tokens >= 2) {
+                sum += (double)r->itl_sum_ns;
+                gaps += r->num_output_tokens - 1;
+            }
+        }
+        l->count = all.count;
+        l->mean = gaps > 0 ? sum / (double)gaps : 0.0;
+        l->min = (double)all.min;
+        l->p50 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P50));
+        l->p90 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P90));
+        l->p95 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P95));
+        l->p99 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P99));
+        l->max = (double)all.max;
+    }
+    kvsim_sketch_fini(&all);
+    return 0;
+}
+
+int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_report_run *run,
+                            struct kvsim_report *out)
+{
+    static const struct kvsim_report_run no_run;
+    if (run == NULL)
+        run = &no_run;
+    memset(out, 0, sizeof *out);
+    copy_name(out->trace, run->trace);
+    copy_name(out->router, run->router);
+    out->seed = run->seed;
+    out->num_engines = run->num_engines;
+    out->num_threads = run->num_threads != 0 ? run->num_threads : m->num_threads;
+    out->num_requests = m->num_requests;
+
+    /* Counts, token sums and the simulated span, in request-index order. */
+    int64_t first_arrival = INT64_MAX, last_finish = INT64_MIN;
+    uint64_t other = 0;
+    for (uint32_t i = 0; i < m->num_requests; i++) {
+        const struct kvsim_req_record *r = &m->recs[i];
+        out->preemptions += r->num_preemptions;
+        if (r->arrival_ns != KVSIM_TIME_NONE && r->arrival_ns < first_arrival)
+            first_arrival = r->arrival_ns;
+        switch ((enum kvsim_req_status)r->status) {
+        case KVSIM_REQ_COMPLETED:
+            out->completed++;
+            out->input_tokens += r->input_len;
+            out->output_tokens += r->num_output_tokens;
+            out->cached_tokens += r->cached_tokens;
+            if (r->finish_ns > last_finish)
+                last_finish = r->finish_ns;
+            break;
+        case KVSIM_REQ_REJECTED:
+            out->rejected++;
+            count_reject(out, r->reject_reason, &other);
+            break;
+        case KVSIM_REQ_PENDING:
+        case KVSIM_REQ_INCOMPLETE: out->incomplete++; break;
+        }
+    }
+    qsort(out->rejects, out->num_reject_reasons, sizeof out->rejects[0], cmp_reject);
+    if (other > 0)
+        out->rejects[out->num_reject_reasons++] = (struct kvsim_reject_count){"other", other};
+
+    if (out->input_tokens > 0)
+        out->prefix_cache_reuse = (double)out->cached_tokens / (double)out->input_tokens;
+    if (out->completed > 0)
+        out->duration_ns = last_finish - first_arrival;
+    if (out->duration_ns > 0) {
+        double secs = (double)out->duration_ns / 1e9;
+        out->requests_per_s = (double)out->completed / secs;
+        out->input_tokens_per_s = (double)out->input_tokens / secs;
+        out->output_tokens_per_s = (double)out->output_tokens / secs;
+        out->total_tokens_per_s = (double)(out->input_tokens + out->output_tokens) / secs;
+    }
+
+    /* Latencies: exact, from the records. */
+    double *vals = malloc((m->num_requests ? m->num_requests : 1) * sizeof *vals);
+    if (vals == NULL)
+        return -ENOMEM;
+    latency_from_values(vals, collect(m, LAT_TTFT, vals), &out->ttft);
+    latency_from_values(vals, collect(m, LAT_TTST, vals), &out->ttst);
+    latency_from_values(vals, collect(m, LAT_TPOT, vals), &out->tpot);
+    latency_from_values(vals, collect(m, LAT_E2E, vals), &out->e2e);
+    free(vals);
+    int err = itl_latency(m, &out->itl);
+    if (err)
+        return err;
+
+    /* Wall clock. */
+    if (run->wall_ns > 0) {
+        double wall_s = (double)run->wall_ns / 1e9;
+        out->wall_ns = run->wall_ns;
+        out->speed = (double)out->duration_ns / (double)run->wall_ns;
+        out->wall_requests_per_s = (double)out->completed / wall_s;
+    }
+    return 0;
+}

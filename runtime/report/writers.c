@@ -1,0 +1,379 @@
+/*
+ * writers.c - the report's three forms: the terminal table, the JSON report and the per-request
+ * JSONL records.
+ */
+#include "runtime/report/report_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+/* ---- the terminal table ------------------------------------------------------------------------
+ */
+
+static const char *or_dash(const char *s) { return s[0] != '\0' ? s : "-"; }
+
+static void print_latency_row(FILE *f, const char *name, const struct kvsim_latency *l)
+{
+    fprintf(f, "  %-6s %10" PRIu64, name, l->count);
+    if (l->count == 0) {
+        fprintf(f, "%11s%11s%11s%11s%11s%11s%11s\n", "-", "-", "-", "-", "-", "-", "-");
+        return;
+    }
+    const double v[] = {l->mean, l->min, l->p50, l->p90, l->p95, l->p99, l->max};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        fprintf(f, "%11.3f", v[i] / 1e6);
+    fputc('\n', f);
+}
+
+#define ROW "  %-24s "
+
+void kvsim_report_print(FILE *f, const struct kvsim_report *r)
+{
+    fprintf(f, "kvsim replay report\n");
+    fprintf(f, ROW "%s\n", "trace", or_dash(r->trace));
+    fprintf(f, ROW "%s\n", "router", or_dash(r->router));
+    fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
+            r->num_threads);
+    fprintf(f, ROW "%" PRIu64 "\n", "seed", r->seed);
+
+    fprintf(f, "\n" ROW "%" PRIu64 "\n", "requests", r->num_requests);
+    fprintf(f, ROW "%" PRIu64 "\n", "  completed", r->completed);
+    fprintf(f, ROW "%" PRIu64 "\n", "  rejected", r->rejected);
+    for (uint32_t i = 0; i < r->num_reject_reasons; i++)
+        fprintf(f, "      %-20s %" PRIu64 "\n", r->rejects[i].reason, r->rejects[i].count);
+    fprintf(f, ROW "%" PRIu64 "\n", "  incomplete", r->incomplete);
+    fprintf(f, ROW "%" PRIu64 "\n", "preemptions", r->preemptions);
+
+    fprintf(f, "\n" ROW "%" PRIu64 "\n", "input tokens", r->input_tokens);
+    fprintf(f, ROW "%" PRIu64 "\n", "output tokens", r->output_tokens);
+    fprintf(f, ROW "%.2f %% (%" PRIu64 " cached tokens)\n", "prefix-cache reuse",
+            r->prefix_cache_reuse * 100.0, r->cached_tokens);
+
+    fprintf(f, "\n" ROW "%.6f s\n", "simulated duration", (double)r->duration_ns / 1e9);
+    fprintf(f, ROW "%.3f\n", "requests/s", r->requests_per_s);
+    fprintf(f, ROW "%.1f\n", "input tokens/s", r->input_tokens_per_s);
+    fprintf(f, ROW "%.1f\n", "output tokens/s", r->output_tokens_per_s);
+    fprintf(f, ROW "%.1f\n", "total tokens/s", r->total_tokens_per_s);
+    if (r->wall_ns > 0) {
+        fprintf(f, ROW "%.3f s\n", "wall time", (double)r->wall_ns / 1e9);
+        fprintf(f, ROW "%.1fx (simulated s per wall s)\n", "speed", r->speed);
+        fprintf(f, ROW "%.1f\n", "requests per wall s", r->wall_requests_per_s);
+    } else {
+        fprintf(f, ROW "n/a\n", "wall time");
+    }
+
+    const struct kvsim_offload_summary *o = &r->offload;
+    if (o->enabled) {
+        static const char *const lane[4] = {"G1->G2", "G2->G3", "G3->G2", "G2->G1"};
+        fprintf(f, "\n  offload %-16s %12s %12s %14s %8s\n", "lane", "batches", "blocks", "bytes",
+                "failed");
+        for (int l = 0; l < 4; l++)
+            fprintf(f, "          %-16s %12" PRIu64 " %12" PRIu64 " %14" PRIu64 " %8" PRIu64 "\n",
+                    lane[l], o->lanes[l].batches, o->lanes[l].blocks, o->lanes[l].bytes,
+                    o->lanes[l].failed);
+        fprintf(f, ROW "%.2f %% (%" PRIu64 " of %" PRIu64 " G1-miss blocks)\n", "G2 hit rate",
+                o->g2_hit_rate * 100.0, o->g2_hit_blocks, o->g1_miss_blocks);
+        fprintf(f, ROW "%.2f %% (%" PRIu64 " blocks)%s\n", "G3 hit rate", o->g3_hit_rate * 100.0,
+                o->g3_hit_blocks, o->g3_shared ? ", shared by all engines" : "");
+        fprintf(f, ROW "%" PRIu64 " onboarded, %" PRIu64 " computed\n", "prompt tokens",
+                o->onboarded_tokens, o->recomputed_tokens);
+        fprintf(f, ROW "%" PRIu64 " (%" PRIu64 " failed), waited %.3f s\n", "loads", o->loads,
+                o->failed_loads, (double)o->onboard_wait_ns / 1e9);
+        fprintf(f, ROW "%" PRIu64 " times, %.3f s; %" PRIu64 " RETRY_NOW\n", "blocked on offload",
+                o->blocked, (double)o->blocked_ns / 1e9, o->retry_now);
+    }
+
+    fprintf(f, "\n  %-6s %10s%11s%11s%11s%11s%11s%11s%11s\n", "(ms)", "count", "mean", "min", "p50",
+            "p90", "p95", "p99", "max");
+    print_latency_row(f, "TTFT", &r->ttft);
+    print_latency_row(f, "TTST", &r->ttst);
+    print_latency_row(f, "TPOT", &r->tpot);
+    print_latency_row(f, "ITL", &r->itl);
+    print_latency_row(f, "E2E", &r->e2e);
+}
+
+/* ---- files -------------------------------------------------------------------------------------
+ */
+
+static int file_error(int e, const char *path, const char *what, char *err, size_t errlen)
+{
+    if (e == 0)
+        e = EIO;
+    if (err != NULL && errlen > 0)
+        snprintf(err, errlen, "%s: %s: %s", path, what, strerror(e));
+    return -e;
+}
+
+static int open_for_write(const char *path, FILE **fp, char *err, size_t errlen)
+{
+    errno = 0;
+    *fp = fopen(path, "w");
+    if (*fp == NULL)
+        return file_error(errno, path, "cannot open for writing", err, errlen);
+    errno = 0;
+    return 0;
+}
+
+/*
+ * Closes fp, reporting an earlier write error (errno as the failed write left it: open_for_write
+ * clears errno) or a failed final flush.
+ */
+static int close_written(FILE *fp, const char *path, char *err, size_t errlen)
+{
+    bool failed = ferror(fp) != 0;
+    int e = failed ? errno : 0;
+    errno = 0;
+    if (fclose(fp) != 0 && !failed) {
+        failed = true;
+        e = errno;
+    }
+    if (failed)
+        return file_error(e, path, "write failed", err, errlen);
+    return 0;
+}
+
+/* ---- the JSON report ---------------------------------------------------------------------------
+ */
+
+/*
+ * Adds key -> v to o. False if o or v is NULL (out of memory) or the insertion fails; v is
+ * released in every failing case (json_object_set_new's contract).
+ */
+static bool put(json_t *o, const char *key, json_t *v)
+{
+    return json_object_set_new(o, key, v) == 0;
+}
+
+static json_t *json_u64(uint64_t v)
+{
+    return v <= (uint64_t)INT64_MAX ? json_integer((json_int_t)v) : json_real((double)v);
+}
+
+static json_t *json_ns_as_ms(double ns) { return json_real(ns / 1e6); }
+
+static json_t *latency_json(const struct kvsim_latency *l)
+{
+    json_t *o = json_object();
+    bool ok = put(o, "count", json_u64(l->count));
+    const struct {
+        const char *key;
+        double v;
+    } q[] = {{"mean", l->mean}, {"min", l->min}, {"p50", l->p50}, {"p90", l->p90},
+             {"p95", l->p95},   {"p99", l->p99}, {"max", l->max}};
+    for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+        ok = put(o, q[i].key, l->count > 0 ? json_ns_as_ms(q[i].v) : json_null()) && ok;
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Builds the report object; NULL when out of memory. */
+static json_t *report_json(const struct kvsim_report *r)
+{
+    json_t *root = json_object();
+    bool ok = put(root, "format", json_string("kvsim-report-1"));
+
+    json_t *run = json_object();
+    ok = put(run, "trace", json_string(r->trace)) && ok;
+    ok = put(run, "router", json_string(r->router)) && ok;
+    ok = put(run, "seed", json_u64(r->seed)) && ok;
+    ok = put(run, "engines", json_integer(r->num_engines)) && ok;
+    ok = put(root, "run", run) && ok;
+
+    json_t *req = json_object();
+    ok = put(req, "total", json_u64(r->num_requests)) && ok;
+    ok = put(req, "completed", json_u64(r->completed)) && ok;
+    ok = put(req, "rejected", json_u64(r->rejected)) && ok;
+    json_t *reasons = json_object();
+    for (uint32_t i = 0; i < r->num_reject_reasons; i++)
+        ok = put(reasons, r->rejects[i].reason, json_u64(r->rejects[i].count)) && ok;
+    ok = put(req, "rejected_by_reason", reasons) && ok;
+    ok = put(req, "incomplete", json_u64(r->incomplete)) && ok;
+    ok = put(root, "requests", req) && ok;
+    ok = put(root, "preemptions", json_u64(r->preemptions)) && ok;
+
+    json_t *tok = json_object();
+    ok = put(tok, "input", json_u64(r->input_tokens)) && ok;
+    ok = put(tok, "output", json_u64(r->output_tokens)) && ok;
+    ok = put(tok, "cached", json_u64(r->cached_tokens)) && ok;
+    ok = put(root, "tokens", tok) && ok;
+    ok = put(root, "prefix_cache_reuse_ratio", json_real(r->prefix_cache_reuse)) && ok;
+
+    ok = put(root, "duration_ms", json_ns_as_ms((double)r->duration_ns)) && ok;
+    json_t *thr = json_object();
+    ok = put(thr, "requests_per_s", json_real(r->requests_per_s)) && ok;
+    ok = put(thr, "input_tokens_per_s", json_real(r->input_tokens_per_s)) && ok;
+    ok = put(thr, "output_tokens_per_s", json_real(r->output_tokens_per_s)) && ok;
+    ok = put(thr, "total_tokens_per_s", json_real(r->total_tokens_per_s)) && ok;
+    ok = put(root, "throughput", thr) && ok;
+
+    ok = put(root, "ttft_ms", latency_json(&r->ttft)) && ok;
+    ok = put(root, "ttst_ms", latency_json(&r->ttst)) && ok;
+    ok = put(root, "tpot_ms", latency_json(&r->tpot)) && ok;
+    ok = put(root, "itl_ms", latency_json(&r->itl)) && ok;
+    ok = put(root, "e2e_ms", latency_json(&r->e2e)) && ok;
+
+    const struct kvsim_offload_summary *o = &r->offload;
+    if (o->enabled) {
+        static const char *const lane[4] = {"g1_g2", "g2_g3", "g3_g2", "g2_g1"};
+        json_t *off = json_object(), *lanes = json_object();
+        for (int l = 0; l < 4; l++) {
+            json_t *lj = json_object();
+            ok = put(lj, "batches", json_u64(o->lanes[l].batches)) && ok;
+            ok = put(lj, "blocks", json_u64(o->lanes[l].blocks)) && ok;
+            ok = put(lj, "bytes", json_u64(o->lanes[l].bytes)) && ok;
+            ok = put(lj, "failed_batches", json_u64(o->lanes[l].failed)) && ok;
+            ok = put(lj, "cancelled_batches", json_u64(o->lanes[l].cancelled)) && ok;
+            ok = put(lanes, lane[l], lj) && ok;
+        }
+        ok = put(off, "lanes", lanes) && ok;
+        ok = put(off, "g1_miss_blocks", json_u64(o->g1_miss_blocks)) && ok;
+        ok = put(off, "g2_hit_blocks", json_u64(o->g2_hit_blocks)) && ok;
+        ok = put(off, "g3_hit_blocks", json_u64(o->g3_hit_blocks)) && ok;
+        ok = put(off, "g2_hit_rate", json_real(o->g2_hit_rate)) && ok;
+        ok = put(off, "g3_hit_rate", json_real(o->g3_hit_rate)) && ok;
+        ok = put(off, "onboarded_tokens", json_u64(o->onboarded_tokens)) && ok;
+        ok = put(off, "recomputed_tokens", json_u64(o->recomputed_tokens)) && ok;
+        ok = put(off, "loads", json_u64(o->loads)) && ok;
+        ok = put(off, "failed_loads", json_u64(o->failed_loads)) && ok;
+        ok = put(off, "blocked_on_offload", json_u64(o->blocked)) && ok;
+        ok = put(off, "retry_now", json_u64(o->retry_now)) && ok;
+        ok = put(off, "blocked_on_offload_ms", json_ns_as_ms((double)o->blocked_ns)) && ok;
+        ok = put(off, "onboard_wait_ms", json_ns_as_ms((double)o->onboard_wait_ns)) && ok;
+        ok = put(off, "written_g2_blocks", json_u64(o->written_g2)) && ok;
+        ok = put(off, "written_g3_blocks", json_u64(o->written_g3)) && ok;
+        ok = put(off, "filtered_blocks", json_u64(o->filtered)) && ok;
+        ok = put(off, "dropped_blocks", json_u64(o->dropped)) && ok;
+        ok = put(off, "failed_blocks", json_u64(o->failed_blocks)) && ok;
+        ok = put(off, "g2_resident_blocks", json_u64(o->g2_resident)) && ok;
+        ok = put(off, "g3_resident_blocks", json_u64(o->g3_resident)) && ok;
+        ok = put(off, "g3_shared", json_boolean(o->g3_shared)) && ok;
+        if (o->g3_shared)
+            ok = put(off, "g3_shared_evictions", json_u64(o->g3_evictions)) && ok;
+        ok = put(root, "offload", off) && ok;
+    }
+
+    json_t *wall = json_object();
+    bool known = r->wall_ns > 0;
+    ok = put(wall, "threads", json_integer(r->num_threads)) && ok;
+    ok = put(wall, "wall_time_ms", known ? json_ns_as_ms((double)r->wall_ns) : json_null()) && ok;
+    ok = put(wall, "speed_sim_s_per_wall_s", known ? json_real(r->speed) : json_null()) && ok;
+    ok =
+        put(wall, "requests_per_wall_s", known ? json_real(r->wall_requests_per_s) : json_null()) &&
+        ok;
+    ok = put(root, "wall", wall) && ok;
+
+    if (!ok) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
+                            size_t errlen)
+{
+    json_t *root = report_json(r);
+    char *text =
+        root != NULL
+            ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
+            : NULL;
+    json_decref(root);
+    if (text == NULL) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "%s: out of memory building the report", path);
+        return -ENOMEM;
+    }
+    FILE *fp;
+    int rc = open_for_write(path, &fp, err, errlen);
+    if (rc == 0) {
+        fputs(text, fp);
+        fputc('\n', fp);
+        rc = close_written(fp, path, err, errlen);
+    }
+    free(text);
+    return rc;
+}
+
+/* ---- the per-request JSONL
+ * ----------------------------------------------------------------------- */
+
+/* Writes ,"key":<ns as ms, six decimals> from the integer, or null. */
+static void put_ms(FILE *f, const char *key, int64_t ns)
+{
+    if (ns == KVSIM_TIME_NONE) {
+        fprintf(f, ",\"%s\":null", key);
+        return;
+    }
+    uint64_t mag = ns < 0 ? 0 - (uint64_t)ns : (uint64_t)ns;
+    fprintf(f, ",\"%s\":%s%" PRIu64 ".%06" PRIu64, key, ns < 0 ? "-" : "", mag / 1000000,
+            mag % 1000000);
+}
+
+/* Writes s as a JSON string. */
+static void put_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static void write_record(FILE *f, uint32_t id, const struct kvsim_req_record *r)
+{
+    fprintf(f, "{\"id\":%" PRIu32 ",\"status\":\"%s\"", id,
+            kvsim_req_status_name((enum kvsim_req_status)r->status));
+    if (r->engine >= 0)
+        fprintf(f, ",\"engine\":%" PRId32, r->engine);
+    else
+        fputs(",\"engine\":null", f);
+    fprintf(f,
+            ",\"input_len\":%" PRIu32 ",\"cached_tokens\":%" PRIu32 ",\"output_tokens\":%" PRIu32
+            ",\"preemptions\":%" PRIu32,
+            r->input_len, r->cached_tokens, r->num_output_tokens, r->num_preemptions);
+    put_ms(f, "arrival_ms", r->arrival_ns);
+    put_ms(f, "first_sched_ms", r->first_sched_ns);
+    put_ms(f, "first_token_ms", r->first_token_ns);
+    put_ms(f, "second_token_ms", r->second_token_ns);
+    put_ms(f, "last_token_ms", r->last_token_ns);
+    put_ms(f, "finish_ms", r->finish_ns);
+    bool arrived = r->arrival_ns != KVSIM_TIME_NONE;
+    put_ms(f, "ttft_ms",
+           arrived && r->num_output_tokens >= 1 ? r->first_token_ns - r->arrival_ns
+                                                : KVSIM_TIME_NONE);
+    put_ms(f, "e2e_ms",
+           r->status == KVSIM_REQ_COMPLETED ? r->finish_ns - r->arrival_ns : KVSIM_TIME_NONE);
+    put_ms(f, "itl_max_ms", r->num_output_tokens >= 2 ? r->itl_max_ns : KVSIM_TIME_NONE);
+    put_ms(f, "itl_sum_ms", r->num_output_tokens >= 2 ? r->itl_sum_ns : KVSIM_TIME_NONE);
+    fputs(",\"reject_reason\":", f);
+    if (r->reject_reason != NULL)
+        put_json_string(f, r->reject_reason);
+    else
+        fputs("null", f);
+    fputs("}\n", f);
+}
+
+int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m, char *err,
+                                 size_t errlen)
+{
+    FILE *fp;
+    int rc = open_for_write(path, &fp, err, errlen);
+    if (rc)
+        return rc;
+    for (uint32_t i = 0; i < m->num_requests && !ferror(fp); i++)
+        write_record(fp, i, &m->recs[i]);
+    return close_written(fp, path, err, errlen);
+}

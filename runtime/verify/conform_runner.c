@@ -1,0 +1,565 @@
+/*
+ * conform_runner.c - the scenario runner (conform.h): failure reporting, the extension rules
+ * checked after every op (invariants, liveness, the #49675 progress rule, the tiers' transfer
+ * bijection), and the runner's life cycle, used by `kvsim conform`, `kvsim soak` and
+ * `kvsim minimize` in-process.
+ *
+ * Extensions (docs/conformance.md): check_invariants runs sched_check (and, with tiers,
+ * kvsim_tiers_check) after every op, check_liveness fails a schedule that leaves the engine at a
+ * dead end, max_futile_preemptions bounds the #49675 zero-progress preemptions, scheduler_checks
+ * turns the scheduler's own boundary checks off; `offload` puts G2/G3 tiers behind G1 and the
+ * `advance` op moves virtual time (transfers end in it); legacy_partial_alloc is issue 6's old
+ * bug, on purpose.
+ */
+#include "runtime/verify/conform_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int vfail(struct kvsim_conform_runner *c, const char *kind, const char *fmt, va_list ap)
+{
+    if (c->err[0] == 0) {
+        vsnprintf(c->err, sizeof c->err, fmt, ap);
+        snprintf(c->kind, sizeof c->kind, "%s", kind ? kind : c->running ? "error" : "invalid");
+    }
+    return -1;
+}
+
+/* A failure whose kind is "error" while running, "invalid" while parsing. */
+int conform__fail(struct kvsim_conform_runner *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, NULL, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int conform__fail_kind(struct kvsim_conform_runner *c, const char *kind, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, kind, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- extension rules ------------------------------------------------------------------------ */
+
+/* Counts requests whose status or last ownership transition changed during the op. */
+static void count_transitions(struct kvsim_conform_runner *c)
+{
+    for (size_t i = 0; i < c->nreqs; i++) {
+        struct creq *q = &c->reqs[i];
+        const struct sched_request *r = q->r;
+        if (!r || (r->status == q->seen_status && r->last_transition == q->seen_transition &&
+                   r->last_transition_step == q->seen_transition_step))
+            continue;
+        c->stats.transitions++;
+        q->seen_status = r->status;
+        q->seen_transition = r->last_transition;
+        q->seen_transition_step = r->last_transition_step;
+    }
+}
+
+static int check_futile(struct kvsim_conform_runner *c, const char *where)
+{
+    if (!c->has_max_futile || c->stats.futile_preemptions <= c->max_futile)
+        return 0;
+    const struct sched_step *st = c->step;
+    char victims[256] = "";
+    size_t len = 0;
+    for (uint32_t i = 0; i < st->num_preempted && len < sizeof victims - 1; i++)
+        len += (size_t)snprintf(victims + len, sizeof victims - len, "%s%s", i ? "," : "",
+                                c->reqs[st->preempted[i]->id - 1].name);
+    return conform__fail_kind(
+        c, "futile_preemption",
+        "%s: futile preemption: preempted [%s], %" PRIu64
+        " of them with their free deferred behind an in-flight step, and scheduled "
+        "%" PRIu64 " tokens; %" PRIu64 " futile preemptions so far, "
+        "max_futile_preemptions %" PRIu64,
+        where, victims, c->futile_now, st->total_tokens, c->stats.futile_preemptions,
+        c->max_futile);
+}
+
+/*
+ * check_liveness - after a schedule: a dead end is a schedule that scheduled no token and
+ * preempted nobody while nothing else is in flight (every other outstanding schedule is empty,
+ * no deferred free is pending, no async load is unreported, no finished request waits for its
+ * load) and requests are unfinished. Then schedule() is at a fixpoint: without an external
+ * event (which nothing is waiting for) every later call returns the same empty step.
+ */
+static int check_liveness(struct kvsim_conform_runner *c, const char *where)
+{
+    const struct sched_step *st = c->step;
+    if (st->total_tokens > 0 || st->num_preempted > 0 || sched_num_unfinished(c->s) == 0 ||
+        sched_num_deferred_frees(c->s) > 0)
+        return 0;
+    for (size_t i = 0; i + 1 < c->nout; i++)
+        if (c->outstanding[i]->total_tokens > 0)
+            return 0;
+    /* A pending transfer is a wake-up: it releases holds or ends a load when time reaches it. */
+    if (c->tiers && kvsim_tiers_next_deadline(c->tiers) != OFFLOAD_NEVER)
+        return 0;
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct sched_request *r = c->reqs[i].r;
+        /* A connector load the scenario has not reported yet (an onboarding from the tiers
+         * waits for a transfer, checked above: without one it is stuck). */
+        if (r && !r->offload_load &&
+            ((r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) || r->free_delayed))
+            return 0;
+    }
+    struct kvpool *pool = sched_pool(c->s);
+    uint32_t free_blocks = kvpool_num_free_blocks(pool);
+    uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
+    struct sched_request *const *rr;
+    uint32_t nr = sched_running(c->s, &rr);
+    for (uint32_t i = 0; i < nr; i++) {
+        const struct sched_request *r = rr[i];
+        /* Nothing in flight, yet computed up to its last token: an output withheld the token
+         * that its step sampled. A model cannot do that; the scenario is wrong, not the
+         * scheduler (and the minimizer must not drift to this). */
+        if (r->num_computed_tokens >= sched_request_num_tokens(r) + r->num_output_placeholders)
+            return conform__fail(
+                c,
+                "%s: stalled by the scenario: request '%s' never received the token its "
+                "last step sampled (an output must give one to every request whose chunk "
+                "samples)",
+                where, c->reqs[r->id - 1].name);
+    }
+    struct sched_request *head = sched_waiting_head(c->s);
+    if (!head && nr)
+        head = rr[0];
+    char hs[256] = "no request is queued";
+    if (head) {
+        uint64_t needs = sched_request_blocks_missing(head, sched_get_config(c->s)->block_size);
+        snprintf(hs, sizeof hs, "head %s (%s) needs %" PRIu64 " blocks (holds %" PRIu32 ")",
+                 c->reqs[head->id - 1].name, sched_status_name(head->status), needs,
+                 head->kv.num_blocks);
+    }
+    /* Blocks a queued request holds without a computed token: an allocation that stayed
+     * committed although the request was not admitted (the legacy partial allocation). */
+    char partial[256] = "";
+    size_t plen = 0, nparts = 0;
+    for (size_t i = 0; i < c->nreqs && plen < sizeof partial; i++) {
+        const struct sched_request *r = c->reqs[i].r;
+        if (!r || r == head || r->kv.num_blocks == 0 || r->num_computed_tokens > 0 ||
+            (r->status != SCHED_WAITING && r->status != SCHED_PREEMPTED))
+            continue;
+        if (nparts++ == 3) {
+            plen += (size_t)snprintf(partial + plen, sizeof partial - plen, ", ...");
+            break;
+        }
+        plen += (size_t)snprintf(partial + plen, sizeof partial - plen,
+                                 "%s%s (%s) holds %" PRIu32 " blocks", nparts > 1 ? ", " : "; ",
+                                 c->reqs[i].name, sched_status_name(r->status), r->kv.num_blocks);
+    }
+    if (nparts && plen < sizeof partial)
+        snprintf(partial + plen, sizeof partial - plen, " without a computed token");
+    return conform__fail_kind(c, "dead_end",
+                              "%s: dead end: unfinished=%" PRIu32 " active=%" PRIu32
+                              " free=%" PRIu32 ", %s; nothing is in flight%s%s",
+                              where, sched_num_unfinished(c->s), active, free_blocks, hs,
+                              c->tiers ? " and no transfer is pending" : "", partial);
+}
+
+/* The offload side's ownership and transfer bijection (kvsim_tiers_check): kind
+ * "invariant:<rule>", the rule being what the check's message starts with. */
+static int check_tiers(struct kvsim_conform_runner *c, const char *where)
+{
+    char msg[512] = "";
+    if (!c->tiers || kvsim_tiers_check(c->tiers, msg, sizeof msg) == 0)
+        return 0;
+    char kind[96];
+    size_t n = strcspn(msg, ":");
+    snprintf(kind, sizeof kind, "invariant:%.*s", (int)(n < 64 ? n : 64), msg);
+    return conform__fail_kind(c, kind, "%s: invariant violation: rule=%s", where, msg);
+}
+
+/* The rules that apply after an op that ran (invariants, then progress, then liveness). */
+static int check_rules(struct kvsim_conform_runner *c, const char *op, const char *where)
+{
+    if (c->check_invariants) {
+        struct sched_violation v;
+        if (sched_check(c->s, &v) != 0)
+            return conform__violation_fail(c, where, &v);
+        if (check_tiers(c, where))
+            return -1;
+    }
+    bool is_sched = !strcmp(op, "schedule");
+    if (is_sched && check_futile(c, where))
+        return -1;
+    if (is_sched && c->check_liveness && check_liveness(c, where))
+        return -1;
+    return 0;
+}
+
+/* The offload part of the run's statistics (totals so far, and the peak of held blocks). */
+static void offload_stats_refresh(struct kvsim_conform_runner *c, bool advanced)
+{
+    struct kvsim_conform_stats *k = &c->stats;
+    struct sched_offload_counters oc;
+    struct kvsim_tiers_stats ts;
+    sched_offload_counters(c->s, &oc);
+    kvsim_tiers_stats(c->tiers, &ts);
+    k->offload_runs = 1;
+    k->advances += advanced;
+    k->virtual_ns = (uint64_t)c->now_ns;
+    k->blocked_on_offload = oc.blocked;
+    k->retry_now = oc.retry_now;
+    k->loads = ts.loads;
+    k->failed_loads = ts.failed_loads;
+    k->written_g2 = ts.written_g2;
+    k->failed_blocks = ts.failed_blocks;
+    uint32_t held = kvpool_num_held_only_blocks(sched_pool(c->s));
+    if (held > k->max_held_blocks)
+        k->max_held_blocks = held;
+}
+
+/* Runs one validated step. Returns 0, OP_SKIPPED (lenient: nothing ran) or -1. */
+static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
+{
+    const char *op = json_string_value(json_object_get(st, "op"));
+    char where[64];
+    snprintf(where, sizeof where, "step %zu (%s)", k, op);
+    c->step = NULL;
+    json_decref(c->sampled_finished);
+    json_decref(c->lookup);
+    json_decref(c->alloc);
+    c->sampled_finished = c->lookup = c->alloc = NULL;
+    c->futile_now = 0;
+    json_t *eff = c->lenient ? json_deep_copy(st) : NULL;
+    int rc = 0;
+    if (!strcmp(op, "add")) {
+        rc = conform__op_add(c, st, where);
+    } else if (!strcmp(op, "schedule")) {
+        rc = conform__op_schedule(c, where);
+    } else if (!strcmp(op, "output")) {
+        rc = conform__op_output(c, st, eff, where);
+    } else if (!strcmp(op, "abort")) {
+        rc = conform__op_abort(c, st, eff, where);
+    } else if (!strcmp(op, "reset_prefix_cache")) {
+        c->op_result = sched_reset_prefix_cache(
+            c->s, json_is_true(json_object_get(st, "reset_running_requests")));
+        if (c->op_result && c->op_result != -EBUSY)
+            rc = conform__sched_error(c, where, c->op_result);
+    } else if (!strcmp(op, "check")) {
+        struct sched_violation v;
+        if (sched_check(c->s, &v) != 0)
+            rc = conform__violation_fail(c, where, &v);
+        else
+            rc = check_tiers(c, where);
+    } else if (!strcmp(op, "advance")) {
+        rc = conform__op_advance(c, st, where);
+    } else if (!strcmp(op, "kv_lookup")) {
+        rc = conform__op_kv_lookup(c, st, where);
+    } else if (!strcmp(op, "kv_allocate")) {
+        rc = conform__op_kv_allocate(c, st, where);
+    } else if (!strcmp(op, "kv_free")) {
+        struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
+        if (q)
+            kvpool_free(sched_pool(c->s), &q->r->kv);
+        else
+            rc = c->lenient ? OP_SKIPPED : -1;
+    }
+    if (rc == OP_SKIPPED) {
+        json_decref(eff);
+        return rc;
+    }
+    /* The write-through of what the op cached (schedule and output cache blocks; after the
+     * others there is nothing to write and this enqueues nothing). */
+    if (rc == 0 && c->tiers) {
+        int frc = kvsim_tiers_flush(c->tiers);
+        if (frc)
+            rc = conform__fail_kind(c, "offload_error", "%s: offload: flush: %s", where,
+                                    strerror(-frc));
+    }
+    if (c->effective)
+        json_array_append_new(c->effective, eff ? eff : json_incref(st));
+    else
+        json_decref(eff);
+    c->stats.ops++;
+    count_transitions(c);
+    if (c->tiers)
+        offload_stats_refresh(c, !strcmp(op, "advance"));
+    if (c->trace)
+        conform__trace_step(c, k, op);
+    if (rc == 0)
+        rc = check_rules(c, op, where);
+    json_t *ex = json_object_get(st, "expect");
+    if (rc == 0 && ex)
+        rc = conform__check_expect(c, ex, op, k);
+    return rc;
+}
+
+/* ---- the runner ---------------------------------------------------------------------------- */
+
+static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_result *res)
+{
+    if (!res)
+        return;
+    if (!c->failed) { /* the soak asks after every op: keep a pass cheap */
+        res->verdict = KVSIM_CONFORM_PASS;
+        res->step = -1;
+        res->op[0] = res->kind[0] = res->message[0] = 0;
+        return;
+    }
+    res->verdict = c->running ? KVSIM_CONFORM_FAIL : KVSIM_CONFORM_INVALID;
+    res->step = c->fail_step;
+    snprintf(res->op, sizeof res->op, "%s", c->fail_op);
+    snprintf(res->kind, sizeof res->kind, "%s", c->kind);
+    snprintf(res->message, sizeof res->message, "%s", c->err);
+}
+
+static void mark_failed(struct kvsim_conform_runner *c, long k, json_t *st)
+{
+    c->failed = true;
+    c->fail_step = k;
+    const char *op = json_string_value(json_object_get(st, "op"));
+    snprintf(c->fail_op, sizeof c->fail_op, "%s", op ? op : "");
+}
+
+static void runner_fini(struct kvsim_conform_runner *c)
+{
+    json_decref(c->sampled_finished);
+    json_decref(c->lookup);
+    json_decref(c->alloc);
+    kvsim_tiers_destroy(c->tiers); /* first: undrained transfers give back holds and loads */
+    sched_destroy(c->s);
+    for (size_t i = 0; i < c->nreqs; i++)
+        free(c->reqs[i].name);
+    free(c->reqs);
+}
+
+static void runner_init(struct kvsim_conform_runner *c, const char *name,
+                        const struct kvsim_conform_options *opt)
+{
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->fail_step = -1;
+    if (opt) {
+        c->trace = opt->trace;
+        c->lenient = opt->lenient;
+        c->effective = opt->effective;
+    }
+}
+
+static int runner_start(struct kvsim_conform_runner *c, json_t *config)
+{
+    struct sched_config sc;
+    struct kvsim_tiers_config tc;
+    bool offload;
+    if (conform__parse_config(c, config, &sc, &tc, &offload))
+        return -1;
+    /* With the check after every op, the scheduler's own boundary checks would only repeat it
+     * on the same state (and report the same violation at the same step). */
+    sc.check_invariants = !c->check_invariants && c->scheduler_checks;
+    int rc;
+    if (offload) { /* the tiers first: the scheduler calls into them from its first schedule */
+        if ((rc = kvsim_tiers_create(&tc, &c->tiers)) != 0)
+            return conform__fail(c, "config: offload: impossible configuration: %s", strerror(-rc));
+        sc.offload = &kvsim_tiers_sched_ops;
+        sc.offload_ctx = c->tiers;
+    }
+    rc = sched_create(&sc, &c->s);
+    if (rc)
+        return conform__fail(c, "config: impossible configuration: %s", strerror(-rc));
+    if (c->tiers)
+        kvsim_tiers_bind(c->tiers, c->s);
+    c->running = true;
+    return 0;
+}
+
+int kvsim_conform_runner_create(json_t *config, const char *name,
+                                const struct kvsim_conform_options *opt,
+                                struct kvsim_conform_runner **out, struct kvsim_conform_result *res)
+{
+    *out = NULL;
+    struct kvsim_conform_runner *c = malloc(sizeof *c);
+    if (!c)
+        return -ENOMEM;
+    runner_init(c, name, opt);
+    if (runner_start(c, config)) {
+        c->failed = true;
+        fill_result(c, res);
+        runner_fini(c);
+        free(c);
+        return -1;
+    }
+    fill_result(c, res);
+    *out = c;
+    return 0;
+}
+
+int kvsim_conform_runner_step(struct kvsim_conform_runner *c, json_t *step,
+                              struct kvsim_conform_result *res)
+{
+    size_t k = c->nsteps;
+    int rc = -1;
+    if (!c->failed) {
+        /* Validation failures count as "invalid" even mid-run: the op itself is malformed. */
+        c->running = false;
+        rc = conform__validate_step(c, step, k);
+        c->running = true;
+        if (rc == 0) {
+            rc = run_step(c, step, k);
+            if (rc == OP_SKIPPED)
+                rc = 0;
+        } else {
+            c->running = false;
+        }
+        if (rc)
+            mark_failed(c, (long)k, step);
+        c->nsteps++;
+    }
+    fill_result(c, res);
+    return rc ? -1 : 0;
+}
+
+void kvsim_conform_runner_destroy(struct kvsim_conform_runner *c)
+{
+    if (!c)
+        return;
+    runner_fini(c);
+    free(c);
+}
+
+struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *c) { return c->s; }
+
+struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *c,
+                                                   const char *id)
+{
+    for (size_t i = 0; i < c->nreqs; i++)
+        if (strcmp(c->reqs[i].name, id) == 0)
+            return c->reqs[i].r;
+    return NULL;
+}
+
+const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner *c,
+                                              const struct sched_request *req)
+{
+    return req->id >= 1 && req->id <= c->nreqs ? c->reqs[req->id - 1].name : NULL;
+}
+
+size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *c,
+                                        struct sched_step *const **steps)
+{
+    *steps = c->outstanding;
+    return c->nout;
+}
+
+const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *c)
+{
+    return &c->stats;
+}
+
+int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *c) { return c->now_ns; }
+
+bool kvsim_conform_runner_has_offload(const struct kvsim_conform_runner *c)
+{
+    return c->tiers != NULL;
+}
+
+int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *c)
+{
+    return c->tiers ? kvsim_tiers_next_deadline(c->tiers) : OFFLOAD_NEVER;
+}
+
+uint32_t kvsim_conform_runner_pending_transfers(const struct kvsim_conform_runner *c)
+{
+    return c->tiers ? kvsim_tiers_pending(c->tiers) : 0;
+}
+
+void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b)
+{
+    a->ops += b->ops;
+    a->transitions += b->transitions;
+    a->schedules += b->schedules;
+    a->scheduled_tokens += b->scheduled_tokens;
+    a->preemptions += b->preemptions;
+    a->futile_preemptions += b->futile_preemptions;
+    a->zero_progress_schedules += b->zero_progress_schedules;
+    if (b->max_futile_in_one_schedule > a->max_futile_in_one_schedule)
+        a->max_futile_in_one_schedule = b->max_futile_in_one_schedule;
+    a->offload_runs += b->offload_runs;
+    a->advances += b->advances;
+    a->virtual_ns += b->virtual_ns;
+    a->blocked_on_offload += b->blocked_on_offload;
+    a->retry_now += b->retry_now;
+    a->loads += b->loads;
+    a->failed_loads += b->failed_loads;
+    a->written_g2 += b->written_g2;
+    a->failed_blocks += b->failed_blocks;
+    if (b->max_held_blocks > a->max_held_blocks)
+        a->max_held_blocks = b->max_held_blocks;
+}
+
+/* Top level and config of a whole document, then every step, before anything runs. */
+static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **steps)
+{
+    static const char *const top_keys[] = {"name", "source", "config", "steps", NULL};
+    if (!json_is_object(root))
+        return conform__fail(c, "the document must be an object");
+    json_t *name = json_object_get(root, "name");
+    json_t *src = json_object_get(root, "source");
+    *steps = json_object_get(root, "steps");
+    if (conform__check_keys(c, root, top_keys, "top level"))
+        return -1;
+    if (!json_is_string(name))
+        return conform__fail(c, "top level: key 'name' must be a string");
+    if (src && !json_is_string(src))
+        return conform__fail(c, "top level: key 'source' must be a string");
+    if (!json_is_array(*steps))
+        return conform__fail(c, "top level: missing key 'steps' (an array)");
+    struct sched_config sc; /* the config's errors come before the steps' */
+    struct kvsim_tiers_config tc;
+    bool offload;
+    if (conform__parse_config(c, json_object_get(root, "config"), &sc, &tc, &offload))
+        return -1;
+    size_t k;
+    json_t *st;
+    json_array_foreach(*steps, k, st)
+    {
+        if (conform__validate_step(c, st, k)) {
+            mark_failed(c, (long)k, st);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
+                           struct kvsim_conform_result *res, struct kvsim_conform_stats *stats)
+{
+    struct kvsim_conform_runner c;
+    json_t *name = json_object_get(doc, "name");
+    runner_init(&c, json_is_string(name) ? json_string_value(name) : "", opt);
+    json_t *steps = NULL;
+    int rc = validate_doc(&c, doc, &steps);
+    if (rc == 0)
+        rc = runner_start(&c, json_object_get(doc, "config"));
+    if (rc == 0) {
+        size_t k;
+        json_t *st;
+        json_array_foreach(steps, k, st)
+        {
+            int r = run_step(&c, st, k);
+            if (r != 0 && r != OP_SKIPPED) {
+                mark_failed(&c, (long)k, st);
+                rc = -1;
+                break;
+            }
+        }
+    }
+    c.failed = rc != 0;
+    fill_result(&c, res);
+    if (stats)
+        *stats = c.stats;
+    runner_fini(&c);
+    return rc ? -1 : 0;
+}

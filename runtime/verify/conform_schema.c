@@ -1,0 +1,586 @@
+/*
+ * conform_schema.c - strict validation of a scenario document (docs/conformance.md): unknown
+ * keys, wrong types and missing fields are errors naming the step and the key; nothing runs
+ * before the whole document passed.
+ */
+#include "runtime/verify/conform_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- strict schema ------------------------------------------------------------------------- */
+
+static bool in_list(const char *key, const char *const *allowed)
+{
+    for (; *allowed; allowed++)
+        if (strcmp(key, *allowed) == 0)
+            return true;
+    return false;
+}
+
+int conform__check_keys(struct kvsim_conform_runner *c, json_t *obj, const char *const *allowed,
+                        const char *where)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val)
+    {
+        (void)val;
+        if (!in_list(key, allowed))
+            return conform__fail(c, "%s: unknown key '%s'", where, key);
+    }
+    return 0;
+}
+
+static bool is_uint(json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
+
+/* Expands a token list (array, repeat, range, concat) into *out. Returns the count or -1. */
+int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
+                          size_t *cap, const char *where)
+{
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e)
+        {
+            if (!is_uint(e) || json_integer_value(e) > UINT32_MAX)
+                return conform__fail(c, "%s: token %zu is not a token id", where, i);
+            if (*n == *cap) {
+                *cap = *cap ? *cap * 2 : 64;
+                kvpool_token *na = realloc(*out, *cap * sizeof *na);
+                if (!na)
+                    return conform__fail(c, "out of memory");
+                *out = na;
+            }
+            (*out)[(*n)++] = (kvpool_token)json_integer_value(e);
+        }
+        return 0;
+    }
+    if (!json_is_object(v))
+        return conform__fail(c, "%s: a token list must be an array or an object", where);
+    json_t *rep = json_object_get(v, "repeat"), *rng = json_object_get(v, "range"),
+           *cat = json_object_get(v, "concat");
+    size_t nkeys = json_object_size(v);
+    if ((rep && (nkeys != 2 || !json_object_get(v, "n"))) || (!rep && nkeys != 1) ||
+        (!rep && !rng && !cat))
+        return conform__fail(c, "%s: expected {\"repeat\",\"n\"}, {\"range\"} or {\"concat\"}",
+                             where);
+    if (rep) {
+        json_t *k = json_object_get(v, "n");
+        if (!is_uint(rep) || json_integer_value(rep) > UINT32_MAX || !is_uint(k) ||
+            json_integer_value(k) > 100000000)
+            return conform__fail(c, "%s: repeat needs a token id and a count n", where);
+        json_t *arr = json_array();
+        for (json_int_t i = 0; i < json_integer_value(k); i++)
+            json_array_append_new(arr, json_integer(json_integer_value(rep)));
+        int rc = conform__tokens_parse(c, arr, out, n, cap, where);
+        json_decref(arr);
+        return rc;
+    }
+    if (rng) {
+        json_t *a = json_array_get(rng, 0), *b = json_array_get(rng, 1);
+        if (!json_is_array(rng) || json_array_size(rng) != 2 || !is_uint(a) || !is_uint(b) ||
+            json_integer_value(b) < json_integer_value(a) ||
+            json_integer_value(b) - json_integer_value(a) > 100000000)
+            return conform__fail(c, "%s: range needs [A, B] with 0 <= A <= B", where);
+        json_t *arr = json_array();
+        for (json_int_t i = json_integer_value(a); i < json_integer_value(b); i++)
+            json_array_append_new(arr, json_integer(i));
+        int rc = conform__tokens_parse(c, arr, out, n, cap, where);
+        json_decref(arr);
+        return rc;
+    }
+    if (cat && json_is_array(cat)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(cat, i, e)
+        {
+            if (conform__tokens_parse(c, e, out, n, cap, where))
+                return -1;
+        }
+        return 0;
+    }
+    return conform__fail(c, "%s: expected {\"repeat\",\"n\"}, {\"range\"} or {\"concat\"}", where);
+}
+
+/* Token list as a JSON array (for comparisons). NULL after a parse error. */
+json_t *conform__tokens_json(struct kvsim_conform_runner *c, json_t *v, const char *where)
+{
+    kvpool_token *t = NULL;
+    size_t n = 0, cap = 0;
+    if (conform__tokens_parse(c, v, &t, &n, &cap, where)) {
+        free(t);
+        return NULL;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_integer(t[i]));
+    free(t);
+    return arr;
+}
+
+static const char *const config_keys[] = {
+    "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "enable_chunked_prefill", "enable_prefix_caching", "policy", "long_prefill_token_threshold",
+    "scheduler_reserve_full_isl", "watermark", "async_scheduling", "defer_block_free",
+    "preempted_victim_guard",
+    /* extensions (docs/conformance.md) */
+    "check_invariants", "check_liveness", "max_futile_preemptions", "scheduler_checks",
+    "legacy_partial_alloc", "offload", NULL};
+
+static int cfg_uint(struct kvsim_conform_runner *c, json_t *cfg, const char *key, uint32_t *dst)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (!v)
+        return 0;
+    if (!is_uint(v) || json_integer_value(v) > UINT32_MAX)
+        return conform__fail(c, "config: key '%s' must be a non-negative integer", key);
+    *dst = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static int cfg_bool(struct kvsim_conform_runner *c, json_t *cfg, const char *key, bool *dst)
+{
+    json_t *v = json_object_get(cfg, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return conform__fail(c, "config: key '%s' must be a boolean", key);
+    *dst = json_is_true(v);
+    return 0;
+}
+
+static const char *const offload_keys[] = {"g2_blocks",
+                                           "g3_blocks",
+                                           "g3_write_through",
+                                           "block_bytes",
+                                           "g1_g2_bytes_per_s",
+                                           "g2_g3_bytes_per_s",
+                                           "permits",
+                                           "max_blocks",
+                                           "fail_rate",
+                                           "seed",
+                                           NULL};
+
+/* The largest tier and the most permits a scenario may ask for. */
+#define MAX_TIER_BLOCKS  (UINT32_C(1) << 24)
+#define MAX_LANE_PERMITS 256
+
+/* A non-negative integer of the offload object in [lo, hi] (absent: *dst unchanged). */
+static int offload_uint(struct kvsim_conform_runner *c, json_t *o, const char *key, uint64_t lo,
+                        uint64_t hi, uint64_t *dst)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return 0;
+    if (!is_uint(v) || (uint64_t)json_integer_value(v) < lo || (uint64_t)json_integer_value(v) > hi)
+        return conform__fail(
+            c, "config: offload: key '%s' must be an integer in [%" PRIu64 ", %" PRIu64 "]", key,
+            lo, hi);
+    *dst = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/*
+ * The `offload` object: G2/G3 tiers behind G1 (docs/conformance.md). Starts from
+ * kvsim_tiers_config_default (the pipeline's lanes, bandwidths and block size) and sets what the
+ * object gives; bandwidths and lane shapes apply to both directions of a tier pair.
+ */
+static int parse_offload(struct kvsim_conform_runner *c, json_t *o, struct kvsim_tiers_config *tc)
+{
+    kvsim_tiers_config_default(tc);
+    if (!json_is_object(o))
+        return conform__fail(c, "config: key 'offload' must be an object");
+    if (conform__check_keys(c, o, offload_keys, "config: offload"))
+        return -1;
+    if (!json_object_get(o, "g2_blocks"))
+        return conform__fail(c, "config: offload: missing key 'g2_blocks'");
+    uint64_t g2 = 0, g3 = 0, bytes = tc->pipe.block_bytes, seed = tc->pipe.seed;
+    uint64_t permits = 0, max_blocks = 0;
+    if (offload_uint(c, o, "g2_blocks", 1, MAX_TIER_BLOCKS, &g2) ||
+        offload_uint(c, o, "g3_blocks", 0, MAX_TIER_BLOCKS, &g3) ||
+        offload_uint(c, o, "block_bytes", 0, UINT64_C(1) << 40, &bytes) ||
+        offload_uint(c, o, "permits", 1, MAX_LANE_PERMITS, &permits) ||
+        offload_uint(c, o, "max_blocks", 1, 64, &max_blocks) ||
+        offload_uint(c, o, "seed", 0, INT64_MAX, &seed))
+        return -1;
+    json_t *v = json_object_get(o, "g3_write_through");
+    if (v && !json_is_boolean(v))
+        return conform__fail(c, "config: offload: key 'g3_write_through' must be a boolean");
+    tc->g3_write_through = json_is_true(v);
+    v = json_object_get(o, "fail_rate");
+    if (v && (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1))
+        return conform__fail(c, "config: offload: key 'fail_rate' must be a number in [0, 1]");
+    if (v)
+        tc->pipe.fail_rate = json_number_value(v);
+    static const char *const bw_keys[2] = {"g1_g2_bytes_per_s", "g2_g3_bytes_per_s"};
+    static const enum offload_lane bw_lanes[2][2] = {{OFFLOAD_LANE_G1_G2, OFFLOAD_LANE_G2_G1},
+                                                     {OFFLOAD_LANE_G2_G3, OFFLOAD_LANE_G3_G2}};
+    for (int k = 0; k < 2; k++) {
+        v = json_object_get(o, bw_keys[k]);
+        if (!v)
+            continue;
+        if (!json_is_integer(v))
+            return conform__fail(c, "config: offload: key '%s' must be an integer (<= 0: instant)",
+                                 bw_keys[k]);
+        for (int d = 0; d < 2; d++)
+            tc->pipe.lanes[bw_lanes[k][d]].bandwidth = json_integer_value(v);
+    }
+    for (int l = 0; l < OFFLOAD_NUM_LANES; l++) {
+        if (permits)
+            tc->pipe.lanes[l].permits = (uint32_t)permits;
+        if (max_blocks)
+            tc->pipe.lanes[l].max_blocks = (uint32_t)max_blocks;
+    }
+    tc->g2_blocks = (uint32_t)g2;
+    tc->g3_blocks = (uint32_t)g3;
+    tc->pipe.block_bytes = bytes;
+    tc->pipe.seed = seed;
+    return 0;
+}
+
+/* Reads config into sc (and, when it has `offload`, into tc with *offload set). */
+int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sched_config *sc,
+                          struct kvsim_tiers_config *tc, bool *offload)
+{
+    sched_config_default(sc);
+    sc->max_num_seqs = 256;
+    sc->check_invariants = true;
+    sc->enable_kv_events = false;
+    *offload = false;
+    c->scheduler_checks = true;
+    if (!cfg)
+        return 0;
+    if (!json_is_object(cfg))
+        return conform__fail(c, "config: must be an object");
+    if (conform__check_keys(c, cfg, config_keys, "config"))
+        return -1;
+    if (cfg_uint(c, cfg, "block_size", &sc->block_size) ||
+        cfg_uint(c, cfg, "num_blocks", &sc->num_blocks) ||
+        cfg_uint(c, cfg, "max_num_seqs", &sc->max_num_seqs) ||
+        cfg_uint(c, cfg, "max_num_batched_tokens", &sc->max_num_batched_tokens) ||
+        cfg_uint(c, cfg, "max_model_len", &sc->max_model_len) ||
+        cfg_uint(c, cfg, "long_prefill_token_threshold", &sc->long_prefill_token_threshold) ||
+        cfg_bool(c, cfg, "enable_chunked_prefill", &sc->enable_chunked_prefill) ||
+        cfg_bool(c, cfg, "enable_prefix_caching", &sc->enable_prefix_caching) ||
+        cfg_bool(c, cfg, "scheduler_reserve_full_isl", &sc->scheduler_reserve_full_isl) ||
+        cfg_bool(c, cfg, "async_scheduling", &sc->async_scheduling) ||
+        cfg_bool(c, cfg, "defer_block_free", &sc->defer_block_free) ||
+        cfg_bool(c, cfg, "preempted_victim_guard", &sc->preempted_victim_guard) ||
+        cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc))
+        return -1;
+    json_t *p = json_object_get(cfg, "policy");
+    if (p) {
+        if (json_is_string(p) && strcmp(json_string_value(p), "fcfs") == 0)
+            sc->policy = SCHED_POLICY_FCFS;
+        else if (json_is_string(p) && strcmp(json_string_value(p), "priority") == 0)
+            sc->policy = SCHED_POLICY_PRIORITY;
+        else
+            return conform__fail(c, "config: key 'policy' must be \"fcfs\" or \"priority\"");
+    }
+    json_t *w = json_object_get(cfg, "watermark");
+    if (w) {
+        if (!json_is_number(w) || json_number_value(w) < 0 || json_number_value(w) >= 1)
+            return conform__fail(c, "config: key 'watermark' must be a number in [0, 1)");
+        sc->watermark = json_number_value(w);
+    }
+    if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants) ||
+        cfg_bool(c, cfg, "check_liveness", &c->check_liveness) ||
+        cfg_bool(c, cfg, "scheduler_checks", &c->scheduler_checks))
+        return -1;
+    json_t *off = json_object_get(cfg, "offload");
+    if (off) {
+        if (parse_offload(c, off, tc))
+            return -1;
+        *offload = true;
+    }
+    json_t *mf = json_object_get(cfg, "max_futile_preemptions");
+    if (mf) {
+        if (!is_uint(mf))
+            return conform__fail(
+                c, "config: key 'max_futile_preemptions' must be a non-negative integer");
+        c->has_max_futile = true;
+        c->max_futile = (uint64_t)json_integer_value(mf);
+    }
+    return 0;
+}
+
+static const char *const expect_keys[] = {
+    "scheduled", "total_scheduled", "new", "resumed", "preempted", "finished", "finish_reason",
+    "running", "waiting", "status", "num_computed_tokens", "num_cached_tokens", "output_tokens",
+    "free_blocks", "free_queue", "free_queue_head", "ref_count", "hit_blocks", "hit_tokens",
+    "blocks", "fail", "ok",
+    /* extensions: virtual time and offload */
+    "now_ns", "held_blocks", "blocked_on_offload", "pending_transfers", "offload", NULL};
+
+struct op_schema {
+    const char *op;
+    const char *const keys[16];
+    const char *const required[4];
+};
+
+static const struct op_schema op_schemas[] = {
+    {"add",
+     {"op", "id", "prompt", "max_tokens", "priority", "arrival", "min_tokens", "stop_token_ids",
+      "eos_token_id", "ignore_eos", "cache_salt", "prompt_logprobs", "external", NULL},
+     {"id", "prompt", "max_tokens", NULL}},
+    {"schedule", {"op", "expect", NULL}, {NULL}},
+    {"output", {"op", "sampled", "finished_recving", "finished_sending", "expect", NULL}, {NULL}},
+    {"abort", {"op", "id", "ids", "expect", NULL}, {NULL}},
+    {"reset_prefix_cache", {"op", "reset_running_requests", "expect", NULL}, {NULL}},
+    {"check", {"op", "expect", NULL}, {"expect", NULL}},
+    {"kv_lookup", {"op", "id", "expect", NULL}, {"id", NULL}},
+    {"kv_allocate",
+     {"op", "id", "num_new_tokens", "use_hits", "expect", NULL},
+     {"id", "num_new_tokens", NULL}},
+    {"kv_free", {"op", "id", "expect", NULL}, {"id", NULL}},
+    /* extension: virtual time */
+    {"advance", {"op", "to_ns", "by_ns", "expect", NULL}, {NULL}},
+};
+
+static const struct op_schema *find_schema(const char *op)
+{
+    for (size_t i = 0; i < sizeof op_schemas / sizeof op_schemas[0]; i++)
+        if (strcmp(op_schemas[i].op, op) == 0)
+            return &op_schemas[i];
+    return NULL;
+}
+
+static bool is_string_array(json_t *v)
+{
+    if (!json_is_array(v))
+        return false;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        if (!json_is_string(e))
+            return false;
+    }
+    return true;
+}
+
+static bool is_map_of(json_t *v, bool (*pred)(json_t *))
+{
+    if (!json_is_object(v))
+        return false;
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e)
+    {
+        (void)k;
+        if (!pred(e))
+            return false;
+    }
+    return true;
+}
+
+static bool is_string(json_t *v) { return json_is_string(v); }
+static bool is_any(json_t *v) { return v != NULL; }
+
+static bool is_uint_array(json_t *v)
+{
+    if (!json_is_array(v))
+        return false;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e)
+    {
+        if (!is_uint(e))
+            return false;
+    }
+    return true;
+}
+
+/* Fields of the `offload` expectation (kvsim_tiers_stats, then sched_offload_counters). */
+static const char *const offload_fields[] = {"g2_resident",     "g3_resident",
+                                             "written_g2",      "written_g3",
+                                             "filtered",        "released_by_relief",
+                                             "dropped",         "failed_blocks",
+                                             "g2_hit_blocks",   "g3_hit_blocks",
+                                             "loads",           "failed_loads",
+                                             "onboard_wait_ns", "g1_g2_batches",
+                                             "g2_g3_batches",   "g3_g2_batches",
+                                             "g2_g1_batches",   "blocked",
+                                             "retry_now",       "onboarded_tokens",
+                                             "g1_miss_blocks",  NULL};
+
+uint64_t conform__offload_field(const struct kvsim_tiers_stats *t,
+                                const struct sched_offload_counters *k, const char *f)
+{
+    const uint64_t vals[] = {
+        t->g2_size,
+        t->g3_size,
+        t->written_g2,
+        t->written_g3,
+        t->filtered,
+        t->released_by_relief,
+        t->dropped,
+        t->failed_blocks,
+        t->g2_hit_blocks,
+        t->g3_hit_blocks,
+        t->loads,
+        t->failed_loads,
+        t->onboard_wait_ns,
+        t->lanes[OFFLOAD_LANE_G1_G2].enqueued,
+        t->lanes[OFFLOAD_LANE_G2_G3].enqueued,
+        t->lanes[OFFLOAD_LANE_G3_G2].enqueued,
+        t->lanes[OFFLOAD_LANE_G2_G1].enqueued,
+        k->blocked,
+        k->retry_now,
+        k->onboarded_tokens,
+        k->g1_miss_blocks,
+    };
+    _Static_assert(sizeof vals / sizeof vals[0] + 1 ==
+                       sizeof offload_fields / sizeof offload_fields[0],
+                   "one value per offload field");
+    for (size_t i = 0; offload_fields[i]; i++)
+        if (!strcmp(offload_fields[i], f))
+            return vals[i];
+    return 0;
+}
+
+static bool is_string_or_null(json_t *v) { return json_is_string(v) || json_is_null(v); }
+
+/* Type rules of the expect keys. */
+static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const char *where)
+{
+    if (!json_is_object(ex))
+        return conform__fail(c, "%s: key 'expect' must be an object", where);
+    if (conform__check_keys(c, ex, expect_keys, where))
+        return -1;
+    const char *k;
+    json_t *v;
+    json_object_foreach(ex, k, v)
+    {
+        bool ok;
+        if (!strcmp(k, "scheduled") || !strcmp(k, "num_computed_tokens") ||
+            !strcmp(k, "num_cached_tokens") || !strcmp(k, "ref_count"))
+            ok = is_map_of(v, is_uint);
+        else if (!strcmp(k, "finish_reason") || !strcmp(k, "status"))
+            ok = is_map_of(v, is_string);
+        else if (!strcmp(k, "output_tokens"))
+            ok = is_map_of(v, is_any);
+        else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
+                 !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
+                 !strcmp(k, "pending_transfers"))
+            ok = is_uint(v);
+        else if (!strcmp(k, "blocked_on_offload"))
+            ok = is_string_or_null(v);
+        else if (!strcmp(k, "offload"))
+            ok = is_map_of(v, is_uint);
+        else if (!strcmp(k, "fail") || !strcmp(k, "ok"))
+            ok = json_is_boolean(v);
+        else if (!strcmp(k, "free_queue") || !strcmp(k, "free_queue_head") ||
+                 !strcmp(k, "hit_blocks") || !strcmp(k, "blocks"))
+            ok = is_uint_array(v);
+        else
+            ok = is_string_array(v);
+        if (!ok)
+            return conform__fail(c, "%s: key '%s' has the wrong type", where, k);
+        if (!strcmp(k, "offload")) {
+            const char *f;
+            json_t *fv;
+            json_object_foreach(v, f, fv)
+            {
+                (void)fv;
+                if (!in_list(f, offload_fields))
+                    return conform__fail(c, "%s: key 'offload': unknown field '%s'", where, f);
+            }
+        }
+        if (!strcmp(k, "status")) {
+            const char *id;
+            json_t *st;
+            json_object_foreach(v, id, st)
+            {
+                if (sched_status_parse(json_string_value(st)) < 0)
+                    return conform__fail(c, "%s: key 'status': unknown state '%s'", where,
+                                         json_string_value(st));
+            }
+        }
+    }
+    return 0;
+}
+
+int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
+{
+    char where[64];
+    snprintf(where, sizeof where, "step %zu", k);
+    if (!json_is_object(st))
+        return conform__fail(c, "%s: must be an object", where);
+    json_t *op = json_object_get(st, "op");
+    if (!json_is_string(op))
+        return conform__fail(c, "%s: missing key 'op' (a string)", where);
+    const struct op_schema *sc = find_schema(json_string_value(op));
+    if (!sc)
+        return conform__fail(c, "%s: key 'op': unknown operation '%s'", where,
+                             json_string_value(op));
+    snprintf(where, sizeof where, "step %zu (%s)", k, sc->op);
+    if (conform__check_keys(c, st, sc->keys, where))
+        return -1;
+    for (size_t i = 0; sc->required[i]; i++)
+        if (!json_object_get(st, sc->required[i]))
+            return conform__fail(c, "%s: missing key '%s'", where, sc->required[i]);
+    const char *key;
+    json_t *v;
+    json_object_foreach(st, key, v)
+    {
+        bool ok = true;
+        if (!strcmp(key, "op"))
+            continue;
+        if (!strcmp(key, "expect")) {
+            if (validate_expect(c, v, where))
+                return -1;
+            continue;
+        }
+        if (!strcmp(key, "id") || !strcmp(key, "cache_salt"))
+            ok = json_is_string(v);
+        else if (!strcmp(key, "to_ns") || !strcmp(key, "by_ns"))
+            ok = is_uint(v) && json_integer_value(v) < MAX_NOW_NS;
+        else if (!strcmp(key, "max_tokens") || !strcmp(key, "min_tokens") ||
+                 !strcmp(key, "num_new_tokens"))
+            ok = is_uint(v) && json_integer_value(v) <= UINT32_MAX;
+        else if (!strcmp(key, "priority") || !strcmp(key, "eos_token_id"))
+            ok = json_is_integer(v);
+        else if (!strcmp(key, "arrival"))
+            ok = json_is_number(v);
+        else if (!strcmp(key, "ignore_eos") || !strcmp(key, "prompt_logprobs") ||
+                 !strcmp(key, "use_hits") || !strcmp(key, "reset_running_requests"))
+            ok = json_is_boolean(v);
+        else if (!strcmp(key, "ids") || !strcmp(key, "finished_recving") ||
+                 !strcmp(key, "finished_sending"))
+            ok = is_string_array(v);
+        else if (!strcmp(key, "stop_token_ids"))
+            ok = is_uint_array(v);
+        else if (!strcmp(key, "sampled"))
+            ok = json_is_object(v);
+        else if (!strcmp(key, "prompt")) {
+            json_t *t = conform__tokens_json(c, v, where);
+            ok = t != NULL;
+            json_decref(t);
+            if (!ok)
+                return -1;
+        } else if (!strcmp(key, "external")) {
+            static const char *const ext_keys[] = {"tokens", "async", NULL};
+            ok = json_is_object(v) && conform__check_keys(c, v, ext_keys, where) == 0 &&
+                 is_uint(json_object_get(v, "tokens")) &&
+                 json_integer_value(json_object_get(v, "tokens")) <= UINT32_MAX &&
+                 (!json_object_get(v, "async") || json_is_boolean(json_object_get(v, "async")));
+            if (!ok && c->err[0])
+                return -1;
+        }
+        if (!ok)
+            return conform__fail(c, "%s: key '%s' has the wrong type", where, key);
+    }
+    if (!strcmp(sc->op, "abort") && !json_object_get(st, "id") == !json_object_get(st, "ids"))
+        return conform__fail(c, "%s: give exactly one of 'id' and 'ids'", where);
+    if (!strcmp(sc->op, "advance") &&
+        !json_object_get(st, "to_ns") == !json_object_get(st, "by_ns"))
+        return conform__fail(c, "%s: give exactly one of 'to_ns' and 'by_ns'", where);
+    return 0;
+}

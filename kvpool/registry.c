@@ -42,6 +42,7 @@
 #include <urcu/wfcqueue.h>
 
 #include "kvpool/kvpool.h"
+#include "kvpool/base.h"
 
 /* ---- ThreadSanitizer happens-before annotations --------------------------------------------- */
 
@@ -138,10 +139,7 @@ static bool tier_valid(enum kvpool_tier tier) { return (unsigned)tier < KVPOOL_N
  * and lfht buckets by the low bits). */
 static unsigned long key_hash(kvpool_hash hash, uint8_t tier)
 {
-    uint64_t x = hash ^ ((uint64_t)tier + 1) * UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return (unsigned long)(x ^ (x >> 31));
+    return (unsigned long)base_mix64(hash ^ ((uint64_t)tier + 1) * BASE_GOLDEN_GAMMA);
 }
 
 static struct reg_entry *node_entry(struct cds_lfht_node *node)

@@ -13,6 +13,8 @@
  */
 #include "offload/offload.h"
 
+#include "kvpool/base.h"
+
 #include <errno.h>
 #include <stdlib.h>
 
@@ -47,15 +49,7 @@ struct offload_tier {
 };
 
 /* splitmix64's finalizer: block hashes may be structured (small integers, strided values). */
-static inline uint32_t mix_of(uint64_t h)
-{
-    h ^= h >> 30;
-    h *= UINT64_C(0xbf58476d1ce4e5b9);
-    h ^= h >> 27;
-    h *= UINT64_C(0x94d049bb133111eb);
-    h ^= h >> 31;
-    return (uint32_t)h;
-}
+static inline uint32_t mix_of(uint64_t h) { return (uint32_t)base_mix64(h); }
 
 /* Table position holding hash, or NIL. */
 static uint32_t find_pos(const struct offload_tier *t, uint64_t hash)

@@ -6,187 +6,13 @@
  * lack of queue space; the only allocations on those paths are the pool's amortized growth of
  * a sequence's block table and, with deferred frees, one entry per deferred free.
  */
-#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- request queues: FCFS deque or PRIORITY heap (§3) -------------------------------------- */
-
-struct rq {
-    enum sched_policy policy;
-    enum sched_queue tag;
-    struct sched_request **a;
-    size_t head, len, cap; /* deque: ring of cap (a power of two); heap: a[0..len) */
-};
-
-static bool prio_less(const struct sched_request *x, const struct sched_request *y)
-{
-    if (x->priority != y->priority)
-        return x->priority < y->priority;
-    if (x->arrival != y->arrival)
-        return x->arrival < y->arrival;
-    return x->add_seq < y->add_seq;
-}
-
-static int rq_reserve(struct rq *q, size_t need)
-{
-    if (need <= q->cap)
-        return 0;
-    size_t nc = q->cap ? q->cap : 16;
-    while (nc < need)
-        nc *= 2;
-    struct sched_request **na = malloc(nc * sizeof *na);
-    if (!na)
-        return -ENOMEM;
-    for (size_t i = 0; i < q->len; i++)
-        na[i] = q->policy == SCHED_POLICY_FCFS ? q->a[(q->head + i) & (q->cap - 1)] : q->a[i];
-    free(q->a);
-    q->a = na;
-    q->cap = nc;
-    q->head = 0;
-    return 0;
-}
-
-static struct sched_request **rq_at(const struct rq *q, size_t i)
-{
-    return &q->a[(q->head + i) & (q->cap - 1)];
-}
-
-static void heap_set(struct rq *q, size_t i, struct sched_request *r)
-{
-    q->a[i] = r;
-    r->qpos = i;
-}
-
-static void heap_up(struct rq *q, size_t i)
-{
-    struct sched_request *r = q->a[i];
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!prio_less(r, q->a[p]))
-            break;
-        heap_set(q, i, q->a[p]);
-        i = p;
-    }
-    heap_set(q, i, r);
-}
-
-static void heap_down(struct rq *q, size_t i)
-{
-    struct sched_request *r = q->a[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= q->len)
-            break;
-        if (c + 1 < q->len && prio_less(q->a[c + 1], q->a[c]))
-            c++;
-        if (!prio_less(q->a[c], r))
-            break;
-        heap_set(q, i, q->a[c]);
-        i = c;
-    }
-    heap_set(q, i, r);
-}
-
-/* Capacity is reserved in sched_add: pushes cannot fail. */
-static void rq_push(struct rq *q, struct sched_request *r, bool front)
-{
-    r->queue = q->tag;
-    if (q->policy == SCHED_POLICY_PRIORITY) { /* "prepend" is an insert for a heap */
-        q->a[q->len++] = r;
-        heap_up(q, q->len - 1);
-        return;
-    }
-    if (front) {
-        q->head = (q->head - 1) & (q->cap - 1);
-        q->a[q->head] = r;
-    } else {
-        *rq_at(q, q->len) = r;
-    }
-    q->len++;
-}
-
-static struct sched_request *rq_peek(const struct rq *q)
-{
-    if (!q->len)
-        return NULL;
-    return q->policy == SCHED_POLICY_PRIORITY ? q->a[0] : *rq_at(q, 0);
-}
-
-static void rq_remove_at(struct rq *q, size_t i)
-{
-    struct sched_request *r;
-    if (q->policy == SCHED_POLICY_PRIORITY) {
-        r = q->a[i];
-        q->len--;
-        if (i < q->len) {
-            heap_set(q, i, q->a[q->len]);
-            heap_down(q, i);
-            heap_up(q, q->a[i]->qpos);
-        }
-    } else {
-        r = *rq_at(q, i);
-        for (size_t k = i; k + 1 < q->len; k++)
-            *rq_at(q, k) = *rq_at(q, k + 1);
-        q->len--;
-    }
-    r->queue = SCHED_Q_NONE;
-}
-
-static struct sched_request *rq_pop(struct rq *q)
-{
-    struct sched_request *r = rq_peek(q);
-    if (!r)
-        return NULL;
-    if (q->policy == SCHED_POLICY_FCFS) {
-        q->head = (q->head + 1) & (q->cap - 1);
-        q->len--;
-        r->queue = SCHED_Q_NONE;
-    } else {
-        rq_remove_at(q, 0);
-    }
-    return r;
-}
-
-static void rq_remove(struct rq *q, struct sched_request *r)
-{
-    if (q->policy == SCHED_POLICY_PRIORITY) {
-        rq_remove_at(q, r->qpos);
-        return;
-    }
-    for (size_t i = 0; i < q->len; i++)
-        if (*rq_at(q, i) == r) {
-            rq_remove_at(q, i);
-            return;
-        }
-}
-
-static int cmp_prio(const void *a, const void *b)
-{
-    const struct sched_request *x = *(const struct sched_request *const *)a;
-    const struct sched_request *y = *(const struct sched_request *const *)b;
-    return prio_less(x, y) ? -1 : prio_less(y, x) ? 1 : 0;
-}
-
-/* Copies the queue in consideration order into out (at most cap). Returns the length. */
-static size_t rq_snapshot(const struct rq *q, struct sched_request **out, size_t cap)
-{
-    size_t n = q->len < cap ? q->len : cap;
-    if (q->policy == SCHED_POLICY_FCFS) {
-        for (size_t i = 0; i < n; i++)
-            out[i] = *rq_at(q, i);
-        return q->len;
-    }
-    if (n == q->len) {
-        memcpy(out, q->a, n * sizeof *out);
-        qsort(out, n, sizeof *out, cmp_prio);
-    }
-    return q->len;
-}
 
 /* ---- the scheduler ------------------------------------------------------------------------- */
 
@@ -394,7 +220,7 @@ static int reserve_requests(struct sched *s, size_t n)
             return -ENOMEM;
         *arrays[i] = na;
     }
-    if (rq_reserve(&s->waiting, nc) || rq_reserve(&s->skipped, nc))
+    if (sched__rq_reserve(&s->waiting, nc) || sched__rq_reserve(&s->skipped, nc))
         return -ENOMEM;
     s->cap_reqs = nc;
     s->cap_running = nc;
@@ -469,7 +295,7 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
     s->live = r;
     s->num_live++;
     s->num_unfinished++;
-    rq_push(&s->waiting, r, false);
+    sched__rq_push(&s->waiting, r, false);
     *out = r;
     return 0;
 }
@@ -604,7 +430,7 @@ static int preempt(struct sched *s, struct sched_request *r)
     r->num_output_placeholders = 0;
     r->num_preemptions++;
     s->num_preemptions++;
-    rq_push(&s->waiting, r, true);
+    sched__rq_push(&s->waiting, r, true);
     s->pending_preempted[s->num_pending_preempted++] = r;
     transition(s, r, SCHED_T_PREEMPTED);
     return rc;
@@ -617,9 +443,9 @@ static int finish(struct sched *s, struct sched_request *r, enum sched_status st
     if (r->queue == SCHED_Q_RUNNING)
         running_remove_at(s, running_index(s, r));
     else if (r->queue == SCHED_Q_WAITING)
-        rq_remove(&s->waiting, r);
+        sched__rq_remove(&s->waiting, r);
     else if (r->queue == SCHED_Q_SKIPPED)
-        rq_remove(&s->skipped, r);
+        sched__rq_remove(&s->skipped, r);
     inflight_remove(s, r);
     if (r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) {
         r->free_delayed = true; /* the load still writes these blocks (§5.1) */
@@ -955,7 +781,7 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         struct sched_request *r = rq_peek(q);
         if (r->status == SCHED_WAITING_FOR_REMOTE_KVS) {
             if (!r->recv_finished) {
-                rq_pop(q);
+                sched__rq_pop(q);
                 s->tmp_skipped[nskipped++] = r;
                 continue;
             }
@@ -1038,7 +864,7 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             r->num_cached_tokens = (int64_t)(hits.num_tokens + external);
         if (c->offload && r->num_computed_tokens == 0)
             s->offload_counters.g1_miss_blocks += r->kv.num_hashes - hits.num_blocks;
-        rq_pop(q);
+        sched__rq_pop(q);
         if (load_async) {
             r->status = SCHED_WAITING_FOR_REMOTE_KVS;
             r->num_computed_tokens = computed;
@@ -1071,7 +897,7 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
     }
     /* Skipped requests go back ahead of older skipped ones, keeping their order. */
     for (size_t k = nskipped; k > 0; k--)
-        rq_push(&s->skipped, s->tmp_skipped[k - 1], true);
+        sched__rq_push(&s->skipped, s->tmp_skipped[k - 1], true);
     return rc;
 }
 
@@ -1287,8 +1113,8 @@ uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **ou
 {
     size_t total = s->skipped.len + s->waiting.len;
     if (out && cap >= total) {
-        rq_snapshot(&s->skipped, out, cap);
-        rq_snapshot(&s->waiting, out + s->skipped.len, cap - s->skipped.len);
+        sched__rq_snapshot(&s->skipped, out, cap);
+        sched__rq_snapshot(&s->waiting, out + s->skipped.len, cap - s->skipped.len);
     }
     return (uint32_t)total;
 }

@@ -4,6 +4,8 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/tiers.h"
 
+#include "kvpool/base.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -43,9 +45,7 @@ struct kvsim_engine {
  * unlike any prompt token so outputs never fake prefix hits across requests. */
 static kvpool_token output_token(uint32_t req, uint32_t k)
 {
-    uint64_t x = ((uint64_t)req << 32 | k) + UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    uint64_t x = base_splitmix64((uint64_t)req << 32 | k);
     return (kvpool_token)(0xc0000000u | ((uint32_t)(x >> 33) & 0x3fffffffu));
 }
 
@@ -64,7 +64,7 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     int rc = 0;
     if (cfg->tiers) {
         struct kvsim_tiers_config tc = *cfg->tiers;
-        tc.pipe.seed ^= (uint64_t)cfg->id * UINT64_C(0x9e3779b97f4a7c15); /* per-engine stream */
+        tc.pipe.seed ^= (uint64_t)cfg->id * BASE_GOLDEN_GAMMA; /* per-engine stream */
         tc.g3_engine = cfg->id; /* this engine's slot in a shared G3 */
         rc = kvsim_tiers_create(&tc, &e->tiers);
         sc.offload = &kvsim_tiers_sched_ops;

@@ -20,19 +20,19 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include <urcu/wfcqueue.h>
 
 #include "runtime/replay/replay.h"
+
+#include "kvpool/base.h"
 #include "runtime/runtime.h"
 
 /* ---- barrier -----------------------------------------------------------------------------------
@@ -59,16 +59,16 @@ static void barrier_wait(struct barrier *b)
         atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
         /* Release: everything written before the barrier is visible after it. */
         atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
-        syscall(SYS_futex, &b->generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        base_futex_wake(&b->generation, INT_MAX);
         return;
     }
     for (int spin = 0; spin < 500; spin++) {
         if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
             return;
-        __builtin_ia32_pause();
+        base_cpu_relax();
     }
     while (atomic_load_explicit(&b->generation, memory_order_acquire) == gen)
-        syscall(SYS_futex, &b->generation, FUTEX_WAIT_PRIVATE, gen, NULL, NULL, 0);
+        base_futex_wait(&b->generation, gen, -1);
 }
 
 /* ---- the replay ----------------------------------------------------------------------------- */
@@ -127,7 +127,7 @@ struct replay {
     uint32_t cap_hashes;
     /* progress */
     bool progress;
-    struct timespec last_progress;
+    int64_t last_progress; /* wall ns */
 };
 
 struct event_ctx {
@@ -135,13 +135,6 @@ struct event_ctx {
     uint32_t engine;
     int rc;
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static bool fu_less(const struct follow_up *a, const struct follow_up *b)
 {
@@ -428,13 +421,10 @@ static void show_progress(struct replay *rp, bool final)
 {
     if (!rp->progress)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double dt = (double)(ts.tv_sec - rp->last_progress.tv_sec) +
-                (double)(ts.tv_nsec - rp->last_progress.tv_nsec) / 1e9;
-    if (!final && dt < 0.2)
+    int64_t now = base_monotonic_ns();
+    if (!final && now - rp->last_progress < 200000000)
         return;
-    rp->last_progress = ts;
+    rp->last_progress = now;
     double frac = rp->trace.num_reqs ? (double)rp->routed / (double)rp->trace.num_reqs : 1;
     int filled = (int)(frac * 30);
     bool online = rp->rcu_online;
@@ -566,7 +556,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         snprintf(err, errlen, "--engines and --threads must be at least 1");
         return -EINVAL;
     }
-    int64_t wall0 = now_ns();
+    int64_t wall0 = base_monotonic_ns();
     if (cfg->trace_path) {
         rc = kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp.trace, err, errlen);
     } else {
@@ -675,7 +665,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rp.min_delay == INT64_MAX)
         rp.min_delay = 0;
     rp.progress = !cfg->quiet && isatty(STDERR_FILENO);
-    clock_gettime(CLOCK_MONOTONIC, &rp.last_progress);
+    rp.last_progress = base_monotonic_ns();
 
     pthread_t *threads = NULL;
     struct worker_arg *args = NULL;
@@ -737,7 +727,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     free(threads);
     free(args);
     show_progress(&rp, true);
-    int64_t wall = now_ns() - wall0;
+    int64_t wall = base_monotonic_ns() - wall0;
     if (rc == 0) {
         kvsim_metrics_mark_incomplete(rp.metrics);
         struct kvsim_report_run run = {

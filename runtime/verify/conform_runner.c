@@ -460,19 +460,9 @@ const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_
 
 int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *c) { return c->now_ns; }
 
-bool kvsim_conform_runner_has_offload(const struct kvsim_conform_runner *c)
-{
-    return c->tiers != NULL;
-}
-
 int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *c)
 {
     return c->tiers ? kvsim_tiers_next_deadline(c->tiers) : OFFLOAD_NEVER;
-}
-
-uint32_t kvsim_conform_runner_pending_transfers(const struct kvsim_conform_runner *c)
-{
-    return c->tiers ? kvsim_tiers_pending(c->tiers) : 0;
 }
 
 void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvpool/base.h"
 #include "runtime/verify/verify.h"
 #include "sched/sched.h"
 
@@ -29,13 +30,7 @@ struct rng {
     uint64_t s;
 };
 
-static uint64_t rng_next(struct rng *r)
-{
-    uint64_t z = (r->s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(struct rng *r) { return base_splitmix64_next(&r->s); }
 
 /* Uniform in [0, n) (the modulo bias is irrelevant at these sizes); 0 when n is 0. */
 static uint64_t rng_below(struct rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; }

@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kvpool/base.h"
 #include "offload/offload.h"
 #include "runtime/verify/verify.h"
 
@@ -72,20 +73,9 @@ static void violation(const char *fmt, ...)
     }
 }
 
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(uint64_t *s) { return base_splitmix64_next(s); }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)base_monotonic_ns() * 1e-9; }
 
 /* debug_yield: widen race windows at the pipeline's marked points. */
 static _Thread_local uint64_t yield_rng;

@@ -48,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kvpool/base.h"
 #include "kvpool/kvpool.h"
 #include "runtime/verify/verify.h"
 
@@ -102,17 +103,11 @@ static struct {
 /* ---- deterministic schedule -------------------------------------------------------------------
  */
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
+static uint64_t splitmix64(uint64_t x) { return base_splitmix64(x); }
 
 static uint64_t rng_next(uint64_t *s)
 {
-    *s += UINT64_C(0x9e3779b97f4a7c15);
+    *s += BASE_GOLDEN_GAMMA; /* then splitmix64 of it: this stream's own (pinned) recipe */
     return splitmix64(*s);
 }
 
@@ -168,12 +163,7 @@ static void violation(const char *fmt, ...)
     pthread_mutex_unlock(&g.msg_lock);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return (double)base_monotonic_ns() * 1e-9; }
 
 /* ---- writers ----------------------------------------------------------------------------------
  */

@@ -138,14 +138,10 @@ size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *r,
 const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *r);
 /* Virtual time (ns; moved by `advance` ops only). */
 int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *r);
-/* Whether the scenario has offload tiers (config `offload`). */
-bool kvsim_conform_runner_has_offload(const struct kvsim_conform_runner *r);
 /* The tiers' earliest transfer end (kvsim_tiers_next_deadline; may be <= now when a transfer is
  * due but not applied yet: the next advance applies it), or OFFLOAD_NEVER (INT64_MAX) when
  * nothing is pending or there are no tiers. */
 int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *r);
-/* Transfers enqueued and not yet drained (kvsim_tiers_pending; 0 without tiers). */
-uint32_t kvsim_conform_runner_pending_transfers(const struct kvsim_conform_runner *r);
 
 /* Adds b into a. */
 void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b);

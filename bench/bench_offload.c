@@ -73,7 +73,6 @@
 
 #include "bench_util.h"
 #include "offload/offload.h"
-#include "runtime/replay/replay.h"
 #include "runtime/runtime.h"
 
 #ifndef KVSIM_SOURCE_DIR
@@ -84,7 +83,7 @@
 #define PROG               "bench_offload"
 #define DEFAULT_JSON       "bench/results/bench_offload.json"
 #define NUM_ENGINES        8u
-#define QUICK_MAX_REQUESTS 1000u
+#define QUICK_MAX_REQUESTS BENCH_QUICK_MAX_REQUESTS
 #define MAX_REPS           100u
 #define BLOCK_SIZE         16u
 #define G1_BLOCKS          5120u            /* per engine, null block included */
@@ -93,64 +92,9 @@
 #define POOL_WORKERS       2u               /* offload_threads of the pool executor */
 #define ROUTER             KVSIM_ROUTER_KV
 
-/* ---- options -------------------------------------------------------------------------------- */
-
-struct options {
-    const char *trace_path;
-    const char *json_path;
-    unsigned reps;
-    bool quick;
-};
-
 /* ---- small utilities ------------------------------------------------------------------------ */
 
 static double ratio_of(double num, double den) { return den != 0 ? num / den : 0.0; }
-
-/* ---- the digest of a report ----------------------------------------------------------------- */
-
-/* Everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns, speed,
- * wall_requests_per_s), field by field (no padding bytes), offload section included, hashed with
- * XXH3-64 (bench_dig_report() and the offload section below). */
-static void dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o)
-{
-    bench_dig_u64(d, o->enabled ? 1 : 0);
-    for (int l = 0; l < 4; l++) {
-        bench_dig_u64(d, o->lanes[l].batches);
-        bench_dig_u64(d, o->lanes[l].blocks);
-        bench_dig_u64(d, o->lanes[l].bytes);
-        bench_dig_u64(d, o->lanes[l].failed);
-        bench_dig_u64(d, o->lanes[l].cancelled);
-    }
-    bench_dig_u64(d, o->g1_miss_blocks);
-    bench_dig_u64(d, o->g2_hit_blocks);
-    bench_dig_u64(d, o->g3_hit_blocks);
-    bench_dig_f64(d, o->g2_hit_rate);
-    bench_dig_f64(d, o->g3_hit_rate);
-    bench_dig_u64(d, o->onboarded_tokens);
-    bench_dig_u64(d, o->recomputed_tokens);
-    bench_dig_u64(d, o->loads);
-    bench_dig_u64(d, o->failed_loads);
-    bench_dig_u64(d, o->blocked);
-    bench_dig_u64(d, o->retry_now);
-    bench_dig_i64(d, o->blocked_ns);
-    bench_dig_i64(d, o->onboard_wait_ns);
-    bench_dig_u64(d, o->written_g2);
-    bench_dig_u64(d, o->written_g3);
-    bench_dig_u64(d, o->filtered);
-    bench_dig_u64(d, o->dropped);
-    bench_dig_u64(d, o->failed_blocks);
-    bench_dig_u64(d, o->g2_resident);
-    bench_dig_u64(d, o->g3_resident);
-}
-
-static uint64_t report_digest(const struct kvsim_report *r)
-{
-    struct bench_digest d;
-    bench_digest_init(&d);
-    bench_dig_report(&d, r);
-    dig_offload(&d, &r->offload);
-    return bench_digest_value(&d);
-}
 
 /* ---- configurations and the child process --------------------------------------------------- */
 
@@ -190,193 +134,16 @@ static uint32_t g3_blocks_of(const struct run_cfg *c)
     return c->tiers == TIERS_G2G3 ? G3_BLOCKS : 0;
 }
 
-/* What a child sends back (a plain struct through a pipe: same binary on both ends). */
-struct child_msg {
-    int32_t rc; /* 0, or the negative errno of the replay */
-    int64_t wall_ns;
-    int64_t report_wall_ns;
-    int64_t duration_ns; /* simulated: first arrival to last completion */
-    uint64_t num_requests, completed, rejected, incomplete, preemptions;
-    uint64_t input_tokens, output_tokens, cached_tokens;
-    double prefix_cache_reuse;
-    struct kvsim_latency ttft; /* ns */
-    struct kvsim_offload_summary offload;
-    uint64_t digest;
-    char err[256];
+/* The configurations, in run order within a repetition. */
+static const struct run_cfg configs[] = {
+    {.tiers = TIERS_G1, .pool = false, .threads = 1},
+    {.tiers = TIERS_G2, .pool = false, .threads = 1},
+    {.tiers = TIERS_G2G3, .pool = false, .threads = 1},
+    {.tiers = TIERS_G2G3, .pool = true, .threads = 1},
+    {.tiers = TIERS_G2G3, .pool = false, .threads = 2},
+    {.tiers = TIERS_G2G3, .pool = true, .threads = 2},
 };
-
-/* One repetition of one configuration, as the parent sees it. */
-struct rep_result {
-    bool ok;
-    struct child_msg msg;
-    int64_t utime_ns, stime_ns;
-    long maxrss_kib;
-    char failure[320];
-};
-
-static void child_replay(const struct options *o, const struct run_cfg *c, struct child_msg *msg)
-{
-    struct kvsim_replay_config cfg;
-    kvsim_replay_config_default(&cfg);
-    cfg.trace_path = o->trace_path;
-    if (o->quick)
-        cfg.trace_opts.max_requests = QUICK_MAX_REQUESTS;
-    cfg.num_engines = NUM_ENGINES;
-    cfg.num_threads = c->threads;
-    cfg.router = ROUTER;
-    cfg.sched.block_size = BLOCK_SIZE;
-    cfg.sched.num_blocks = G1_BLOCKS;
-    cfg.quiet = true;
-    if (c->tiers != TIERS_G1) {
-        cfg.offload = true;
-        cfg.tiers.g2_blocks = g2_blocks_of(c);
-        cfg.tiers.g3_blocks = g3_blocks_of(c);
-        cfg.offload_pool = c->pool;
-        cfg.offload_threads = POOL_WORKERS;
-    }
-    struct kvsim_report rep;
-    memset(&rep, 0, sizeof rep);
-    int64_t t0 = bench_now_ns();
-    int rc = kvsim_replay_run(&cfg, &rep, msg->err, sizeof msg->err);
-    msg->wall_ns = bench_now_ns() - t0;
-    msg->rc = rc;
-    if (rc)
-        return;
-    if (rep.offload.enabled != cfg.offload) {
-        msg->rc = -EPROTO;
-        snprintf(msg->err, sizeof msg->err, "the report's offload section is %s",
-                 rep.offload.enabled ? "filled without tiers" : "missing");
-        return;
-    }
-    msg->report_wall_ns = rep.wall_ns;
-    msg->duration_ns = rep.duration_ns;
-    msg->num_requests = rep.num_requests;
-    msg->completed = rep.completed;
-    msg->rejected = rep.rejected;
-    msg->incomplete = rep.incomplete;
-    msg->preemptions = rep.preemptions;
-    msg->input_tokens = rep.input_tokens;
-    msg->output_tokens = rep.output_tokens;
-    msg->cached_tokens = rep.cached_tokens;
-    msg->prefix_cache_reuse = rep.prefix_cache_reuse;
-    msg->ttft = rep.ttft;
-    msg->offload = rep.offload;
-    msg->digest = report_digest(&rep);
-}
-
-struct child_job {
-    const struct options *o;
-    const struct run_cfg *c;
-};
-
-static void child_main(const void *arg, void *msg)
-{
-    const struct child_job *j = arg;
-    child_replay(j->o, j->c, msg);
-}
-
-/* Runs one configuration in a child process; fills *res. Returns res->ok. */
-static bool run_child(const struct options *o, const struct run_cfg *c, struct rep_result *res)
-{
-    memset(res, 0, sizeof *res);
-    struct child_job job = {o, c};
-    struct bench_child_usage ru;
-    bool ran = bench_run_forked(child_main, &job, &res->msg, sizeof res->msg, &ru, res->failure,
-                                sizeof res->failure);
-    res->utime_ns = ru.utime_ns;
-    res->stime_ns = ru.stime_ns;
-    res->maxrss_kib = ru.maxrss_kib;
-    if (!ran)
-        return false;
-    if (res->msg.rc != 0) {
-        res->msg.err[sizeof res->msg.err - 1] = '\0';
-        snprintf(res->failure, sizeof res->failure, "%s (%s)",
-                 res->msg.err[0] ? res->msg.err : "replay failed", strerror(-res->msg.rc));
-        return false;
-    }
-    if (res->msg.digest == 0) {
-        snprintf(res->failure, sizeof res->failure, "report digest overflow");
-        return false;
-    }
-    res->ok = true;
-    return true;
-}
-
-/* ---- figures ----------------------------------------------------------------------------------
- */
-
-struct figures {
-    double wall_s;
-    double cpu_s;              /* user + system, all threads of the child */
-    double cpu_ns_per_out_tok; /* cpu / output tokens of completed requests */
-    double peak_rss_mib;
-    double speed; /* simulated s per wall s */
-};
-
-static struct figures figures_of(const struct rep_result *r)
-{
-    struct figures f;
-    memset(&f, 0, sizeof f);
-    f.wall_s = (double)r->msg.wall_ns * 1e-9;
-    f.cpu_s = (double)(r->utime_ns + r->stime_ns) * 1e-9;
-    f.peak_rss_mib = (double)r->maxrss_kib / 1024.0;
-    if (f.wall_s > 0)
-        f.speed = (double)r->msg.duration_ns * 1e-9 / f.wall_s;
-    if (r->msg.output_tokens)
-        f.cpu_ns_per_out_tok = (double)(r->utime_ns + r->stime_ns) / (double)r->msg.output_tokens;
-    return f;
-}
-
-/* Prompt tokens of completed requests not served from a cache at first admission: the
- * computed-token measure every run has (the G1-only report has no offload section). */
-static uint64_t first_admission_computed(const struct child_msg *m)
-{
-    return m->input_tokens >= m->cached_tokens ? m->input_tokens - m->cached_tokens : 0;
-}
-
-/* The engines' count of computed prompt tokens where there is one, else the measure above. */
-static uint64_t computed_tokens(const struct child_msg *m)
-{
-    return m->offload.enabled ? m->offload.recomputed_tokens : first_admission_computed(m);
-}
-
-/* All repetitions of one configuration. */
-struct config_result {
-    struct run_cfg cfg;
-    struct rep_result *reps;
-    unsigned num_reps;
-    int best; /* index of the fastest successful repetition, -1 if none */
-    bool ok;  /* every repetition succeeded */
-    bool reps_identical;
-};
-
-static void finish_config(struct config_result *cr)
-{
-    cr->best = -1;
-    cr->ok = true;
-    cr->reps_identical = true;
-    for (unsigned i = 0; i < cr->num_reps; i++) {
-        const struct rep_result *r = &cr->reps[i];
-        if (!r->ok) {
-            cr->ok = false;
-            continue;
-        }
-        if (cr->best < 0) {
-            cr->best = (int)i;
-            continue;
-        }
-        const struct rep_result *b = &cr->reps[cr->best];
-        if (r->msg.digest != b->msg.digest)
-            cr->reps_identical = false;
-        if (r->msg.wall_ns < b->msg.wall_ns)
-            cr->best = (int)i;
-    }
-}
-
-static const struct rep_result *best_of(const struct config_result *cr)
-{
-    return cr && cr->best >= 0 ? &cr->reps[cr->best] : NULL;
-}
+#define NUM_CONFIGS (sizeof configs / sizeof configs[0])
 
 static const char *config_label(const struct run_cfg *c, char *buf, size_t len)
 {
@@ -385,6 +152,52 @@ static const char *config_label(const struct run_cfg *c, char *buf, size_t len)
     else
         snprintf(buf, len, "%s %s", tiers_label(c->tiers), executor_label(c));
     return buf;
+}
+
+static void describe(const void *ctx, size_t i, struct bench_config *c)
+{
+    (void)ctx;
+    config_label(&configs[i], c->label, sizeof c->label);
+    c->threads = configs[i].threads;
+}
+
+/* The digest covers the offload section too, which must be there exactly with tiers. */
+static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
+{
+    const struct run_cfg *c = &configs[i];
+    struct kvsim_replay_config cfg;
+    bench_trace_replay_config(ctx, &cfg);
+    cfg.num_engines = NUM_ENGINES;
+    cfg.num_threads = c->threads;
+    cfg.router = ROUTER;
+    cfg.sched.block_size = BLOCK_SIZE;
+    cfg.sched.num_blocks = G1_BLOCKS;
+    if (c->tiers != TIERS_G1) {
+        cfg.offload = true;
+        cfg.tiers.g2_blocks = g2_blocks_of(c);
+        cfg.tiers.g3_blocks = g3_blocks_of(c);
+        cfg.offload_pool = c->pool;
+        cfg.offload_threads = POOL_WORKERS;
+    }
+    bench_replay_child(&cfg, true, msg);
+    if (msg->rc == 0 && msg->offload.enabled != cfg.offload) {
+        msg->rc = -EPROTO;
+        snprintf(msg->err, sizeof msg->err, "the report's offload section is %s",
+                 msg->offload.enabled ? "filled without tiers" : "missing");
+    }
+}
+
+/* Prompt tokens of completed requests not served from a cache at first admission: the
+ * computed-token measure every run has (the G1-only report has no offload section). */
+static uint64_t first_admission_computed(const struct bench_msg *m)
+{
+    return m->input_tokens >= m->cached_tokens ? m->input_tokens - m->cached_tokens : 0;
+}
+
+/* The engines' count of computed prompt tokens where there is one, else the measure above. */
+static uint64_t computed_tokens(const struct bench_msg *m)
+{
+    return m->offload.enabled ? m->offload.recomputed_tokens : first_admission_computed(m);
 }
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
@@ -397,17 +210,6 @@ static void set_int(json_t *o, const char *key, uint64_t v)
 static void set_real(json_t *o, const char *key, double v)
 {
     json_object_set_new(o, key, json_real(v));
-}
-
-static json_t *fig_json(const struct figures *f)
-{
-    json_t *j = json_object();
-    set_real(j, "wall_s", f->wall_s);
-    set_real(j, "cpu_s", f->cpu_s);
-    set_real(j, "cpu_ns_per_output_token", f->cpu_ns_per_out_tok);
-    set_real(j, "peak_rss_mib", f->peak_rss_mib);
-    set_real(j, "simulated_to_wall_speed", f->speed);
-    return j;
 }
 
 static json_t *offload_json(const struct kvsim_offload_summary *o)
@@ -451,52 +253,29 @@ static json_t *offload_json(const struct kvsim_offload_summary *o)
 }
 
 /* The simulated results of one run (executor- and thread-independent). */
-static json_t *sim_json(const struct child_msg *m)
+static json_t *sim_json(const struct bench_msg *m)
 {
     json_t *j = json_object();
-    char dig[32];
-    snprintf(dig, sizeof dig, "%016" PRIx64, m->digest);
-    json_object_set_new(j, "digest_xxh3", json_string(dig));
-    set_int(j, "requests", m->num_requests);
-    set_int(j, "completed", m->completed);
-    set_int(j, "rejected", m->rejected);
-    set_int(j, "incomplete", m->incomplete);
-    set_int(j, "preemptions", m->preemptions);
-    set_int(j, "input_tokens", m->input_tokens);
-    set_int(j, "output_tokens", m->output_tokens);
-    set_int(j, "cached_tokens", m->cached_tokens);
+    bench_msg_json_add(j, m);
     set_real(j, "prefix_cache_reuse", m->prefix_cache_reuse);
     set_int(j, "first_admission_computed_tokens", first_admission_computed(m));
     set_real(j, "ttft_p50_ms", m->ttft.p50 * 1e-6);
     set_real(j, "ttft_p99_ms", m->ttft.p99 * 1e-6);
     set_real(j, "ttft_mean_ms", m->ttft.mean * 1e-6);
-    set_real(j, "simulated_s", (double)m->duration_ns * 1e-9);
     json_object_set_new(j, "offload", offload_json(&m->offload));
     return j;
 }
 
-static json_t *rep_json(const struct rep_result *r)
+static void rep_sim_json(json_t *rep, const struct bench_msg *m)
 {
-    if (!r->ok)
-        return json_pack("{s:b, s:s}", "ok", 0, "failure", r->failure);
-    struct figures f = figures_of(r);
-    json_t *j = json_object();
-    json_object_set_new(j, "ok", json_true());
-    json_object_set_new(j, "figures", fig_json(&f));
-    set_real(j, "utime_s", (double)r->utime_ns * 1e-9);
-    set_real(j, "stime_s", (double)r->stime_ns * 1e-9);
-    set_real(j, "report_wall_s", (double)r->msg.report_wall_ns * 1e-9);
-    json_object_set_new(j, "peak_rss_kib", json_integer((json_int_t)r->maxrss_kib));
-    json_object_set_new(j, "simulation", sim_json(&r->msg));
-    return j;
+    json_object_set_new(rep, "simulation", sim_json(m));
 }
 
-static json_t *config_json(const struct config_result *cr)
+static json_t *config_json(const struct bench_suite *s, size_t i)
 {
-    const struct run_cfg *c = &cr->cfg;
-    json_t *j = json_object();
-    char label[64];
-    json_object_set_new(j, "configuration", json_string(config_label(c, label, sizeof label)));
+    const struct run_cfg *c = &configs[i];
+    json_t *j = bench_config_json(s, i);
+    json_object_set_new(j, "configuration", json_string(s->configs[i].label));
     json_object_set_new(j, "tiers", json_string(tiers_label(c->tiers)));
     json_object_set_new(j, "executor", json_string(executor_label(c)));
     set_int(j, "threads", c->threads);
@@ -504,22 +283,8 @@ static json_t *config_json(const struct config_result *cr)
     set_int(j, "g2_blocks", g2_blocks_of(c));
     set_int(j, "g3_blocks", g3_blocks_of(c));
     set_int(j, "pool_workers", c->tiers != TIERS_G1 && c->pool ? POOL_WORKERS : 0);
-    json_object_set_new(j, "ok", json_boolean(cr->ok));
-    json_object_set_new(j, "repetitions_identical", json_boolean(cr->reps_identical));
-    const struct rep_result *b = best_of(cr);
-    json_object_set_new(j, "best_repetition", b ? json_integer(cr->best) : json_null());
-    if (b) {
-        struct figures f = figures_of(b);
-        json_object_set_new(j, "best", fig_json(&f));
-        json_object_set_new(j, "simulation", sim_json(&b->msg));
-    } else {
-        json_object_set_new(j, "best", json_null());
-        json_object_set_new(j, "simulation", json_null());
-    }
-    json_t *reps = json_array();
-    for (unsigned i = 0; i < cr->num_reps; i++)
-        json_array_append_new(reps, rep_json(&cr->reps[i]));
-    json_object_set_new(j, "repetitions", reps);
+    const struct bench_rep *b = bench_best(&s->configs[i]);
+    json_object_set_new(j, "simulation", b ? sim_json(&b->msg) : json_null());
     return j;
 }
 
@@ -553,70 +318,18 @@ static void usage(FILE *out)
             DEFAULT_JSON, QUICK_MAX_REQUESTS);
 }
 
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    static const struct option longopts[] = {
-        {"trace", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
-        {"reps", required_argument, NULL, 'r'},  {"quick", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
-    o->trace_path = DEFAULT_TRACE;
-    o->json_path = DEFAULT_JSON;
-    o->reps = 1;
-    o->quick = false;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            if (bench_opt_path(PROG, "--trace", optarg, &o->trace_path))
-                return 2;
-            break;
-        case 'j':
-            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
-                return 2;
-            break;
-        case 'r':
-            if (bench_opt_reps(PROG, optarg, MAX_REPS, &o->reps))
-                return 2;
-            break;
-        case 'q': o->quick = true; break;
-        case 'h': usage(stdout); return 1;
-        default: return bench_opt_bad(PROG);
-        }
-    }
-    return bench_opt_no_operands(PROG, argc, argv);
-}
-
 /* ---- main ------------------------------------------------------------------------------------
  */
 
-/* The configurations, in run order within a repetition. */
-static const struct run_cfg configs[] = {
-    {.tiers = TIERS_G1, .pool = false, .threads = 1},
-    {.tiers = TIERS_G2, .pool = false, .threads = 1},
-    {.tiers = TIERS_G2G3, .pool = false, .threads = 1},
-    {.tiers = TIERS_G2G3, .pool = true, .threads = 1},
-    {.tiers = TIERS_G2G3, .pool = false, .threads = 2},
-    {.tiers = TIERS_G2G3, .pool = true, .threads = 2},
-};
-#define NUM_CONFIGS (sizeof configs / sizeof configs[0])
-
-static const struct config_result *find_config(const struct config_result *crs,
-                                               enum tiers_kind tiers, bool pool, uint32_t threads)
+static const struct bench_config *find_config(const struct bench_config *runs,
+                                              enum tiers_kind tiers, bool pool, uint32_t threads)
 {
     for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        const struct run_cfg *c = &crs[i].cfg;
+        const struct run_cfg *c = &configs[i];
         if (c->tiers == tiers && c->pool == pool && c->threads == threads)
-            return &crs[i];
+            return &runs[i];
     }
     return NULL;
-}
-
-static void print_rule(void)
-{
-    printf("%.*s\n", 118,
-           "----------------------------------------------------------------------------------"
-           "----------------------------------------------------------------------------------");
 }
 
 /* "what  a -> b  b/a" (fmt NULL: a and b with thousands separators); "-" if !have. */
@@ -644,32 +357,19 @@ static json_t *ratio_json(double a, double b)
 
 int main(int argc, char **argv)
 {
-    struct options opt;
-    int prc = parse_options(argc, argv, &opt);
+    struct bench_trace_opts opt;
+    int prc = bench_trace_parse_options(argc, argv, PROG, DEFAULT_TRACE, DEFAULT_JSON, MAX_REPS,
+                                        usage, &opt);
     if (prc == 1)
         return 0;
-    if (prc)
+    if (prc || (prc = bench_trace_check(PROG, &opt)))
         return prc;
-    if (access(opt.trace_path, R_OK) != 0) {
-        fprintf(stderr,
-                "bench_offload: trace %s is not readable: %s\n"
-                "bench_offload: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
-                opt.trace_path, strerror(errno));
-        return 2;
-    }
 
     char date[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    bench_utc_date(date, sizeof date);
     struct kvsim_replay_config defaults;
     kvsim_replay_config_default(&defaults);
-    printf("bench_offload: %s, allocator %s, %ld CPUs, %s run, best of %u repetition%s\n",
-           kvsim_version(), kvsim_allocator(), nproc, opt.quick ? "quick" : "full", opt.reps,
-           opt.reps == 1 ? "" : "s");
-    printf("trace %s%s\n", opt.trace_path, opt.quick ? " (first 1000 requests)" : "");
+    bench_trace_print_header(PROG, &opt);
     printf("%u engines, kv router, %u-token blocks; per engine G1 %u blocks (%u usable tokens), "
            "G2 %u, G3 %u blocks\n",
            NUM_ENGINES, BLOCK_SIZE, G1_BLOCKS, (G1_BLOCKS - 1) * BLOCK_SIZE, G2_BLOCKS, G3_BLOCKS);
@@ -679,55 +379,34 @@ int main(int argc, char **argv)
            (double)defaults.tiers.pipe.lanes[OFFLOAD_LANE_G1_G2].bandwidth * 1e-9,
            (double)defaults.tiers.pipe.lanes[OFFLOAD_LANE_G2_G3].bandwidth * 1e-9, POOL_WORKERS);
 
-    struct config_result crs[NUM_CONFIGS];
-    memset(crs, 0, sizeof crs);
-    for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        crs[i].cfg = configs[i];
-        crs[i].num_reps = opt.reps;
-        crs[i].reps = calloc(opt.reps, sizeof *crs[i].reps);
-        if (!crs[i].reps) {
-            fprintf(stderr, "bench_offload: out of memory\n");
-            return 1;
-        }
-    }
-    long parent_rss_kib = bench_peak_rss_kib();
-
-    bool all_ok = true;
-    for (unsigned rep = 0; rep < opt.reps; rep++) {
-        for (size_t i = 0; i < NUM_CONFIGS; i++) {
-            char label[64];
-            config_label(&configs[i], label, sizeof label);
-            struct rep_result *r = &crs[i].reps[rep];
-            if (run_child(&opt, &configs[i], r)) {
-                fprintf(stderr, "  rep %u/%u  %-18s %u thread%s  %7.3f s\n", rep + 1, opt.reps,
-                        label, configs[i].threads, configs[i].threads > 1 ? "s" : " ",
-                        (double)r->msg.wall_ns * 1e-9);
-            } else {
-                fprintf(stderr, "bench_offload: %s, %u thread(s): %s\n", label, configs[i].threads,
-                        r->failure);
-                all_ok = false;
-            }
-        }
-    }
-    for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        finish_config(&crs[i]);
-        all_ok = all_ok && crs[i].ok;
-    }
+    struct bench_config runs[NUM_CONFIGS];
+    struct bench_suite suite = {
+        .prog = PROG,
+        .opts = &opt,
+        .label_width = 18,
+        .need_digest = true,
+        .ctx = &opt,
+        .describe = describe,
+        .child = child_main,
+        .msg_json = rep_sim_json,
+        .num_configs = NUM_CONFIGS,
+        .configs = runs,
+    };
+    bool all_ok = bench_suite_run(&suite);
 
     /* ---- speed ---- */
     printf("\nspeed (wall: kvsim_replay_run() incl. trace loading; CPU: the child, all threads)\n");
     printf("%-18s %3s %8s %12s %8s %9s %8s %10s\n", "configuration", "thr", "wall s", "CPU ns/tok",
            "CPU s", "CPU/wall", "RSS MiB", "sim/wall");
-    print_rule();
+    bench_print_rule(118);
     for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        char label[64];
-        config_label(&configs[i], label, sizeof label);
-        const struct rep_result *b = best_of(&crs[i]);
+        const char *label = runs[i].label;
+        const struct bench_rep *b = bench_best(&runs[i]);
         if (!b) {
             printf("%-18s %3u  FAILED\n", label, configs[i].threads);
             continue;
         }
-        struct figures f = figures_of(b);
+        struct bench_figures f = bench_figures_of(b);
         char spd[32];
         snprintf(spd, sizeof spd, "%.0fx", f.speed);
         printf("%-18s %3u %8.3f %12.1f %8.3f %9.2f %8.1f %10s\n", label, configs[i].threads,
@@ -740,16 +419,16 @@ int main(int argc, char **argv)
     printf("%-18s %3s %7s %7s %7s %7s %12s %13s %11s %11s %9s\n", "configuration", "thr", "preempt",
            "reuse%", "G2 hit%", "G3 hit%", "onboarded", "computed", "TTFT p50ms", "TTFT p99ms",
            "sim s");
-    print_rule();
+    bench_print_rule(118);
     for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        char label[64], b1[32], b2[32], b3[40];
-        config_label(&configs[i], label, sizeof label);
-        const struct rep_result *b = best_of(&crs[i]);
+        const char *label = runs[i].label;
+        char b1[32], b2[32], b3[40];
+        const struct bench_rep *b = bench_best(&runs[i]);
         if (!b) {
             printf("%-18s %3u  FAILED\n", label, configs[i].threads);
             continue;
         }
-        const struct child_msg *m = &b->msg;
+        const struct bench_msg *m = &b->msg;
         const struct kvsim_offload_summary *o = &m->offload;
         snprintf(b3, sizeof b3, "%s%s", bench_grouped((double)computed_tokens(m), b2, sizeof b2),
                  o->enabled ? " " : "*");
@@ -764,7 +443,7 @@ int main(int argc, char **argv)
                    configs[i].threads, m->preemptions, 100.0 * m->prefix_cache_reuse, "-", "-", "-",
                    b3, m->ttft.p50 * 1e-6, m->ttft.p99 * 1e-6, (double)m->duration_ns * 1e-9);
     }
-    const struct rep_result *base = best_of(find_config(crs, TIERS_G1, false, 1));
+    const struct bench_rep *base = bench_best(find_config(runs, TIERS_G1, false, 1));
     if (base) {
         char b1[32], b2[32], b3[32];
         printf("every run: %" PRIu64 " requests, %" PRIu64 " completed, %" PRIu64
@@ -785,11 +464,11 @@ int main(int argc, char **argv)
            offload_lane_name(OFFLOAD_LANE_G1_G2), offload_lane_name(OFFLOAD_LANE_G2_G3),
            offload_lane_name(OFFLOAD_LANE_G3_G2), offload_lane_name(OFFLOAD_LANE_G2_G1), "loads",
            "filtered", "dropped");
-    print_rule();
+    bench_print_rule(118);
     for (size_t i = 0; i < NUM_CONFIGS; i++) {
-        char label[64], l0[32], l1[32], l2[32], l3[32], fl[32];
-        config_label(&configs[i], label, sizeof label);
-        const struct rep_result *b = best_of(&crs[i]);
+        const char *label = runs[i].label;
+        char l0[32], l1[32], l2[32], l3[32], fl[32];
+        const struct bench_rep *b = bench_best(&runs[i]);
         if (!b) {
             printf("%-18s %3u  FAILED\n", label, configs[i].threads);
             continue;
@@ -809,23 +488,23 @@ int main(int argc, char **argv)
     }
 
     /* ---- ratios ---- */
-    const struct rep_result *g2 = best_of(find_config(crs, TIERS_G2, false, 1));
-    const struct rep_result *g3 = best_of(find_config(crs, TIERS_G2G3, false, 1));
-    const struct config_result *id_cfgs[4] = {
-        find_config(crs, TIERS_G2G3, false, 1),
-        find_config(crs, TIERS_G2G3, false, 2),
-        find_config(crs, TIERS_G2G3, true, 1),
-        find_config(crs, TIERS_G2G3, true, 2),
+    const struct bench_rep *g2 = bench_best(find_config(runs, TIERS_G2, false, 1));
+    const struct bench_rep *g3 = bench_best(find_config(runs, TIERS_G2G3, false, 1));
+    const struct bench_config *id_cfgs[4] = {
+        find_config(runs, TIERS_G2G3, false, 1),
+        find_config(runs, TIERS_G2G3, false, 2),
+        find_config(runs, TIERS_G2G3, true, 1),
+        find_config(runs, TIERS_G2G3, true, 2),
     };
     json_t *ratios = json_object();
     printf("\nwhat G2 buys (simulated; without = G1 only, with = the tiers; 1 thread)\n");
-    print_rule();
+    bench_print_rule(118);
     const struct {
         const char *name, *key;
-        const struct rep_result *with;
+        const struct bench_rep *with;
     } tiered[] = {{"G1+G2", "g2", g2}, {"G1+G2+G3", "g2_g3", g3}};
     for (size_t k = 0; k < 2; k++) {
-        const struct rep_result *w = tiered[k].with;
+        const struct bench_rep *w = tiered[k].with;
         bool have = base && w;
         char what[64];
         json_t *rj = json_object();
@@ -863,15 +542,15 @@ int main(int argc, char **argv)
     }
 
     printf("\nwhat the tiers cost the simulator (wall and CPU, 1 thread, inline executor)\n");
-    print_rule();
+    bench_print_rule(118);
     json_t *cost = json_object();
     for (size_t k = 0; k < 2; k++) {
-        const struct rep_result *w = tiered[k].with;
+        const struct bench_rep *w = tiered[k].with;
         bool have = base && w;
         char what[64];
         double a = 0, b = 0, ca = 0, cb = 0;
         if (have) {
-            struct figures fa = figures_of(base), fb = figures_of(w);
+            struct bench_figures fa = bench_figures_of(base), fb = bench_figures_of(w);
             a = fa.wall_s;
             b = fb.wall_s;
             ca = fa.cpu_s;
@@ -889,16 +568,16 @@ int main(int argc, char **argv)
     json_object_set_new(ratios, "offload_cost", cost);
 
     printf("\nexecutor and threads (G1+G2+G3)\n");
-    print_rule();
+    bench_print_rule(118);
     json_t *exj = json_object();
     for (uint32_t t = 1; t <= 2; t++) {
-        const struct rep_result *in = best_of(find_config(crs, TIERS_G2G3, false, t));
-        const struct rep_result *po = best_of(find_config(crs, TIERS_G2G3, true, t));
+        const struct bench_rep *in = bench_best(find_config(runs, TIERS_G2G3, false, t));
+        const struct bench_rep *po = bench_best(find_config(runs, TIERS_G2G3, true, t));
         bool have = in && po;
         char what[64];
         double a = 0, b = 0, ca = 0, cb = 0;
         if (have) {
-            struct figures fa = figures_of(in), fb = figures_of(po);
+            struct bench_figures fa = bench_figures_of(in), fb = bench_figures_of(po);
             a = fa.wall_s;
             b = fb.wall_s;
             ca = fa.cpu_s;
@@ -917,11 +596,11 @@ int main(int argc, char **argv)
         }
     }
     for (int p = 0; p <= 1; p++) {
-        const struct rep_result *t1 = best_of(find_config(crs, TIERS_G2G3, p, 1));
-        const struct rep_result *t2 = best_of(find_config(crs, TIERS_G2G3, p, 2));
+        const struct bench_rep *t1 = bench_best(find_config(runs, TIERS_G2G3, p, 1));
+        const struct bench_rep *t2 = bench_best(find_config(runs, TIERS_G2G3, p, 2));
         bool have = t1 && t2;
         char what[64];
-        double a = have ? figures_of(t1).wall_s : 0, b = have ? figures_of(t2).wall_s : 0;
+        double a = have ? bench_figures_of(t1).wall_s : 0, b = have ? bench_figures_of(t2).wall_s : 0;
         snprintf(what, sizeof what, "wall s, 2 vs 1 thread, %s", p ? "pool" : "inline");
         print_ratio(what, a, b, "%.3f", have);
         if (have)
@@ -937,16 +616,15 @@ int main(int argc, char **argv)
     json_t *digests = json_object();
     printf("\nidentical results (G1+G2+G3: inline/pool x 1/2 threads, every repetition): ");
     for (size_t i = 0; i < 4; i++) {
-        const struct config_result *cr = id_cfgs[i];
-        const struct rep_result *b = best_of(cr);
+        const struct bench_config *cr = id_cfgs[i];
+        const struct bench_rep *b = bench_best(cr);
         if (!b || !cr->ok || !cr->reps_identical) {
             identical = false;
             continue;
         }
-        char label[64], key[80], dig[32];
-        config_label(&cr->cfg, label, sizeof label);
-        snprintf(key, sizeof key, "%s, %u thread%s", label, cr->cfg.threads,
-                 cr->cfg.threads > 1 ? "s" : "");
+        char key[80], dig[32];
+        snprintf(key, sizeof key, "%s, %u thread%s", cr->label, cr->threads,
+                 cr->threads > 1 ? "s" : "");
         snprintf(dig, sizeof dig, "%016" PRIx64, b->msg.digest);
         json_object_set_new(digests, key, json_string(dig));
         if (ref == 0)
@@ -956,21 +634,19 @@ int main(int argc, char **argv)
     }
     bool reps_identical = true;
     for (size_t i = 0; i < NUM_CONFIGS; i++)
-        reps_identical = reps_identical && crs[i].reps_identical;
+        reps_identical = reps_identical && runs[i].reps_identical;
     identical = identical && reps_identical;
     printf("%s\n", identical ? "yes" : "NO");
     for (size_t i = 0; i < 4; i++) {
-        const struct config_result *cr = id_cfgs[i];
-        const struct rep_result *b = best_of(cr);
-        char label[64];
-        config_label(&cr->cfg, label, sizeof label);
+        const struct bench_config *cr = id_cfgs[i];
+        const struct bench_rep *b = bench_best(cr);
         if (b)
-            printf("  %-18s %u thread%s  digest %016" PRIx64 "%s\n", label, cr->cfg.threads,
-                   cr->cfg.threads > 1 ? "s" : " ", b->msg.digest,
+            printf("  %-18s %u thread%s  digest %016" PRIx64 "%s\n", cr->label, cr->threads,
+                   cr->threads > 1 ? "s" : " ", b->msg.digest,
                    cr->reps_identical ? "" : "  (repetitions differ)");
         else
-            printf("  %-18s %u thread%s  FAILED\n", label, cr->cfg.threads,
-                   cr->cfg.threads > 1 ? "s" : " ");
+            printf("  %-18s %u thread%s  FAILED\n", cr->label, cr->threads,
+                   cr->threads > 1 ? "s" : " ");
     }
     if (!reps_identical)
         printf("  repetitions of some configuration gave different results\n");
@@ -982,13 +658,7 @@ int main(int argc, char **argv)
         printf("(quick run: %u requests only)\n", QUICK_MAX_REQUESTS);
 
     /* ---- JSON ---- */
-    json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("bench_offload"));
-    json_object_set_new(root, "version", json_string(kvsim_version()));
-    json_object_set_new(root, "date", json_string(date));
-    json_t *machine = bench_machine_json();
-    json_object_set_new(machine, "parent_peak_rss_kib_at_first_fork", json_integer(parent_rss_kib));
-    json_object_set_new(root, "machine", machine);
+    json_t *root = bench_suite_json_root(&suite, date);
     json_t *oj = json_object();
     json_object_set_new(oj, "quick", json_boolean(opt.quick));
     set_int(oj, "repetitions", opt.reps);
@@ -1007,29 +677,21 @@ int main(int argc, char **argv)
     json_object_set_new(oj, "g2_g3_bytes_per_s",
                         json_integer(defaults.tiers.pipe.lanes[OFFLOAD_LANE_G2_G3].bandwidth));
     json_object_set_new(root, "options", oj);
-    json_t *tj = json_pack("{s:s, s:I}", "path", opt.trace_path, "max_requests",
-                           (json_int_t)(opt.quick ? QUICK_MAX_REQUESTS : 0));
-    char *resolved = realpath(opt.trace_path, NULL);
-    if (resolved) {
-        json_object_set_new(tj, "resolved_path", json_string(resolved));
-        free(resolved);
-    }
-    json_object_set_new(root, "trace", tj);
-    json_t *runs = json_array();
+    json_object_set_new(root, "trace", bench_trace_json(&opt));
+    json_t *rj = json_array();
     for (size_t i = 0; i < NUM_CONFIGS; i++)
-        json_array_append_new(runs, config_json(&crs[i]));
-    json_object_set_new(root, "runs", runs);
+        json_array_append_new(rj, config_json(&suite, i));
+    json_object_set_new(root, "runs", rj);
     json_object_set_new(root, "ratios", ratios);
     json_object_set_new(root, "digests", digests);
     json_object_set_new(root, "identical", json_boolean(identical));
     bool ok = all_ok && identical;
     json_object_set_new(root, "ok", json_boolean(ok));
 
-    if (!bench_write_results("bench_offload", root, opt.json_path, true))
+    if (!bench_write_results(PROG, root, opt.json_path, true))
         ok = false;
     json_decref(root);
-    for (size_t i = 0; i < NUM_CONFIGS; i++)
-        free(crs[i].reps);
+    bench_suite_free(&suite);
     if (!ok)
         fprintf(stderr, "bench_offload: FAILED%s\n",
                 identical ? ""

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "runtime/report/report.h"
 #include "runtime/runtime.h"
 
 int bench_make_parent_dirs(const char *path)
@@ -105,6 +105,16 @@ json_t *bench_machine_json(void)
     return m;
 }
 
+json_t *bench_json_root(const char *name, const char *date)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "benchmark", json_string(name));
+    json_object_set_new(root, "version", json_string(kvsim_version()));
+    json_object_set_new(root, "date", json_string(date));
+    json_object_set_new(root, "machine", bench_machine_json());
+    return root;
+}
+
 /* ---- time, memory, formatting ---------------------------------------------------------------- */
 
 int64_t bench_now_ns(void)
@@ -119,12 +129,32 @@ int64_t bench_timeval_ns(struct timeval tv)
     return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
 }
 
+void bench_utc_date(char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    if (len)
+        buf[0] = '\0';
+    if (gmtime_r(&now, &tm))
+        strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 long bench_peak_rss_kib(void)
 {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0)
         return -1;
     return ru.ru_maxrss; /* KiB on Linux */
+}
+
+void *bench_xcalloc(const char *prog, size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        exit(1);
+    }
+    return p;
 }
 
 const char *bench_grouped(double v, char *buf, size_t len)
@@ -139,6 +169,72 @@ const char *bench_grouped(double v, char *buf, size_t len)
     }
     buf[o] = '\0';
     return buf;
+}
+
+void bench_print_rule(int width)
+{
+    static const char dashes[] = "----------------------------------------------------------------"
+                                 "----------------------------------------------------------------"
+                                 "--------------------------------";
+    printf("%.*s\n", width, dashes);
+}
+
+/* ---- deterministic workloads ----------------------------------------------------------------- */
+
+uint64_t bench_splitmix64(uint64_t x)
+{
+    x += UINT64_C(0x9e3779b97f4a7c15);
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
+
+uint64_t bench_rng_next(struct bench_rng *r)
+{
+    r->s += UINT64_C(0x9e3779b97f4a7c15);
+    return bench_splitmix64(r->s);
+}
+
+uint32_t bench_rng_range(struct bench_rng *r, uint32_t lo, uint32_t hi)
+{
+    return lo + (uint32_t)(bench_rng_next(r) % ((uint64_t)hi - lo + 1));
+}
+
+/* ---- best-of-3 throughput figures ------------------------------------------------------------ */
+
+void bench_fig_init(struct bench_figure *f, const char *key, const char *label, const char *unit,
+                    const char *what)
+{
+    memset(f, 0, sizeof *f);
+    f->key = key;
+    f->label = label;
+    f->unit = unit;
+    f->what = what;
+}
+
+void bench_fig_record(struct bench_figure *f, int rep, uint64_t work, uint64_t ns)
+{
+    double s = (double)ns * 1e-9;
+    f->work[rep] = work;
+    f->seconds[rep] = s;
+    f->value[rep] = s > 0 ? (double)work / s : 0.0;
+    if (f->value[rep] > f->best)
+        f->best = f->value[rep];
+}
+
+json_t *bench_fig_json(const struct bench_figure *f)
+{
+    json_t *vals = json_array(), *secs = json_array(), *work = json_array();
+    for (int r = 0; r < BENCH_REPS; r++) {
+        json_array_append_new(vals, json_real(f->value[r]));
+        json_array_append_new(secs, json_real(f->seconds[r]));
+        json_array_append_new(work, json_integer((json_int_t)f->work[r]));
+    }
+    char statistic[32];
+    snprintf(statistic, sizeof statistic, "best of %d", BENCH_REPS);
+    return json_pack("{s:f, s:s, s:s, s:s, s:o, s:o, s:o}", "value", f->best, "unit", f->unit,
+                     "statistic", statistic, "description", f->what, "repetitions", vals,
+                     "seconds", secs, "work", work);
 }
 
 /* ---- pipes ----------------------------------------------------------------------------------- */
@@ -302,6 +398,38 @@ void bench_dig_report(struct bench_digest *d, const struct kvsim_report *r)
     bench_dig_latency(d, &r->e2e);
 }
 
+void bench_dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o)
+{
+    bench_dig_u64(d, o->enabled ? 1 : 0);
+    for (int l = 0; l < 4; l++) {
+        bench_dig_u64(d, o->lanes[l].batches);
+        bench_dig_u64(d, o->lanes[l].blocks);
+        bench_dig_u64(d, o->lanes[l].bytes);
+        bench_dig_u64(d, o->lanes[l].failed);
+        bench_dig_u64(d, o->lanes[l].cancelled);
+    }
+    bench_dig_u64(d, o->g1_miss_blocks);
+    bench_dig_u64(d, o->g2_hit_blocks);
+    bench_dig_u64(d, o->g3_hit_blocks);
+    bench_dig_f64(d, o->g2_hit_rate);
+    bench_dig_f64(d, o->g3_hit_rate);
+    bench_dig_u64(d, o->onboarded_tokens);
+    bench_dig_u64(d, o->recomputed_tokens);
+    bench_dig_u64(d, o->loads);
+    bench_dig_u64(d, o->failed_loads);
+    bench_dig_u64(d, o->blocked);
+    bench_dig_u64(d, o->retry_now);
+    bench_dig_i64(d, o->blocked_ns);
+    bench_dig_i64(d, o->onboard_wait_ns);
+    bench_dig_u64(d, o->written_g2);
+    bench_dig_u64(d, o->written_g3);
+    bench_dig_u64(d, o->filtered);
+    bench_dig_u64(d, o->dropped);
+    bench_dig_u64(d, o->failed_blocks);
+    bench_dig_u64(d, o->g2_resident);
+    bench_dig_u64(d, o->g3_resident);
+}
+
 uint64_t bench_digest_value(const struct bench_digest *d)
 {
     if (d->overflow) /* cannot happen with the sizes above; never report a truncated digest */
@@ -368,4 +496,313 @@ int bench_opt_no_operands(const char *prog, int argc, char **argv)
         return 2;
     }
     return 0;
+}
+
+/* ---- trace replays in child processes -------------------------------------------------------- */
+
+int bench_trace_parse_options(int argc, char **argv, const char *prog, const char *default_trace,
+                              const char *default_json, unsigned max_reps, void (*usage)(FILE *),
+                              struct bench_trace_opts *o)
+{
+    static const struct option longopts[] = {
+        {"trace", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
+        {"reps", required_argument, NULL, 'r'},  {"quick", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    o->trace_path = default_trace;
+    o->json_path = default_json;
+    o->reps = 1;
+    o->quick = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (bench_opt_path(prog, "--trace", optarg, &o->trace_path))
+                return 2;
+            break;
+        case 'j':
+            if (bench_opt_path(prog, "--json", optarg, &o->json_path))
+                return 2;
+            break;
+        case 'r':
+            if (bench_opt_reps(prog, optarg, max_reps, &o->reps))
+                return 2;
+            break;
+        case 'q': o->quick = true; break;
+        case 'h': usage(stdout); return 1;
+        default: return bench_opt_bad(prog);
+        }
+    }
+    return bench_opt_no_operands(prog, argc, argv);
+}
+
+int bench_trace_check(const char *prog, const struct bench_trace_opts *o)
+{
+    if (access(o->trace_path, R_OK) == 0)
+        return 0;
+    fprintf(stderr,
+            "%s: trace %s is not readable: %s\n"
+            "%s: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
+            prog, o->trace_path, strerror(errno), prog);
+    return 2;
+}
+
+void bench_trace_print_header(const char *prog, const struct bench_trace_opts *o)
+{
+    printf("%s: %s, allocator %s, %ld CPUs, %s run, best of %u repetition%s\n", prog,
+           kvsim_version(), kvsim_allocator(), sysconf(_SC_NPROCESSORS_ONLN),
+           o->quick ? "quick" : "full", o->reps, o->reps == 1 ? "" : "s");
+    printf("trace %s%s\n", o->trace_path, o->quick ? " (first 1000 requests)" : "");
+}
+
+void bench_trace_replay_config(const struct bench_trace_opts *o, struct kvsim_replay_config *cfg)
+{
+    kvsim_replay_config_default(cfg);
+    cfg->trace_path = o->trace_path;
+    if (o->quick)
+        cfg->trace_opts.max_requests = BENCH_QUICK_MAX_REQUESTS;
+    cfg->quiet = true;
+}
+
+json_t *bench_trace_json(const struct bench_trace_opts *o)
+{
+    json_t *tj = json_pack("{s:s, s:I}", "path", o->trace_path, "max_requests",
+                           (json_int_t)(o->quick ? BENCH_QUICK_MAX_REQUESTS : 0));
+    char *resolved = realpath(o->trace_path, NULL);
+    if (resolved) {
+        json_object_set_new(tj, "resolved_path", json_string(resolved));
+        free(resolved);
+    }
+    return tj;
+}
+
+void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload,
+                        struct bench_msg *msg)
+{
+    struct kvsim_report rep;
+    memset(&rep, 0, sizeof rep);
+    int64_t t0 = bench_now_ns();
+    int rc = kvsim_replay_run(cfg, &rep, msg->err, sizeof msg->err);
+    msg->wall_ns = bench_now_ns() - t0;
+    msg->rc = rc;
+    if (rc)
+        return;
+    msg->report_wall_ns = rep.wall_ns;
+    msg->duration_ns = rep.duration_ns;
+    msg->num_requests = rep.num_requests;
+    msg->completed = rep.completed;
+    msg->rejected = rep.rejected;
+    msg->incomplete = rep.incomplete;
+    msg->preemptions = rep.preemptions;
+    msg->input_tokens = rep.input_tokens;
+    msg->output_tokens = rep.output_tokens;
+    msg->cached_tokens = rep.cached_tokens;
+    msg->prefix_cache_reuse = rep.prefix_cache_reuse;
+    msg->ttft = rep.ttft;
+    msg->offload = rep.offload;
+    struct bench_digest d;
+    bench_digest_init(&d);
+    bench_dig_report(&d, &rep);
+    if (with_offload)
+        bench_dig_offload(&d, &rep.offload);
+    msg->digest = bench_digest_value(&d);
+}
+
+struct suite_job {
+    const struct bench_suite *s;
+    size_t i;
+};
+
+static void suite_child(const void *arg, void *msg)
+{
+    const struct suite_job *j = arg;
+    j->s->child(j->s->ctx, j->i, msg);
+}
+
+/* Runs configuration i once in a child process; fills *res. Returns res->ok. */
+static bool run_rep(const struct bench_suite *s, size_t i, struct bench_rep *res)
+{
+    memset(res, 0, sizeof *res);
+    struct suite_job job = {s, i};
+    struct bench_child_usage ru;
+    bool ran = bench_run_forked(suite_child, &job, &res->msg, sizeof res->msg, &ru, res->failure,
+                                sizeof res->failure);
+    res->utime_ns = ru.utime_ns;
+    res->stime_ns = ru.stime_ns;
+    res->maxrss_kib = ru.maxrss_kib;
+    if (!ran)
+        return false;
+    if (res->msg.rc != 0) {
+        res->msg.err[sizeof res->msg.err - 1] = '\0';
+        snprintf(res->failure, sizeof res->failure, "%s (%s)",
+                 res->msg.err[0] ? res->msg.err : "replay failed", strerror(-res->msg.rc));
+        return false;
+    }
+    if (s->need_digest && res->msg.digest == 0) {
+        snprintf(res->failure, sizeof res->failure, "report digest overflow");
+        return false;
+    }
+    res->ok = true;
+    return true;
+}
+
+/* The fastest successful repetition, and whether all succeeded and agree. */
+static void finish_config(struct bench_config *c)
+{
+    c->best = -1;
+    c->ok = true;
+    c->reps_identical = true;
+    for (unsigned i = 0; i < c->num_reps; i++) {
+        const struct bench_rep *r = &c->reps[i];
+        if (!r->ok) {
+            c->ok = false;
+            continue;
+        }
+        if (c->best < 0) {
+            c->best = (int)i;
+            continue;
+        }
+        const struct bench_rep *b = &c->reps[c->best];
+        if (r->msg.digest != b->msg.digest)
+            c->reps_identical = false;
+        if (r->msg.wall_ns < b->msg.wall_ns)
+            c->best = (int)i;
+    }
+}
+
+bool bench_suite_run(struct bench_suite *s)
+{
+    unsigned reps = s->opts->reps;
+    memset(s->configs, 0, s->num_configs * sizeof *s->configs);
+    for (size_t i = 0; i < s->num_configs; i++) {
+        struct bench_config *c = &s->configs[i];
+        s->describe(s->ctx, i, c);
+        c->num_reps = reps;
+        c->reps = bench_xcalloc(s->prog, reps, sizeof *c->reps);
+    }
+    s->parent_rss_kib = bench_peak_rss_kib();
+
+    bool all_ok = true;
+    for (unsigned rep = 0; rep < reps; rep++) {
+        for (size_t i = 0; i < s->num_configs; i++) {
+            const struct bench_config *c = &s->configs[i];
+            struct bench_rep *r = &c->reps[rep];
+            if (run_rep(s, i, r)) {
+                fprintf(stderr, "  rep %u/%u  %-*s %u thread%s  %7.3f s\n", rep + 1, reps,
+                        s->label_width, c->label, c->threads ? c->threads : 1,
+                        c->threads > 1 ? "s" : " ", (double)r->msg.wall_ns * 1e-9);
+            } else {
+                fprintf(stderr, "%s: %s, %u thread(s): %s\n", s->prog, c->label, c->threads,
+                        r->failure);
+                all_ok = false;
+            }
+        }
+    }
+    for (size_t i = 0; i < s->num_configs; i++) {
+        finish_config(&s->configs[i]);
+        all_ok = all_ok && s->configs[i].ok;
+    }
+    return all_ok;
+}
+
+void bench_suite_free(struct bench_suite *s)
+{
+    for (size_t i = 0; i < s->num_configs; i++) {
+        free(s->configs[i].reps);
+        s->configs[i].reps = NULL;
+    }
+}
+
+const struct bench_rep *bench_best(const struct bench_config *c)
+{
+    return c && c->best >= 0 ? &c->reps[c->best] : NULL;
+}
+
+struct bench_figures bench_figures_of(const struct bench_rep *r)
+{
+    struct bench_figures f;
+    memset(&f, 0, sizeof f);
+    f.wall_s = (double)r->msg.wall_ns * 1e-9;
+    f.cpu_s = (double)(r->utime_ns + r->stime_ns) * 1e-9;
+    f.peak_rss_mib = (double)r->maxrss_kib / 1024.0;
+    uint64_t done = r->msg.completed ? r->msg.completed : r->msg.num_requests;
+    if (f.wall_s > 0) {
+        f.req_per_wall_s = (double)done / f.wall_s;
+        f.speed = (double)r->msg.duration_ns * 1e-9 / f.wall_s;
+    }
+    if (r->msg.output_tokens)
+        f.cpu_ns_per_out_tok = (double)(r->utime_ns + r->stime_ns) / (double)r->msg.output_tokens;
+    return f;
+}
+
+json_t *bench_figures_json(const struct bench_suite *s, const struct bench_figures *f)
+{
+    json_t *j = json_pack("{s:f, s:f, s:f, s:f, s:f}", "wall_s", f->wall_s, "cpu_s", f->cpu_s,
+                          "cpu_ns_per_output_token", f->cpu_ns_per_out_tok, "peak_rss_mib",
+                          f->peak_rss_mib, "simulated_to_wall_speed", f->speed);
+    if (s->json_rate)
+        json_object_set_new(j, "requests_per_wall_s", json_real(f->req_per_wall_s));
+    return j;
+}
+
+void bench_msg_json_add(json_t *j, const struct bench_msg *m)
+{
+    char dig[32];
+    snprintf(dig, sizeof dig, "%016" PRIx64, m->digest);
+    json_object_set_new(j, "digest_xxh3", json_string(dig));
+    const struct {
+        const char *key;
+        uint64_t v;
+    } counts[] = {
+        {"requests", m->num_requests},       {"completed", m->completed},
+        {"rejected", m->rejected},           {"incomplete", m->incomplete},
+        {"preemptions", m->preemptions},     {"input_tokens", m->input_tokens},
+        {"output_tokens", m->output_tokens}, {"cached_tokens", m->cached_tokens},
+    };
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+        json_object_set_new(j, counts[k].key, json_integer((json_int_t)counts[k].v));
+    json_object_set_new(j, "simulated_s", json_real((double)m->duration_ns * 1e-9));
+}
+
+static json_t *rep_json(const struct bench_suite *s, const struct bench_rep *r)
+{
+    if (!r->ok)
+        return json_pack("{s:b, s:s}", "ok", 0, "failure", r->failure);
+    struct bench_figures f = bench_figures_of(r);
+    json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "ok", 1, "figures",
+                          bench_figures_json(s, &f), "utime_s", (double)r->utime_ns * 1e-9,
+                          "stime_s", (double)r->stime_ns * 1e-9, "report_wall_s",
+                          (double)r->msg.report_wall_ns * 1e-9, "peak_rss_kib",
+                          (json_int_t)r->maxrss_kib);
+    s->msg_json(j, &r->msg);
+    return j;
+}
+
+json_t *bench_config_json(const struct bench_suite *s, size_t i)
+{
+    const struct bench_config *c = &s->configs[i];
+    json_t *j = json_object();
+    json_object_set_new(j, "ok", json_boolean(c->ok));
+    json_object_set_new(j, "repetitions_identical", json_boolean(c->reps_identical));
+    const struct bench_rep *b = bench_best(c);
+    json_object_set_new(j, "best_repetition", b ? json_integer(c->best) : json_null());
+    if (b) {
+        struct bench_figures f = bench_figures_of(b);
+        json_object_set_new(j, "best", bench_figures_json(s, &f));
+    } else {
+        json_object_set_new(j, "best", json_null());
+    }
+    json_t *reps = json_array();
+    for (unsigned k = 0; k < c->num_reps; k++)
+        json_array_append_new(reps, rep_json(s, &c->reps[k]));
+    json_object_set_new(j, "repetitions", reps);
+    return j;
+}
+
+json_t *bench_suite_json_root(const struct bench_suite *s, const char *date)
+{
+    json_t *root = bench_json_root(s->prog, date);
+    json_object_set_new(json_object_get(root, "machine"), "parent_peak_rss_kib_at_first_fork",
+                        json_integer(s->parent_rss_kib));
+    return root;
 }

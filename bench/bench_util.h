@@ -5,11 +5,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/time.h>
 #include <sys/types.h>
 
-struct kvsim_latency;
-struct kvsim_report;
+#include "runtime/runtime.h"
 
 /* Creates every missing directory of path's directory part (mkdir -p of dirname).
  * Returns 0 or a negative errno. */
@@ -19,6 +19,10 @@ int bench_make_parent_dirs(const char *path);
  * Returns a new reference (NULL only if memory runs out). */
 struct json_t;
 struct json_t *bench_machine_json(void);
+
+/* {"benchmark": name, "version", "date", "machine": bench_machine_json()}: the head of every
+ * benchmark's JSON. Returns a new reference. */
+struct json_t *bench_json_root(const char *name, const char *date);
 
 /* Writes root to path as JSON (2-space indent, sorted keys), creating missing directories.
  * Returns 0 or a negative errno. */
@@ -36,12 +40,62 @@ int64_t bench_now_ns(void);
 /* A struct timeval (e.g. rusage's ru_utime) in ns. */
 int64_t bench_timeval_ns(struct timeval tv);
 
+/* The current UTC time as "2025-01-31T12:00:00Z" in buf ("" if it cannot be converted). */
+void bench_utc_date(char *buf, size_t len);
+
 /* Peak RSS of this process (getrusage(RUSAGE_SELF) ru_maxrss: KiB on Linux), -1 on error. */
 long bench_peak_rss_kib(void);
+
+/* calloc(n, size) (n == 0 as 1) that does not return NULL: "prog: out of memory", exit(1). */
+void *bench_xcalloc(const char *prog, size_t n, size_t size);
 
 /* v rounded to a whole number (negative as 0) with thousands separators, "12,345,678", in buf;
  * returns buf. */
 const char *bench_grouped(double v, char *buf, size_t len);
+
+/* A line of width dashes (at most 160) on stdout: the rule under a table's header. */
+void bench_print_rule(int width);
+
+/* ---- deterministic workloads ----------------------------------------------------------------- */
+
+/* The splitmix64 finaliser of x + 0x9e3779b97f4a7c15. Seeds and pinned figures depend on it. */
+uint64_t bench_splitmix64(uint64_t x);
+
+/* The benchmarks' PRNG stream: each draw adds 0x9e3779b97f4a7c15 to s, then returns
+ * bench_splitmix64(s) (which adds it once more: the generated workloads are pinned). */
+struct bench_rng {
+    uint64_t s;
+};
+
+uint64_t bench_rng_next(struct bench_rng *r);
+
+/* Uniform in [lo, hi] (the modulo bias is irrelevant here). */
+uint32_t bench_rng_range(struct bench_rng *r, uint32_t lo, uint32_t hi);
+
+/* ---- best-of-3 throughput figures (bench_kvpool, bench_settle) -------------------------------- */
+
+#define BENCH_REPS 3
+
+/* One measured throughput: work units per second, best of BENCH_REPS repetitions. */
+struct bench_figure {
+    const char *key;   /* JSON key */
+    const char *label; /* table label */
+    const char *unit;  /* of the value, e.g. "blocks/s" */
+    const char *what;  /* one-line description (JSON) */
+    double value[BENCH_REPS];
+    double seconds[BENCH_REPS];
+    uint64_t work[BENCH_REPS];
+    double best;
+};
+
+void bench_fig_init(struct bench_figure *f, const char *key, const char *label, const char *unit,
+                    const char *what);
+
+/* Repetition rep did work units in ns nanoseconds. */
+void bench_fig_record(struct bench_figure *f, int rep, uint64_t work, uint64_t ns);
+
+/* {"value" (the best), "unit", "statistic", "description", "repetitions", "seconds", "work"} */
+struct json_t *bench_fig_json(const struct bench_figure *f);
 
 /* ---- a run in a child process ---------------------------------------------------------------- */
 
@@ -83,6 +137,10 @@ void bench_dig_latency(struct bench_digest *d, const struct kvsim_latency *l);
  * speed, wall_requests_per_s) and the offload section. */
 void bench_dig_report(struct bench_digest *d, const struct kvsim_report *r);
 
+/* Appends the offload section as bench_offload's pinned digests have it (its four lanes, up to
+ * g3_resident; not g3_shared and g3_evictions). */
+void bench_dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o);
+
 /* XXH3-64 of the bytes appended so far; 0 after an overflow (never a truncated digest). */
 uint64_t bench_digest_value(const struct bench_digest *d);
 
@@ -107,5 +165,130 @@ int bench_opt_bad(const char *prog);
 
 /* After the getopt_long() loop: 0 if no operand is left, else "unexpected argument". */
 int bench_opt_no_operands(const char *prog, int argc, char **argv);
+
+/* ---- trace replays in child processes (bench_replay, bench_offload) ---------------------------
+ * Every configuration is replayed --reps times, each time in a forked child that sends back a
+ * struct bench_msg; a configuration's figures are those of its fastest repetition. */
+
+#define BENCH_QUICK_MAX_REQUESTS 1000u /* --quick: the first requests of the trace */
+
+struct bench_trace_opts {
+    const char *trace_path;
+    const char *json_path;
+    unsigned reps;
+    bool quick;
+};
+
+/* Parses --trace FILE, --json FILE, --reps N (1..max_reps), --quick and -h/--help. Returns 0;
+ * 1 after usage(stdout) for --help (exit 0); or 2 for a usage error (reported). */
+int bench_trace_parse_options(int argc, char **argv, const char *prog, const char *default_trace,
+                              const char *default_json, unsigned max_reps, void (*usage)(FILE *),
+                              struct bench_trace_opts *o);
+
+/* 0 if the trace is readable, else 2 after "prog: trace PATH is not readable" and a hint. */
+int bench_trace_check(const char *prog, const struct bench_trace_opts *o);
+
+/* "prog: VERSION, allocator A, N CPUs, quick|full run, best of R repetitions", "trace PATH". */
+void bench_trace_print_header(const char *prog, const struct bench_trace_opts *o);
+
+/* kvsim_replay_config_default() with o's trace (and --quick's request limit), quiet. */
+void bench_trace_replay_config(const struct bench_trace_opts *o, struct kvsim_replay_config *cfg);
+
+/* {"path", "max_requests" (0: all), "resolved_path" (if realpath() resolves it)} */
+struct json_t *bench_trace_json(const struct bench_trace_opts *o);
+
+/* What a child sends back (a plain struct through a pipe: same binary on both ends). */
+struct bench_msg {
+    int32_t rc; /* 0, or the negative errno of the replay */
+    int64_t wall_ns;
+    int64_t report_wall_ns;
+    int64_t duration_ns; /* simulated: first arrival to last completion */
+    uint64_t num_requests, completed, rejected, incomplete, preemptions;
+    uint64_t input_tokens, output_tokens, cached_tokens;
+    double prefix_cache_reuse;
+    struct kvsim_latency ttft; /* ns */
+    struct kvsim_offload_summary offload;
+    uint64_t digest;
+    char err[256];
+};
+
+/* In the child: times kvsim_replay_run(cfg) (trace loading included) and copies the report's
+ * figures and digest (bench_dig_report, then bench_dig_offload if with_offload) into msg. */
+void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload,
+                        struct bench_msg *msg);
+
+/* One repetition of one configuration, as the parent sees it. */
+struct bench_rep {
+    bool ok;
+    struct bench_msg msg;
+    int64_t utime_ns, stime_ns;
+    long maxrss_kib;
+    char failure[320];
+};
+
+/* All repetitions of one configuration. */
+struct bench_config {
+    char label[64];
+    uint32_t threads; /* of the replay; 0 for a run that is not one (printed as 1 thread) */
+    struct bench_rep *reps;
+    unsigned num_reps;
+    int best; /* index of the fastest successful repetition, -1 if none */
+    bool ok;  /* every repetition succeeded */
+    bool reps_identical;
+};
+
+/* A benchmark's configurations and how to run them. */
+struct bench_suite {
+    const char *prog; /* also the JSON's "benchmark" */
+    const struct bench_trace_opts *opts;
+    int label_width;  /* of the label in the progress lines */
+    bool need_digest; /* a zero digest (overflow) fails the repetition */
+    bool json_rate;   /* the figures' JSON has requests_per_wall_s */
+    const void *ctx;  /* for describe() and child() */
+    /* Sets configs[i].label and .threads. */
+    void (*describe)(const void *ctx, size_t i, struct bench_config *c);
+    /* Runs configuration i in the child. */
+    void (*child)(const void *ctx, size_t i, struct bench_msg *msg);
+    /* Adds the simulated results of a successful repetition to its JSON object. */
+    void (*msg_json)(struct json_t *rep, const struct bench_msg *m);
+    size_t num_configs;
+    struct bench_config *configs; /* num_configs of them, filled by bench_suite_run() */
+    long parent_rss_kib;          /* the parent's peak RSS before the first fork */
+};
+
+/* Runs every configuration opts->reps times, configurations interleaved within a repetition, a
+ * progress line per run on stderr. Exits(1) if memory runs out. Returns whether every run
+ * succeeded. */
+bool bench_suite_run(struct bench_suite *s);
+void bench_suite_free(struct bench_suite *s);
+
+/* The fastest successful repetition of c, or NULL (also for c == NULL). */
+const struct bench_rep *bench_best(const struct bench_config *c);
+
+/* The figures of one repetition. */
+struct bench_figures {
+    double wall_s;
+    double cpu_s;              /* user + system, all threads of the child */
+    double cpu_ns_per_out_tok; /* cpu / output tokens of completed requests */
+    double peak_rss_mib;
+    double speed;          /* simulated s per wall s */
+    double req_per_wall_s; /* completed (none: loaded) requests per wall s */
+};
+
+struct bench_figures bench_figures_of(const struct bench_rep *r);
+
+/* {"wall_s", "cpu_s", "cpu_ns_per_output_token", "peak_rss_mib", "simulated_to_wall_speed"[,
+ * "requests_per_wall_s" if s->json_rate]} */
+struct json_t *bench_figures_json(const struct bench_suite *s, const struct bench_figures *f);
+
+/* Adds "digest_xxh3", the request and token counts and "simulated_s" of m to j. */
+void bench_msg_json_add(struct json_t *j, const struct bench_msg *m);
+
+/* The JSON of configuration i without its settings: "ok", "repetitions_identical",
+ * "best_repetition", "best" (figures) and "repetitions". Returns a new reference. */
+struct json_t *bench_config_json(const struct bench_suite *s, size_t i);
+
+/* The JSON head (bench_json_root()) with machine.parent_peak_rss_kib_at_first_fork. */
+struct json_t *bench_suite_json_root(const struct bench_suite *s, const char *date);
 
 #endif /* KVSIM_BENCH_UTIL_H */

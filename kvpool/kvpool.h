@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvsim_export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,7 +53,7 @@ struct kvpool_config {
 };
 
 /* Fills cfg with vLLM's defaults: 16-token blocks, caching on, watermark 0, events off. */
-void kvpool_config_default(struct kvpool_config *cfg);
+KVSIM_EXTERN void kvpool_config_default(struct kvpool_config *cfg);
 
 struct kvpool;
 
@@ -60,10 +62,10 @@ struct kvpool;
  * Returns 0 and sets *out, -EINVAL for an impossible configuration (num_blocks < 2,
  * block_size 0, watermark outside [0, 1)), -ENOMEM when memory runs out.
  */
-int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out);
+KVSIM_EXTERN int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out);
 /* Frees the pool. Sequences still attached must not be used afterwards. Accepts NULL. */
-void kvpool_destroy(struct kvpool *pool);
-const struct kvpool_config *kvpool_get_config(const struct kvpool *pool);
+KVSIM_EXTERN void kvpool_destroy(struct kvpool *pool);
+KVSIM_EXTERN const struct kvpool_config *kvpool_get_config(const struct kvpool *pool);
 
 /* ---- sequences: the per-request KV state --------------------------------------------------- */
 
@@ -76,7 +78,7 @@ enum kvpool_owner_class {
     KVPOOL_OWNER_TRANSFER_HOLD,    /* source of an in-flight copy (kvpool_hold_block) */
     KVPOOL_OWNER_DEFERRED_FREE,    /* detached blocks waiting for a deferred-free fence */
 };
-const char *kvpool_owner_class_name(enum kvpool_owner_class cls);
+KVSIM_EXTERN const char *kvpool_owner_class_name(enum kvpool_owner_class cls);
 
 /*
  * The KV state of one request: its token hashes and its block table. The caller owns the
@@ -105,16 +107,16 @@ struct kvpool_seq {
  * salt/salt_len: the cache salt (extra key of block 0), or NULL/0 for none.
  * Returns 0, or -ENOMEM.
  */
-int kvpool_seq_init(struct kvpool *pool, struct kvpool_seq *seq, uint64_t id, const void *salt,
-                    size_t salt_len);
+KVSIM_EXTERN int kvpool_seq_init(struct kvpool *pool, struct kvpool_seq *seq, uint64_t id,
+                                 const void *salt, size_t salt_len);
 /*
  * kvpool_seq_fini - detach a sequence and free its arrays. The sequence must hold no blocks
  * (free them first): returns -EBUSY and changes nothing otherwise, 0 on success.
  */
-int kvpool_seq_fini(struct kvpool *pool, struct kvpool_seq *seq);
+KVSIM_EXTERN int kvpool_seq_fini(struct kvpool *pool, struct kvpool_seq *seq);
 /* Appends tokens, hashing each block that becomes full. Returns 0 or -ENOMEM. */
-int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
-                             const kvpool_token *tokens, size_t n);
+KVSIM_EXTERN int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
+                                          const kvpool_token *tokens, size_t n);
 /* A run of identical tokens (a compact prompt: trace hash ids expand to runs). */
 struct kvpool_token_run {
     kvpool_token token;
@@ -122,8 +124,8 @@ struct kvpool_token_run {
 };
 
 /* Appends n copies of one token (trace hash ids expand this way). Returns 0 or -ENOMEM. */
-int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool_token token,
-                             size_t n);
+KVSIM_EXTERN int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq,
+                                          kvpool_token token, size_t n);
 
 /*
  * kvpool_hash_prompt - the block hashes a sequence with this prompt would have, without a pool
@@ -131,9 +133,9 @@ int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool
  * kvpool_seq_init. Hashes only the first min(full blocks, cap) blocks (callers that stop at the
  * first miss ask for a few and come back for more) and returns that count, or -ENOMEM.
  */
-int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
-                           const struct kvpool_token_run *runs, uint32_t num_runs,
-                           kvpool_hash *hashes, uint32_t cap);
+KVSIM_EXTERN int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
+                                        const struct kvpool_token_run *runs, uint32_t num_runs,
+                                        kvpool_hash *hashes, uint32_t cap);
 
 /* ---- lookup -------------------------------------------------------------------------------- */
 
@@ -152,8 +154,8 @@ struct kvpool_hits {
  * the cache. If ids is not NULL, the first min(hits, ids_cap) hit block ids are written there.
  * Changes nothing.
  */
-void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,
-                   struct kvpool_hits *hits, kvpool_block_id *ids, uint32_t ids_cap);
+KVSIM_EXTERN void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,
+                                struct kvpool_hits *hits, kvpool_block_id *ids, uint32_t ids_cap);
 
 /* ---- transactional allocation (vLLM allocate_slots) --------------------------------------- */
 
@@ -163,7 +165,7 @@ enum kvpool_outcome {
     KVPOOL_BLOCKED_ON_OFFLOAD, /* capacity exists but is held by an in-flight G1->G2 copy */
     KVPOOL_RETRY_NOW,          /* a synchronous release made capacity: retry once */
 };
-const char *kvpool_outcome_name(enum kvpool_outcome outcome);
+KVSIM_EXTERN const char *kvpool_outcome_name(enum kvpool_outcome outcome);
 
 /* The arguments of vLLM's allocate_slots, for one full-attention group. */
 struct kvpool_alloc_args {
@@ -207,8 +209,8 @@ struct kvpool_plan {
  * sequence), -ESTALE when args->hits were computed against an older pool state.
  * Changes nothing in the pool or the sequence.
  */
-int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
-                   const struct kvpool_alloc_args *args, struct kvpool_plan *plan);
+KVSIM_EXTERN int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
+                                const struct kvpool_alloc_args *args, struct kvpool_plan *plan);
 /*
  * kvpool_commit - apply a READY plan: touch the hit blocks (ref+1, out of the free queue) and
  * append them, pop fresh blocks from the free queue front (lazily evicting their hashes:
@@ -216,9 +218,10 @@ int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
  * plan is not READY or is for another sequence; -ESTALE (no effect) if the pool changed since
  * prepare.
  */
-int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan);
+KVSIM_EXTERN int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq,
+                               struct kvpool_plan *plan);
 /* kvpool_abort - drop a plan. Never changes the pool: prepare reserved nothing to give back. */
-void kvpool_abort(struct kvpool_plan *plan);
+KVSIM_EXTERN void kvpool_abort(struct kvpool_plan *plan);
 
 /*
  * kvpool_commit_partial_legacy - THE OLD BUG, kept to prove the soak finds it (issue #6,
@@ -227,11 +230,12 @@ void kvpool_abort(struct kvpool_plan *plan);
  * use it outside that reproduction. Returns the number of blocks taken (>= 0), -EINVAL (plan not
  * BLOCKED_ON_OFFLOAD or for another sequence), -ESTALE, -ENOMEM.
  */
-int kvpool_commit_partial_legacy(struct kvpool *pool, struct kvpool_seq *seq,
-                                 const struct kvpool_plan *plan);
+KVSIM_EXTERN int kvpool_commit_partial_legacy(struct kvpool *pool, struct kvpool_seq *seq,
+                                              const struct kvpool_plan *plan);
 
 /* Registers seq's full blocks up to num_tokens in the prefix cache (vLLM cache_blocks). */
-void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t num_tokens);
+KVSIM_EXTERN void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq,
+                                      uint64_t num_tokens);
 
 /* ---- freeing ------------------------------------------------------------------------------- */
 
@@ -240,13 +244,14 @@ void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t n
  * of the free queue when unhashed (or caching is off) and to the back when hashed, each group
  * in release order. The sequence keeps its tokens and hashes and holds no blocks afterwards.
  */
-void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq);
+KVSIM_EXTERN void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq);
 /*
  * kvpool_seq_move_blocks - move every block reference of src to the end of dst (vLLM's
  * pop_blocks_for_free, for deferred frees: dst is typically a DEFERRED_FREE sequence).
  * Returns 0 or -ENOMEM (nothing moved).
  */
-int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct kvpool_seq *src);
+KVSIM_EXTERN int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst,
+                                        struct kvpool_seq *src);
 
 /*
  * A store hook sees every run of blocks entering the prefix cache (the Stored event, with block
@@ -256,40 +261,42 @@ int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct k
 typedef void (*kvpool_store_fn)(void *ctx, const kvpool_block_id *blocks, const kvpool_hash *hashes,
                                 uint32_t n);
 /* Installs (or with fn NULL removes) the store hook. */
-void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx);
+KVSIM_EXTERN void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx);
 
 /* Transfer source holds: an extra reference owned by an in-flight copy. A ref-0 cached block
  * leaves the free queue while held. Returns 0, or -EINVAL (null or out-of-range block, or an
  * unreferenced block without a hash, which holds no data worth copying). */
-int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block);
+KVSIM_EXTERN int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block);
 /* Releases one hold (the block returns to the free queue back if nothing else holds it).
  * Returns 0, or -EINVAL if the block has no hold. */
-int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
+KVSIM_EXTERN int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block);
 
 /* ---- state --------------------------------------------------------------------------------- */
 
-uint32_t kvpool_num_free_blocks(const struct kvpool *pool); /* null block excluded */
+KVSIM_EXTERN uint32_t kvpool_num_free_blocks(const struct kvpool *pool); /* null block excluded */
 /* Blocks referenced only by transfer source holds: free once their copies end. */
-uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
-uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
-double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
-uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);
+KVSIM_EXTERN uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
+KVSIM_EXTERN uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
+KVSIM_EXTERN double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
+KVSIM_EXTERN uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);
 /* Sets *hash and returns true if the block carries a hash in the prefix cache. */
-bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block, kvpool_hash *hash);
+KVSIM_EXTERN bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block,
+                                    kvpool_hash *hash);
 /* Earliest-inserted cached block with this hash, or -ENOENT. */
-kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash);
+KVSIM_EXTERN kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash);
 /* Writes the free queue front to back into ids (at most cap); returns its full length. */
-uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids, uint32_t cap);
+KVSIM_EXTERN uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids,
+                                                 uint32_t cap);
 /* Bumped by every mutation. */
-uint64_t kvpool_generation(const struct kvpool *pool);
+KVSIM_EXTERN uint64_t kvpool_generation(const struct kvpool *pool);
 /* Bumped whenever blocks return to the free queue (capacity grew). */
-uint64_t kvpool_capacity_generation(const struct kvpool *pool);
+KVSIM_EXTERN uint64_t kvpool_capacity_generation(const struct kvpool *pool);
 
 /*
  * kvpool_reset_prefix_cache - drop every hash (one Cleared event). Fails with -EBUSY and
  * changes nothing while any block is referenced. O(num_blocks).
  */
-int kvpool_reset_prefix_cache(struct kvpool *pool);
+KVSIM_EXTERN int kvpool_reset_prefix_cache(struct kvpool *pool);
 
 /* ---- KV events ----------------------------------------------------------------------------- */
 
@@ -309,8 +316,8 @@ struct kvpool_event {
 
 typedef void (*kvpool_event_fn)(void *ctx, const struct kvpool_event *event);
 /* Hands every recorded event, in order, to fn, then forgets them. Returns the count. */
-size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx);
-const char *kvpool_event_type_name(enum kvpool_event_type type);
+KVSIM_EXTERN size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx);
+KVSIM_EXTERN const char *kvpool_event_type_name(enum kvpool_event_type type);
 
 /* ---- ownership checker ---------------------------------------------------------------------- */
 
@@ -330,9 +337,9 @@ struct kvpool_violation {
  * blocks of a sequence carry that sequence's hashes; the null block is never used.
  * Returns 0, or -EUCLEAN with the first violation in *v (if v is not NULL). O(num_blocks).
  */
-int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v);
+KVSIM_EXTERN int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v);
 /* Formats a violation as one line. Returns what snprintf returns. */
-int kvpool_violation_format(const struct kvpool_violation *v, char *buf, size_t len);
+KVSIM_EXTERN int kvpool_violation_format(const struct kvpool_violation *v, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvsim_export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,7 +49,7 @@ enum kvpool_tier {
 };
 #define KVPOOL_NUM_TIERS 3
 /* "G1", "G2", "G3", or "?" for anything else. */
-const char *kvpool_tier_name(enum kvpool_tier tier);
+KVSIM_EXTERN const char *kvpool_tier_name(enum kvpool_tier tier);
 
 /* Removal time of an entry that is still registered ("never removed"), and the watermark of a
  * writer that has closed (published everything it will ever do). */
@@ -64,8 +66,8 @@ struct kvpool_registry_writer;
  * Context: any thread; registration not needed.
  * Returns: 0 and sets *out; -EINVAL if max_writers is 0 or out is NULL; -ENOMEM.
  */
-int kvpool_registry_create(uint32_t max_writers, size_t expected_entries,
-                           struct kvpool_registry **out);
+KVSIM_EXTERN int kvpool_registry_create(uint32_t max_writers, size_t expected_entries,
+                                        struct kvpool_registry **out);
 
 /*
  * kvpool_registry_destroy - free the registry, its writers and every entry, live or removed.
@@ -75,7 +77,7 @@ int kvpool_registry_create(uint32_t max_writers, size_t expected_entries,
  * resize worker, which itself waits for a grace period, and for pending frees) and is online
  * again on return. Cost: O(entries) plus two grace periods.
  */
-void kvpool_registry_destroy(struct kvpool_registry *reg);
+KVSIM_EXTERN void kvpool_registry_destroy(struct kvpool_registry *reg);
 
 /* ---- threads (QSBR) ------------------------------------------------------------------------ */
 
@@ -90,18 +92,18 @@ void kvpool_registry_destroy(struct kvpool_registry *reg);
  * made before them is finished (a grace period waits for that announcement before any entry
  * those reads may have seen is freed).
  */
-void kvpool_registry_thread_register(void);
-void kvpool_registry_thread_unregister(void);
-void kvpool_registry_thread_quiescent(void);
-void kvpool_registry_thread_offline(void);
-void kvpool_registry_thread_online(void);
+KVSIM_EXTERN void kvpool_registry_thread_register(void);
+KVSIM_EXTERN void kvpool_registry_thread_unregister(void);
+KVSIM_EXTERN void kvpool_registry_thread_quiescent(void);
+KVSIM_EXTERN void kvpool_registry_thread_offline(void);
+KVSIM_EXTERN void kvpool_registry_thread_online(void);
 
 /*
  * kvpool_registry_barrier - wait until every entry handed to reclamation so far (by any
  * thread) has been freed.
  * Context: a registered thread, online (it goes offline inside and comes back online).
  */
-void kvpool_registry_barrier(void);
+KVSIM_EXTERN void kvpool_registry_barrier(void);
 
 /* ---- writers ------------------------------------------------------------------------------- */
 
@@ -118,8 +120,8 @@ void kvpool_registry_barrier(void);
  * Ordering: the writer's initial watermark is visible (release) to
  * kvpool_registry_min_watermark_acquire() before this returns.
  */
-int kvpool_registry_writer_create(struct kvpool_registry *reg, int64_t vtime,
-                                  struct kvpool_registry_writer **out);
+KVSIM_EXTERN int kvpool_registry_writer_create(struct kvpool_registry *reg, int64_t vtime,
+                                               struct kvpool_registry_writer **out);
 
 /*
  * Every call through a writer passes a virtual time, and those times never decrease (each call's
@@ -141,8 +143,10 @@ int kvpool_registry_writer_create(struct kvpool_registry *reg, int64_t vtime,
  * writer, i.e. after kvpool_registry_publish(writer, >= vtime). Readers asking about earlier
  * virtual times never see them; later times before publication may or may not see them yet.
  */
-int64_t kvpool_registry_register_batch(struct kvpool_registry_writer *w, enum kvpool_tier tier,
-                                       const kvpool_hash *hashes, size_t n, int64_t vtime);
+KVSIM_EXTERN int64_t kvpool_registry_register_batch(struct kvpool_registry_writer *w,
+                                                    enum kvpool_tier tier,
+                                                    const kvpool_hash *hashes, size_t n,
+                                                    int64_t vtime);
 
 /*
  * kvpool_registry_remove_batch - stamp removed_at = vtime on this writer's live entry for each
@@ -153,8 +157,9 @@ int64_t kvpool_registry_register_batch(struct kvpool_registry_writer *w, enum kv
  * Ordering: the stamps are visible to readers that acquire-load a watermark >= vtime of this
  * writer. An entry registered and removed at the same vtime is never present.
  */
-int64_t kvpool_registry_remove_batch(struct kvpool_registry_writer *w, enum kvpool_tier tier,
-                                     const kvpool_hash *hashes, size_t n, int64_t vtime);
+KVSIM_EXTERN int64_t kvpool_registry_remove_batch(struct kvpool_registry_writer *w,
+                                                  enum kvpool_tier tier, const kvpool_hash *hashes,
+                                                  size_t n, int64_t vtime);
 
 /*
  * kvpool_registry_publish - publish the watermark vtime: this writer did everything it will
@@ -165,7 +170,7 @@ int64_t kvpool_registry_remove_batch(struct kvpool_registry_writer *w, enum kvpo
  * registered or removed at <= vtime is visible to any thread that acquire-loads a watermark
  * >= vtime (kvpool_registry_watermark_acquire or kvpool_registry_min_watermark_acquire).
  */
-int kvpool_registry_publish(struct kvpool_registry_writer *w, int64_t vtime);
+KVSIM_EXTERN int kvpool_registry_publish(struct kvpool_registry_writer *w, int64_t vtime);
 
 /*
  * kvpool_registry_watermark_acquire - the last watermark w published (its creation vtime if
@@ -174,7 +179,7 @@ int kvpool_registry_publish(struct kvpool_registry_writer *w, int64_t vtime);
  * Ordering: an acquire load, pairing with kvpool_registry_publish: afterwards, queries about
  * any time t <= the returned value see exactly what w did at times <= t.
  */
-int64_t kvpool_registry_watermark_acquire(const struct kvpool_registry_writer *w);
+KVSIM_EXTERN int64_t kvpool_registry_watermark_acquire(const struct kvpool_registry_writer *w);
 
 /*
  * kvpool_registry_min_watermark_acquire - the minimum of every writer's watermark
@@ -183,7 +188,7 @@ int64_t kvpool_registry_watermark_acquire(const struct kvpool_registry_writer *w
  * Context: any thread. O(writers).
  * Ordering: acquire loads of each watermark (as kvpool_registry_watermark_acquire).
  */
-int64_t kvpool_registry_min_watermark_acquire(const struct kvpool_registry *reg);
+KVSIM_EXTERN int64_t kvpool_registry_min_watermark_acquire(const struct kvpool_registry *reg);
 
 /* ---- readers ------------------------------------------------------------------------------- */
 
@@ -198,8 +203,9 @@ int64_t kvpool_registry_min_watermark_acquire(const struct kvpool_registry *reg)
  * Ordering: reads entries published by lfht's insertion barrier; see publish for what is
  * guaranteed visible.
  */
-bool kvpool_registry_contains_rcu(const struct kvpool_registry *reg, enum kvpool_tier tier,
-                                  kvpool_hash hash, int64_t vtime);
+KVSIM_EXTERN bool kvpool_registry_contains_rcu(const struct kvpool_registry *reg,
+                                               enum kvpool_tier tier, kvpool_hash hash,
+                                               int64_t vtime);
 
 /*
  * kvpool_registry_presence_rcu - present[i] = kvpool_registry_contains_rcu(reg, tier,
@@ -208,16 +214,16 @@ bool kvpool_registry_contains_rcu(const struct kvpool_registry *reg, enum kvpool
  * Returns: the number of hashes present; -EINVAL (bad tier, NULL arrays with n > 0; present
  * untouched).
  */
-int64_t kvpool_registry_presence_rcu(const struct kvpool_registry *reg, enum kvpool_tier tier,
-                                     const kvpool_hash *hashes, size_t n, int64_t vtime,
-                                     bool *present);
+KVSIM_EXTERN int64_t kvpool_registry_presence_rcu(const struct kvpool_registry *reg,
+                                                  enum kvpool_tier tier, const kvpool_hash *hashes,
+                                                  size_t n, int64_t vtime, bool *present);
 
 /*
  * kvpool_registry_size_rcu - entries physically in the table: live ones plus removed ones not
  * reclaimed yet. A snapshot under concurrent updates. O(entries): for tests and statistics.
  * Context: a registered thread, online.
  */
-size_t kvpool_registry_size_rcu(const struct kvpool_registry *reg);
+KVSIM_EXTERN size_t kvpool_registry_size_rcu(const struct kvpool_registry *reg);
 
 /* ---- reclamation --------------------------------------------------------------------------- */
 
@@ -234,7 +240,7 @@ size_t kvpool_registry_size_rcu(const struct kvpool_registry *reg);
  * Ordering: an entry is freed only after every registered thread passed a quiescent state (or
  * went offline) after its deletion.
  */
-int64_t kvpool_registry_reclaim(struct kvpool_registry *reg, int64_t horizon);
+KVSIM_EXTERN int64_t kvpool_registry_reclaim(struct kvpool_registry *reg, int64_t horizon);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvsim_export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -75,18 +77,18 @@ struct offload_bw_completion {
 };
 
 /* Bytes of one KV block: kv_bytes_per_token * block_size, or 0 if that overflows uint64_t. */
-uint64_t offload_block_bytes(uint64_t kv_bytes_per_token, uint32_t block_size);
+KVSIM_EXTERN uint64_t offload_block_bytes(uint64_t kv_bytes_per_token, uint32_t block_size);
 
 /*
  * offload_bw_create - an idle link of bytes_per_sec bytes per second (<= 0: infinite) at time 0.
  * Returns: 0 and sets *out; -EINVAL (out NULL); -ENOMEM.
  */
-int offload_bw_create(int64_t bytes_per_sec, struct offload_bw **out);
+KVSIM_EXTERN int offload_bw_create(int64_t bytes_per_sec, struct offload_bw **out);
 /* Frees the link. Accepts NULL. */
-void offload_bw_destroy(struct offload_bw *bw);
+KVSIM_EXTERN void offload_bw_destroy(struct offload_bw *bw);
 /* Preallocates room for n concurrent transfers, so that offload_bw_start() cannot fail with
  * -ENOMEM while at most n transfers are active or unreported. Returns 0 or -ENOMEM. */
-int offload_bw_reserve(struct offload_bw *bw, uint32_t n);
+KVSIM_EXTERN int offload_bw_reserve(struct offload_bw *bw, uint32_t n);
 
 /*
  * offload_bw_start - start a transfer of bytes bytes at virtual time now; a now earlier than the
@@ -94,7 +96,7 @@ int offload_bw_reserve(struct offload_bw *bw, uint32_t n);
  * link's active and unreported transfers (it breaks ties between same-time completions).
  * Returns: 0; -ENOMEM (nothing started).
  */
-int offload_bw_start(struct offload_bw *bw, int64_t now, uint64_t bytes, uint64_t id);
+KVSIM_EXTERN int offload_bw_start(struct offload_bw *bw, int64_t now, uint64_t bytes, uint64_t id);
 
 /*
  * offload_bw_advance_to - move the link to virtual time now and write the transfers completed at
@@ -103,20 +105,22 @@ int offload_bw_start(struct offload_bw *bw, int64_t now, uint64_t bytes, uint64_
  * next call (their times do not change).
  * Returns: the number of completions written.
  */
-size_t offload_bw_advance_to(struct offload_bw *bw, int64_t now, struct offload_bw_completion *out,
-                             size_t cap);
+KVSIM_EXTERN size_t offload_bw_advance_to(struct offload_bw *bw, int64_t now,
+                                          struct offload_bw_completion *out, size_t cap);
 
 /* The time of the next completion if no transfer starts meanwhile (the earliest unreported one
  * if some are due already), or OFFLOAD_NEVER if the link is idle. O(1). */
-int64_t offload_bw_next_deadline(const struct offload_bw *bw);
+KVSIM_EXTERN int64_t offload_bw_next_deadline(const struct offload_bw *bw);
 /* The completion time of transfer id if no transfer starts meanwhile: 0 and *deadline, or
  * -ENOENT (unknown or already reported id). O(active transfers). */
-int offload_bw_deadline_of(const struct offload_bw *bw, uint64_t id, int64_t *deadline);
-int64_t offload_bw_now(const struct offload_bw *bw);       /* the link's virtual time */
-uint32_t offload_bw_active(const struct offload_bw *bw);   /* transfers not yet complete */
-int64_t offload_bw_bandwidth(const struct offload_bw *bw); /* bytes per second */
+KVSIM_EXTERN int offload_bw_deadline_of(const struct offload_bw *bw, uint64_t id,
+                                        int64_t *deadline);
+KVSIM_EXTERN int64_t offload_bw_now(const struct offload_bw *bw); /* the link's virtual time */
+KVSIM_EXTERN uint32_t
+offload_bw_active(const struct offload_bw *bw); /* transfers not yet complete */
+KVSIM_EXTERN int64_t offload_bw_bandwidth(const struct offload_bw *bw); /* bytes per second */
 /* Drops every transfer, active or unreported; the link keeps its time. */
-void offload_bw_clear(struct offload_bw *bw);
+KVSIM_EXTERN void offload_bw_clear(struct offload_bw *bw);
 
 /* ---- lanes, batches, tokens ---------------------------------------------------------------- */
 
@@ -128,7 +132,7 @@ enum offload_lane {
 };
 #define OFFLOAD_NUM_LANES 4
 /* "G1->G2", "G2->G3", "G3->G2", "G2->G1", or "?". */
-const char *offload_lane_name(enum offload_lane lane);
+KVSIM_EXTERN const char *offload_lane_name(enum offload_lane lane);
 
 struct offload_lane_config {
     uint32_t permits;    /* batches in flight at once; 0 = lane unavailable (-ENODEV) */
@@ -215,7 +219,7 @@ struct offload_config {
  * background link), 32 blocks per batch, a window of 256 batches per lane, no work, no
  * callback, no failures, a 1 s guard.
  */
-void offload_config_default(struct offload_config *cfg);
+KVSIM_EXTERN void offload_config_default(struct offload_config *cfg);
 
 /* ---- the thread-pool executor -------------------------------------------------------------- */
 
@@ -233,14 +237,15 @@ struct offload_pool_config {
 };
 
 /* Fills cfg: 2 threads, 32 pipelines, 256-slot rings, 200 spins, no hook. */
-void offload_pool_config_default(struct offload_pool_config *cfg);
+KVSIM_EXTERN void offload_pool_config_default(struct offload_pool_config *cfg);
 
 /*
  * offload_pool_create - start the worker threads.
  * Context: any thread.
  * Returns: 0 and sets *out; -EINVAL (bad config); -ENOMEM; -EAGAIN (thread creation failed).
  */
-int offload_pool_create(const struct offload_pool_config *cfg, struct offload_pool **out);
+KVSIM_EXTERN int offload_pool_create(const struct offload_pool_config *cfg,
+                                     struct offload_pool **out);
 
 /*
  * offload_pool_shutdown_any - refuse all further work: workers report every batch they take as
@@ -249,17 +254,17 @@ int offload_pool_create(const struct offload_pool_config *cfg, struct offload_po
  * Context: any thread; idempotent.
  * Ordering: a seq_cst store of the flag, then a futex wake of every owner and worker.
  */
-void offload_pool_shutdown_any(struct offload_pool *pool);
+KVSIM_EXTERN void offload_pool_shutdown_any(struct offload_pool *pool);
 
 /*
  * offload_pool_destroy - stop and join the workers and free the pool. Accepts NULL.
  * Context: any thread other than a worker; no pipeline may be attached.
  * Returns: 0; -EBUSY (nothing done) while a pipeline is attached.
  */
-int offload_pool_destroy(struct offload_pool *pool);
+KVSIM_EXTERN int offload_pool_destroy(struct offload_pool *pool);
 
 /* Number of worker threads. */
-uint32_t offload_pool_threads(const struct offload_pool *pool);
+KVSIM_EXTERN uint32_t offload_pool_threads(const struct offload_pool *pool);
 
 /* ---- pipelines ----------------------------------------------------------------------------- */
 
@@ -272,8 +277,8 @@ struct offload_pipeline;
  * outside [0, 1], guard <= 0, rings too small for the permits); -ENOSPC (the pool has
  * max_pipelines attached); -ESHUTDOWN (the pool is shut down); -ENOMEM.
  */
-int offload_pipeline_create(const struct offload_config *cfg, struct offload_pool *pool,
-                            struct offload_pipeline **out);
+KVSIM_EXTERN int offload_pipeline_create(const struct offload_config *cfg,
+                                         struct offload_pool *pool, struct offload_pipeline **out);
 
 /*
  * offload_pipeline_destroy - shut the pipeline down (as offload_shutdown: undrained batches are
@@ -282,7 +287,7 @@ int offload_pipeline_create(const struct offload_config *cfg, struct offload_poo
  * Context: owner. Returns: 0; -ETIMEDOUT (a worker kept a batch past the guard: nothing freed,
  * call again); -EDEADLK (from a callback).
  */
-int offload_pipeline_destroy(struct offload_pipeline *p);
+KVSIM_EXTERN int offload_pipeline_destroy(struct offload_pipeline *p);
 
 /*
  * offload_enqueue - append a batch of n blocks (copied) to lane's queue. If a permit is free the
@@ -294,9 +299,9 @@ int offload_pipeline_destroy(struct offload_pipeline *p);
  * Ordering: everything the owner wrote before this call is visible to the batch's work function
  * (release through the submission ring; inline, program order).
  */
-int offload_enqueue(struct offload_pipeline *p, enum offload_lane lane,
-                    const offload_block_id *blocks, uint32_t n, uint64_t cookie,
-                    struct offload_token *token);
+KVSIM_EXTERN int offload_enqueue(struct offload_pipeline *p, enum offload_lane lane,
+                                 const offload_block_id *blocks, uint32_t n, uint64_t cookie,
+                                 struct offload_token *token);
 
 /*
  * offload_cancel - drop a queued batch that has not started (the commitment boundary is the
@@ -305,7 +310,7 @@ int offload_enqueue(struct offload_pipeline *p, enum offload_lane lane,
  * Returns: 0; -EBUSY (already started); -EALREADY (already drained); -EXDEV, -ESTALE, -ERANGE
  * (never issued), -EINVAL (bad lane); -ESHUTDOWN.
  */
-int offload_cancel(struct offload_pipeline *p, const struct offload_token *token);
+KVSIM_EXTERN int offload_cancel(struct offload_pipeline *p, const struct offload_token *token);
 
 /*
  * offload_advance_to - move virtual time to now (an earlier now changes nothing) and drain every
@@ -316,7 +321,7 @@ int offload_cancel(struct offload_pipeline *p, const struct offload_token *token
  * Returns: the number of batches drained (>= 0); -ETIMEDOUT (the state is consistent: call
  * again); -ESHUTDOWN; -EDEADLK.
  */
-int offload_advance_to(struct offload_pipeline *p, int64_t now);
+KVSIM_EXTERN int offload_advance_to(struct offload_pipeline *p, int64_t now);
 
 /*
  * offload_settle - wait until token's batch has drained and the pipeline is stable. Drains
@@ -330,7 +335,7 @@ int offload_advance_to(struct offload_pipeline *p, int64_t now);
  * Ordering: on return every worker-side effect of each drained batch (what its work function
  * wrote) is visible to the owner (acquire through the completion ring).
  */
-int offload_settle(struct offload_pipeline *p, const struct offload_token *token);
+KVSIM_EXTERN int offload_settle(struct offload_pipeline *p, const struct offload_token *token);
 
 /* A snapshot of per-lane drained counts (completed + failed + cancelled), for targets. */
 struct offload_checkpoint {
@@ -339,7 +344,8 @@ struct offload_checkpoint {
     uint64_t drained[OFFLOAD_NUM_LANES];
 };
 /* Context: owner. Takes a checkpoint of p now. */
-void offload_checkpoint(const struct offload_pipeline *p, struct offload_checkpoint *cp);
+KVSIM_EXTERN void offload_checkpoint(const struct offload_pipeline *p,
+                                     struct offload_checkpoint *cp);
 
 /*
  * offload_settle_after - as offload_settle, for a target: every lane l must have drained at least
@@ -348,8 +354,9 @@ void offload_checkpoint(const struct offload_pipeline *p, struct offload_checkpo
  * Returns: 0; -EOVERFLOW (a target above the batches ever enqueued on that lane: it can never
  * be met); -EAGAIN; -EXDEV, -ESTALE; -ESHUTDOWN; -ETIMEDOUT; -EDEADLK.
  */
-int offload_settle_after(struct offload_pipeline *p, const struct offload_checkpoint *cp,
-                         const uint64_t delta[OFFLOAD_NUM_LANES]);
+KVSIM_EXTERN int offload_settle_after(struct offload_pipeline *p,
+                                      const struct offload_checkpoint *cp,
+                                      const uint64_t delta[OFFLOAD_NUM_LANES]);
 
 /*
  * offload_poll - without blocking: take in the workers' reports and drain what is due at the
@@ -357,7 +364,7 @@ int offload_settle_after(struct offload_pipeline *p, const struct offload_checkp
  * one poll drains depends on thread timing (advance_to and settle do not).
  * Context: owner. Returns: batches drained (>= 0); -ESHUTDOWN; -EDEADLK.
  */
-int offload_poll(struct offload_pipeline *p);
+KVSIM_EXTERN int offload_poll(struct offload_pipeline *p);
 
 /*
  * offload_shutdown - close the pipeline: wait (guard) for the workers to hand back the batches
@@ -367,7 +374,7 @@ int offload_poll(struct offload_pipeline *p);
  * Context: owner. Returns: 0; -ETIMEDOUT (closed, but some batches are still at a worker: call
  * again); -EDEADLK.
  */
-int offload_shutdown(struct offload_pipeline *p);
+KVSIM_EXTERN int offload_shutdown(struct offload_pipeline *p);
 
 /*
  * offload_shutdown_any - ask for shutdown from any thread: an owner blocked in settle or
@@ -377,14 +384,14 @@ int offload_shutdown(struct offload_pipeline *p);
  * Context: any thread, while p exists.
  * Ordering: a seq_cst store of the request, then a futex wake of the owner.
  */
-void offload_shutdown_any(struct offload_pipeline *p);
+KVSIM_EXTERN void offload_shutdown_any(struct offload_pipeline *p);
 
 /*
  * offload_reset - shut down (if not yet), then reopen as a new generation: empty lanes, sequence
  * numbers and counters from 0, virtual time kept. Tokens of earlier generations become stale.
  * Context: owner. Returns: 0; -ETIMEDOUT (as offload_shutdown); -EDEADLK.
  */
-int offload_reset(struct offload_pipeline *p);
+KVSIM_EXTERN int offload_reset(struct offload_pipeline *p);
 
 /* ---- state (owner; O(1) unless stated) ----------------------------------------------------- */
 
@@ -397,9 +404,10 @@ enum offload_batch_state {
     OFFLOAD_BATCH_CANCELLED,
     OFFLOAD_BATCH_DRAINED, /* drained long ago: its record was reused, the outcome is gone */
 };
-const char *offload_batch_state_name(enum offload_batch_state s);
+KVSIM_EXTERN const char *offload_batch_state_name(enum offload_batch_state s);
 /* The state of token's batch (>= 0), or -EXDEV, -ESTALE, -ERANGE, -EINVAL. */
-int offload_token_state(const struct offload_pipeline *p, const struct offload_token *token);
+KVSIM_EXTERN int offload_token_state(const struct offload_pipeline *p,
+                                     const struct offload_token *token);
 
 struct offload_lane_stats {
     uint64_t enqueued;      /* batches enqueued */
@@ -415,8 +423,8 @@ struct offload_lane_stats {
     uint32_t permits;       /* the lane's permits */
 };
 /* Returns 0, or -EINVAL (bad lane). */
-int offload_lane_stats(const struct offload_pipeline *p, enum offload_lane lane,
-                       struct offload_lane_stats *out);
+KVSIM_EXTERN int offload_lane_stats(const struct offload_pipeline *p, enum offload_lane lane,
+                                    struct offload_lane_stats *out);
 
 struct offload_stats {
     uint64_t settles;      /* offload_settle + offload_settle_after calls */
@@ -425,22 +433,22 @@ struct offload_stats {
     uint64_t owner_sleeps; /* futex sleeps of the owner */
     uint64_t dispatched;   /* batches handed to pool workers */
 };
-void offload_stats(const struct offload_pipeline *p, struct offload_stats *out);
+KVSIM_EXTERN void offload_stats(const struct offload_pipeline *p, struct offload_stats *out);
 
 /* True when nothing is starting or settling, nothing is due at the current time, and every
  * lane's queue is empty or all its permits are in flight. O(lanes). */
-bool offload_is_stable(const struct offload_pipeline *p);
+KVSIM_EXTERN bool offload_is_stable(const struct offload_pipeline *p);
 /* Current virtual time. */
-int64_t offload_now(const struct offload_pipeline *p);
+KVSIM_EXTERN int64_t offload_now(const struct offload_pipeline *p);
 /* Earliest virtual time at which a batch will drain (the current time if one is due already),
  * or OFFLOAD_NEVER. O(lanes). */
-int64_t offload_next_deadline(const struct offload_pipeline *p);
+KVSIM_EXTERN int64_t offload_next_deadline(const struct offload_pipeline *p);
 /* Unique id of the pipeline in this process (never 0). */
-uint64_t offload_pipeline_id(const struct offload_pipeline *p);
+KVSIM_EXTERN uint64_t offload_pipeline_id(const struct offload_pipeline *p);
 /* Current generation (0, then +1 per offload_reset). */
-uint32_t offload_generation(const struct offload_pipeline *p);
+KVSIM_EXTERN uint32_t offload_generation(const struct offload_pipeline *p);
 /* True after offload_shutdown until offload_reset. */
-bool offload_is_shut_down(const struct offload_pipeline *p);
+KVSIM_EXTERN bool offload_is_shut_down(const struct offload_pipeline *p);
 
 /* ==== G2/G3 tier store (offload/tier.c) ===================================================== */
 
@@ -500,18 +508,18 @@ struct offload_tier_counters {
  * OFFLOAD_TIER_MAX_CAPACITY. Allocates everything the tier will ever use.
  * Returns: 0 and sets *out; -EINVAL (out NULL or capacity out of range); -ENOMEM.
  */
-int offload_tier_create(uint32_t capacity, struct offload_tier **out);
+KVSIM_EXTERN int offload_tier_create(uint32_t capacity, struct offload_tier **out);
 /* Frees the tier. Accepts NULL. */
-void offload_tier_destroy(struct offload_tier *t);
+KVSIM_EXTERN void offload_tier_destroy(struct offload_tier *t);
 
 /* Starts loading the table line hash's lookup will read (a batch of lookups issues these
  * first, so their cache misses overlap). No effect on the contents. */
-void offload_tier_prefetch(const struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN void offload_tier_prefetch(const struct offload_tier *t, uint64_t hash);
 /* True if hash is resident (pinned or not). No LRU change, no counter. */
-bool offload_tier_contains(const struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN bool offload_tier_contains(const struct offload_tier *t, uint64_t hash);
 /* A lookup hit: if hash is resident, moves it to the MRU end (a pinned entry keeps its place
  * outside the LRU order) and counts a hit; else counts a miss. Returns whether it is resident. */
-bool offload_tier_touch(struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN bool offload_tier_touch(struct offload_tier *t, uint64_t hash);
 
 /*
  * offload_tier_insert - store (reserve) hash at the MRU end. If the tier is full, first evicts
@@ -521,19 +529,19 @@ bool offload_tier_touch(struct offload_tier *t, uint64_t hash);
  * Returns: 0 (inserted); -EEXIST (already resident: skip the copy; counted in filtered);
  * -ENOSPC (full and every entry pinned: nothing changed).
  */
-int offload_tier_insert(struct offload_tier *t, uint64_t hash, bool *evicted,
-                        uint64_t *evicted_hash);
+KVSIM_EXTERN int offload_tier_insert(struct offload_tier *t, uint64_t hash, bool *evicted,
+                                     uint64_t *evicted_hash);
 /* Removes hash. Returns 0; -ENOENT (absent); -EBUSY (pinned: nothing changed). */
-int offload_tier_remove(struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN int offload_tier_remove(struct offload_tier *t, uint64_t hash);
 
 /* Pins hash (one more in-flight copy reads it): it cannot be evicted or removed until the last
  * unpin. Returns 0; -ENOENT (absent); -EOVERFLOW (UINT32_MAX pins already). */
-int offload_tier_pin(struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN int offload_tier_pin(struct offload_tier *t, uint64_t hash);
 /* Drops one pin; the last one puts the entry back at the MRU end.
  * Returns 0; -ENOENT (absent); -EINVAL (not pinned). */
-int offload_tier_unpin(struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN int offload_tier_unpin(struct offload_tier *t, uint64_t hash);
 /* Pin count of hash (0 if absent or unpinned). */
-uint32_t offload_tier_pins(const struct offload_tier *t, uint64_t hash);
+KVSIM_EXTERN uint32_t offload_tier_pins(const struct offload_tier *t, uint64_t hash);
 
 /*
  * offload_tier_filter_present - presence filtering of a batch: writes to out the hashes of
@@ -541,21 +549,23 @@ uint32_t offload_tier_pins(const struct offload_tier *t, uint64_t hash);
  * n; out == in is allowed (filter in place). Duplicates inside the batch are not merged. No LRU
  * change; the hashes dropped are counted in filtered.
  */
-size_t offload_tier_filter_present(struct offload_tier *t, const uint64_t *in, size_t n,
-                                   uint64_t *out);
+KVSIM_EXTERN size_t offload_tier_filter_present(struct offload_tier *t, const uint64_t *in,
+                                                size_t n, uint64_t *out);
 
 /* The LRU unpinned entry (the next victim): true and *hash, or false if there is none. */
-bool offload_tier_peek_lru(const struct offload_tier *t, uint64_t *hash);
+KVSIM_EXTERN bool offload_tier_peek_lru(const struct offload_tier *t, uint64_t *hash);
 /* Writes up to max unpinned hashes in LRU order (least recent first) and returns how many were
  * written. O(size); for tests and diagnostics. */
-size_t offload_tier_export_lru(const struct offload_tier *t, uint64_t *out, size_t max);
+KVSIM_EXTERN size_t offload_tier_export_lru(const struct offload_tier *t, uint64_t *out,
+                                            size_t max);
 
-uint32_t offload_tier_size(const struct offload_tier *t);     /* resident entries */
-uint32_t offload_tier_capacity(const struct offload_tier *t); /* blocks */
-uint32_t offload_tier_pinned(const struct offload_tier *t);   /* entries with a pin */
-void offload_tier_counters(const struct offload_tier *t, struct offload_tier_counters *out);
+KVSIM_EXTERN uint32_t offload_tier_size(const struct offload_tier *t);     /* resident entries */
+KVSIM_EXTERN uint32_t offload_tier_capacity(const struct offload_tier *t); /* blocks */
+KVSIM_EXTERN uint32_t offload_tier_pinned(const struct offload_tier *t);   /* entries with a pin */
+KVSIM_EXTERN void offload_tier_counters(const struct offload_tier *t,
+                                        struct offload_tier_counters *out);
 /* Zeroes the counters (contents unchanged). */
-void offload_tier_reset_counters(struct offload_tier *t);
+KVSIM_EXTERN void offload_tier_reset_counters(struct offload_tier *t);
 
 /* ==== end of G2/G3 tier store ================================================================ */
 

@@ -52,7 +52,6 @@
 
 static inline bool is_pow2(uint32_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-
 /*
  * One ck_ring of pointers plus two dummy addresses for ThreadSanitizer. The producer's writes
  * before a push happen-before the consumer's reads after the matching pop (hb_prod); the
@@ -234,7 +233,10 @@ struct offload_pipeline {
     struct offload_stats stats;
 };
 
-static inline struct rec *rec_of(const struct lane *ln, uint64_t seq) { return &ln->recs[seq & ln->mask]; }
+static inline struct rec *rec_of(const struct lane *ln, uint64_t seq)
+{
+    return &ln->recs[seq & ln->mask];
+}
 
 static inline bool rec_terminal(const struct rec *r)
 {

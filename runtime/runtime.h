@@ -21,6 +21,8 @@
 
 #include <errno.h>
 
+#include "kvsim_export.h"
+
 #include "runtime/engine/engine.h"
 #include "runtime/input/input.h"
 #include "runtime/replay/replay.h"
@@ -31,9 +33,9 @@ extern "C" {
 #endif
 
 /* "kvsim X.Y.Z": the library's version string. Never NULL. Any thread. */
-const char *kvsim_version(void);
+KVSIM_EXTERN const char *kvsim_version(void);
 /* Name of the allocator linked into this build: "jemalloc" or "libc". Any thread. */
-const char *kvsim_allocator(void);
+KVSIM_EXTERN const char *kvsim_allocator(void);
 
 /*
  * The codes kvsim gives its own meaning: XX(NAME, errno, message). KVSIM_E<NAME> is -errno.
@@ -60,7 +62,7 @@ enum {
  * of KVSIM_ERRNO_MAP, the C library's otherwise ("Unknown error" for anything else, 0 gives
  * "Success"). A static string; any thread.
  */
-const char *kvsim_strerror(int err);
+KVSIM_EXTERN const char *kvsim_strerror(int err);
 
 #ifdef __cplusplus
 }

@@ -82,7 +82,6 @@ void sched__rq_push(struct rq *q, struct sched_request *r, bool front)
     q->len++;
 }
 
-
 static void rq_remove_at(struct rq *q, size_t i)
 {
     struct sched_request *r;

@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvsim_export.h"
+
 #include "kvpool/kvpool.h"
 
 #ifdef __cplusplus
@@ -33,7 +35,7 @@ enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY };
 struct sched_request;
 
 /*
- * Offload hooks: the G2/G3 tiers behind G1 (runtime/tiers.h implements them). Every hook is
+ * Offload hooks: the G2/G3 tiers behind G1 (runtime/engine/tiers.h implements them). Every hook is
  * called on the owner thread from inside sched_schedule(); none may call back into the scheduler.
  */
 struct sched_offload_ops {
@@ -74,7 +76,7 @@ struct sched_config {
 };
 
 /* Fills cfg with the defaults shown above. */
-void sched_config_default(struct sched_config *cfg);
+KVSIM_EXTERN void sched_config_default(struct sched_config *cfg);
 
 enum sched_status {
     SCHED_WAITING = 0,
@@ -86,12 +88,12 @@ enum sched_status {
     SCHED_FINISHED_LENGTH_CAPPED,
     SCHED_FINISHED_ABORTED,
 };
-const char *sched_status_name(enum sched_status status);
+KVSIM_EXTERN const char *sched_status_name(enum sched_status status);
 /* Returns the status for a name such as "RUNNING", or -EINVAL. */
-int sched_status_parse(const char *name);
+KVSIM_EXTERN int sched_status_parse(const char *name);
 static inline bool sched_status_is_finished(enum sched_status s) { return s > SCHED_PREEMPTED; }
 /* "stop", "length" or "abort" for a finished status, NULL otherwise. */
-const char *sched_finish_reason(enum sched_status status);
+KVSIM_EXTERN const char *sched_finish_reason(enum sched_status status);
 
 /* Where a request sits. */
 enum sched_queue { SCHED_Q_NONE = 0, SCHED_Q_RUNNING, SCHED_Q_WAITING, SCHED_Q_SKIPPED };
@@ -107,7 +109,7 @@ enum sched_transition {
     SCHED_T_FINISHED,     /* blocks freed or deferred */
     SCHED_T_FREE_DELAYED, /* finished while its async load is still in flight */
 };
-const char *sched_transition_name(enum sched_transition t);
+KVSIM_EXTERN const char *sched_transition_name(enum sched_transition t);
 
 struct sched_request_params {
     uint64_t id;                                /* caller's id (unique among live requests) */
@@ -129,8 +131,13 @@ struct sched_request_params {
     bool external_async;      /* ... loaded asynchronously (WAITING_FOR_REMOTE_KVS) */
 };
 
-/* A request. Every field is read-only for callers; only the scheduler writes them. */
+/*
+ * A request. Only the scheduler writes its fields (callers create requests with sched_add and
+ * change them through the functions below). The read-only part is what callers may read; the
+ * private part is the scheduler's bookkeeping, which callers must not rely on.
+ */
 struct sched_request {
+    /* read-only */
     uint64_t id;
     enum sched_status status;
     enum sched_queue queue;
@@ -138,33 +145,36 @@ struct sched_request {
     uint32_t max_tokens, min_tokens;
     int64_t priority;
     double arrival;
-    uint64_t add_seq; /* order of sched_add calls (final tie-break) */
     int64_t eos_token_id;
     bool ignore_eos;
     kvpool_token *stop_token_ids;
     uint32_t num_stop_token_ids;
     kvpool_token *output; /* output tokens so far */
-    uint32_t num_output, cap_output;
+    uint32_t num_output;
     uint64_t num_computed_tokens;     /* optimistic: advanced at schedule time */
     uint32_t num_output_placeholders; /* async scheduling: sampled but not yet delivered */
     int64_t num_cached_tokens;        /* local+external hits at first admission; -1 before */
     uint32_t num_preemptions;
-    uint64_t last_sched_seq; /* deferred-free fence bookkeeping */
     uint32_t external_tokens;
     bool external_async;
-    bool recv_finished;        /* async load reported in finished_recving */
-    bool free_delayed;         /* finished while parked: blocks wait for finished_recving */
-    bool in_flight_prefill;    /* in the #44560 reservation set */
     bool offload_load;         /* the pending async load is an onboarding from G2/G3 */
-    bool load_failed;          /* ... and it failed: the request recomputes instead */
-    bool onboard_disabled;     /* a load of it failed once: never onboard it again */
     uint32_t onboard_blocks;   /* blocks of the pending onboarding */
     uint64_t onboarded_tokens; /* tokens loaded from G2/G3 instead of recomputed (total) */
     int64_t stop_reason;       /* stop token that finished it, -1 otherwise */
     enum sched_transition last_transition;
     uint64_t last_transition_step;
-    struct kvpool_seq kv;                                /* tokens' hashes and block table */
-    size_t qpos;                                         /* position in a PRIORITY heap */
+    struct kvpool_seq kv; /* tokens' hashes and block table */
+
+    /* private */
+    uint64_t add_seq; /* order of sched_add calls (final tie-break) */
+    uint32_t cap_output;
+    uint64_t last_sched_seq; /* deferred-free fence bookkeeping */
+    bool recv_finished;      /* async load in finished_recving */
+    bool free_delayed;       /* finished while parked: blocks wait for finished_recving */
+    bool in_flight_prefill;  /* in the #44560 reservation set */
+    bool load_failed;        /* the onboarding failed: the request recomputes instead */
+    bool onboard_disabled;   /* a load of it failed once: never onboard it again */
+    size_t qpos;             /* position in a PRIORITY heap */
     struct sched_request *next_inflight, *prev_inflight; /* the #44560 reservation set */
     struct sched_request *next_live, *prev_live;         /* every unreleased request */
     uint64_t check_mark;                                 /* sched_check bookkeeping */
@@ -218,19 +228,20 @@ struct sched_model_output {
 struct sched;
 
 /* Returns 0 and *out, -EINVAL for an impossible configuration, -ENOMEM. */
-int sched_create(const struct sched_config *cfg, struct sched **out);
+KVSIM_EXTERN int sched_create(const struct sched_config *cfg, struct sched **out);
 /* Frees the scheduler, its pool and every request. Accepts NULL. */
-void sched_destroy(struct sched *s);
-const struct sched_config *sched_get_config(const struct sched *s);
+KVSIM_EXTERN void sched_destroy(struct sched *s);
+KVSIM_EXTERN const struct sched_config *sched_get_config(const struct sched *s);
 /* The scheduler's G1 pool (read-only use: state queries, events, checks). */
-struct kvpool *sched_pool(struct sched *s);
+KVSIM_EXTERN struct kvpool *sched_pool(struct sched *s);
 
 /*
  * sched_add - add a request in WAITING at the tail of the waiting queue (PRIORITY: heap).
  * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0, min_tokens > max_tokens, or prompt +
  * min_tokens > max_model_len: it could never stop), -ENOMEM.
  */
-int sched_add(struct sched *s, const struct sched_request_params *p, struct sched_request **out);
+KVSIM_EXTERN int sched_add(struct sched *s, const struct sched_request_params *p,
+                           struct sched_request **out);
 
 /*
  * sched_schedule - one vLLM schedule() call: the running phase, then (if nothing was preempted)
@@ -238,7 +249,7 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
  * check_invariants is on and an invariant broke (sched_last_violation() says which). The step
  * stays outstanding until sched_update() consumes it.
  */
-struct sched_step *sched_schedule(struct sched *s, int *err);
+KVSIM_EXTERN struct sched_step *sched_schedule(struct sched *s, int *err);
 
 /*
  * sched_update - apply a step's model output (vLLM update_from_output): deferred-free drain,
@@ -247,10 +258,11 @@ struct sched_step *sched_schedule(struct sched *s, int *err);
  * or -EUCLEAN (check_invariants on and an invariant broke).
  * Requests that finished during the call are listed by sched_last_finished().
  */
-int sched_update(struct sched *s, struct sched_step *step, const struct sched_model_output *out);
+KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
+                              const struct sched_model_output *out);
 
 /* Requests finished by the last sched_update / sched_abort call. */
-struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
+KVSIM_EXTERN struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
 
 /*
  * sched_load_finished - an onboarding started by the start_load hook has ended (ok: its blocks
@@ -258,7 +270,7 @@ struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t
  * schedule (vLLM delivers this as finished_recving with the next model output; the engine here
  * may also be idle). Owner thread. Returns 0, -EINVAL (no load in flight for r).
  */
-int sched_load_finished(struct sched *s, struct sched_request *r, bool ok);
+KVSIM_EXTERN int sched_load_finished(struct sched *s, struct sched_request *r, bool ok);
 
 /* Offload pressure seen by the last sched_schedule() call. */
 struct sched_offload_status {
@@ -266,39 +278,40 @@ struct sched_offload_status {
     uint32_t num_short;            /* blocks it lacked (all held by in-flight copies) */
     bool in_running_phase;         /* it was running (waiting admissions were skipped) */
 };
-void sched_offload_status(const struct sched *s, struct sched_offload_status *out);
+KVSIM_EXTERN void sched_offload_status(const struct sched *s, struct sched_offload_status *out);
 /* Totals: BLOCKED_ON_OFFLOAD outcomes, RETRY_NOW retries, loads started / failed, tokens
  * onboarded, and (with offload hooks) full prompt blocks that missed G1 at admission. */
 struct sched_offload_counters {
     uint64_t blocked, retry_now, loads, load_failures, onboarded_tokens, g1_miss_blocks;
 };
-void sched_offload_counters(const struct sched *s, struct sched_offload_counters *out);
+KVSIM_EXTERN void sched_offload_counters(const struct sched *s, struct sched_offload_counters *out);
 
 /* Client abort from any state (FINISHED_ABORTED). Returns 0, or -EALREADY if finished. */
-int sched_abort(struct sched *s, struct sched_request *req);
+KVSIM_EXTERN int sched_abort(struct sched *s, struct sched_request *req);
 /* Forgets a finished request whose blocks are released. Returns 0, -EBUSY otherwise. */
-int sched_release(struct sched *s, struct sched_request *req);
+KVSIM_EXTERN int sched_release(struct sched *s, struct sched_request *req);
 
 /*
  * sched_reset_prefix_cache - vLLM reset_prefix_cache(reset_running_requests). With reset_running,
  * every running request is preempted first (from the back). Returns 0, or -EBUSY (nothing
  * changed in the cache) while blocks are still referenced.
  */
-int sched_reset_prefix_cache(struct sched *s, bool reset_running);
+KVSIM_EXTERN int sched_reset_prefix_cache(struct sched *s, bool reset_running);
 
 /* Queues, in order. The waiting view lists the skipped-waiting queue first, then the waiting
  * queue, each in the order the scheduler would consider them. Return the counts; the waiting
  * snapshot writes `out` only when cap covers the whole count (pass NULL/0 to size it first).
  * sched_running's array is valid until the next call that adds or schedules. Owner thread. */
-uint32_t sched_running(const struct sched *s, struct sched_request *const **reqs);
-uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **out, uint32_t cap);
+KVSIM_EXTERN uint32_t sched_running(const struct sched *s, struct sched_request *const **reqs);
+KVSIM_EXTERN uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **out,
+                                             uint32_t cap);
 /* The waiting request the next schedule() considers first (the skipped queue's head for FCFS,
  * the better of the two queue heads for PRIORITY), or NULL. O(1). Owner thread. */
-struct sched_request *sched_waiting_head(const struct sched *s);
-uint32_t sched_num_unfinished(const struct sched *s);
-uint64_t sched_num_preemptions(const struct sched *s);
+KVSIM_EXTERN struct sched_request *sched_waiting_head(const struct sched *s);
+KVSIM_EXTERN uint32_t sched_num_unfinished(const struct sched *s);
+KVSIM_EXTERN uint64_t sched_num_preemptions(const struct sched *s);
 /* Deferred-free entries not yet drained. */
-uint32_t sched_num_deferred_frees(const struct sched *s);
+KVSIM_EXTERN uint32_t sched_num_deferred_frees(const struct sched *s);
 
 /* An invariant violation at a scheduler boundary. */
 struct sched_violation {
@@ -317,10 +330,10 @@ struct sched_violation {
  * waiting/preempted requests hold no blocks unless an async load left them computed tokens;
  * running <= max_num_seqs. Returns 0 or -EUCLEAN with *v filled. O(requests + blocks).
  */
-int sched_check(struct sched *s, struct sched_violation *v);
-int sched_violation_format(const struct sched_violation *v, char *buf, size_t len);
+KVSIM_EXTERN int sched_check(struct sched *s, struct sched_violation *v);
+KVSIM_EXTERN int sched_violation_format(const struct sched_violation *v, char *buf, size_t len);
 /* The violation behind the last -EUCLEAN from sched_schedule/sched_update, or NULL. */
-const struct sched_violation *sched_last_violation(const struct sched *s);
+KVSIM_EXTERN const struct sched_violation *sched_last_violation(const struct sched *s);
 
 #ifdef __cplusplus
 }

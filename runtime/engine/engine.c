@@ -6,6 +6,9 @@
 
 #include "kvpool/base.h"
 
+_Static_assert(KVSIM_REPORT_NUM_LANES == OFFLOAD_NUM_LANES,
+               "the report counts every offload lane, in offload.h's order");
+
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>

@@ -1,10 +1,12 @@
 /*
- * engine.h - one simulated serving engine: a scheduler core, its G1 pool and a step-time model,
- * advanced in virtual time (private to runtime/).
+ * engine.h - one simulated serving engine: a scheduler core, its G1 pool, a step-time model and
+ * its offload tier policy (G2/G3), advanced in virtual time; and the G3 shared by all engines.
  *
- * Threads: an engine is owned by one worker thread (engine i by thread i mod T); every function
- * here is called by that thread, except the published fields (struct kvsim_engine_pub), which
- * the coordinator reads at epoch boundaries while every worker waits at the barrier.
+ * Threads. An engine belongs to one thread at a time, and every engine function is called by
+ * the thread that owns it then: in a replay, its worker between epoch boundaries (engine i on
+ * thread i mod T) and the coordinator at a boundary, while every worker waits at the barrier
+ * (the barrier orders the two). Different engines on different threads are independent. The
+ * shared G3's functions say their own context. Errors are negative errno values.
  *
  * Time model (eager pass, as Dynamo's mocker): at a step's start the scheduler decides and the
  * step's duration is computed; its output (one token per request whose chunk reached the end of
@@ -15,6 +17,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include "kvsim_export.h"
 
 #include "runtime/report/report.h"
 #include "offload/offload.h"
@@ -39,7 +43,7 @@ struct kvsim_tiers_config {
 };
 
 /* Fills cfg: G2 of 4096 blocks, no G3, offload_config_default() lanes, inline executor. */
-void kvsim_tiers_config_default(struct kvsim_tiers_config *cfg);
+KVSIM_EXTERN void kvsim_tiers_config_default(struct kvsim_tiers_config *cfg);
 
 /* What an engine's tiers did. */
 struct kvsim_tiers_stats {
@@ -89,11 +93,11 @@ struct kvsim_tiers_stats {
  * Returns 0 and *out, -EINVAL (capacity or num_engines 0, capacity above
  * OFFLOAD_TIER_MAX_CAPACITY), -ENOSPC or -ENOMEM (the registry's).
  */
-int kvsim_g3_shared_create(uint32_t capacity, uint32_t num_engines, int64_t vtime0,
-                           struct kvsim_g3_shared **out);
+KVSIM_EXTERN int kvsim_g3_shared_create(uint32_t capacity, uint32_t num_engines, int64_t vtime0,
+                                        struct kvsim_g3_shared **out);
 /* Frees it (its registry included). Accepts NULL. Context: a registered thread, online; no
  * engine uses it any more. */
-void kvsim_g3_shared_destroy(struct kvsim_g3_shared *g);
+KVSIM_EXTERN void kvsim_g3_shared_destroy(struct kvsim_g3_shared *g);
 /*
  * kvsim_g3_shared_boundary - the boundary at b: merge the engines' epoch logs into the LRU,
  * remove evicted and register admitted blocks at vtime b, publish b, clear the logs, reclaim now
@@ -102,7 +106,7 @@ void kvsim_g3_shared_destroy(struct kvsim_g3_shared *g);
  * Context: the coordinator, registered and online, while no engine thread runs.
  * Returns 0 or a negative errno (the registry's).
  */
-int kvsim_g3_shared_boundary(struct kvsim_g3_shared *g, int64_t b);
+KVSIM_EXTERN int kvsim_g3_shared_boundary(struct kvsim_g3_shared *g, int64_t b);
 
 struct kvsim_g3_shared_stats {
     uint32_t capacity, resident; /* blocks */
@@ -112,7 +116,8 @@ struct kvsim_g3_shared_stats {
     uint64_t touches;            /* G3 hits used by loads (moved to MRU when still resident) */
 };
 /* Context: the coordinator at a boundary (or after the replay). */
-void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g, struct kvsim_g3_shared_stats *out);
+KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
+                                        struct kvsim_g3_shared_stats *out);
 
 /* ---- the step-time model ------------------------------------------------------------------ */
 
@@ -136,21 +141,22 @@ struct kvsim_step_model {
     double decode_floor_ms;
     double speedup_ratio;
 };
-void kvsim_step_model_default(struct kvsim_step_model *m);
+KVSIM_EXTERN void kvsim_step_model_default(struct kvsim_step_model *m);
 /* Duration of a step in virtual nanoseconds (>= 1 for a non-empty step). */
-int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
-                                     const struct kvsim_step_batch *b);
+KVSIM_EXTERN int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
+                                                  const struct kvsim_step_batch *b);
 /* A lower bound on the duration of any non-empty step (>= 1 ns). */
-int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m);
+KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m);
 /*
  * Reads {"step_model": {"prefill_ms": [p2,p1,p0], "decode_ms": [d2,d1,d0],
  * "decode_floor_ms": x}, "speedup_ratio": s} (every key optional, unknown keys rejected) from a
  * JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with a message in err naming
  * the file and the key.
  */
-int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err, size_t errlen);
+KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
+                                       size_t errlen);
 
-/* What the router may read at a boundary (written by the owner between boundaries). */
+/* What the router may read at a boundary (written by kvsim_engine_advance). */
 struct kvsim_engine_pub {
     uint32_t active_blocks; /* referenced KV blocks */
     uint64_t queued_tokens; /* prompt tokens of requests routed here and not yet admitted */
@@ -189,43 +195,47 @@ struct kvsim_engine_offload {
     uint64_t prefill_tokens; /* prompt tokens computed by steps (recomputation included) */
     int64_t blocked_ns;      /* virtual time a request waited for capacity held by copies */
 };
-void kvsim_engine_offload_stats(const struct kvsim_engine *e, struct kvsim_engine_offload *out);
+KVSIM_EXTERN void kvsim_engine_offload_stats(const struct kvsim_engine *e,
+                                             struct kvsim_engine_offload *out);
 
 /* Returns 0 and *out, or a negative errno (-EINVAL for an impossible configuration). */
-int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out);
-void kvsim_engine_destroy(struct kvsim_engine *e);
+KVSIM_EXTERN int kvsim_engine_create(const struct kvsim_engine_config *cfg,
+                                     struct kvsim_engine **out);
+KVSIM_EXTERN void kvsim_engine_destroy(struct kvsim_engine *e);
 
 /*
  * kvsim_engine_admit - add request `req` arriving at `t` (the current boundary). A request
  * that can never run here (longer than max_model_len, or whose full sequence exceeds the pool)
- * is rejected with a reason instead. Context: owner thread. Returns 0 or -ENOMEM.
+ * is rejected with a reason instead. Returns 0 or -ENOMEM.
  */
-int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t);
+KVSIM_EXTERN int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t);
 /*
  * kvsim_engine_advance - process every step that completes at or before `until`,
  * starting each next step at the completion instant, and start a step at `until` if the engine
  * is idle with work; with a shared G3, publish `until` as the engine's registry watermark
- * (kvsim_tiers_publish). Context: owner thread (registered with the block registry and online
- * if its tiers use a shared G3). Returns 0, or a negative errno (-EUCLEAN with a
- * violation message for a broken invariant, -EDEADLK if the engine holds unfinished requests
- * it can never make progress on).
+ * (the calling thread must then be registered with the block registry and online). Returns 0,
+ * or a negative errno (KVSIM_EINVARIANT, -EUCLEAN, with a violation message for a broken
+ * invariant; KVSIM_EDEADEND, -EDEADLK, if the engine holds unfinished requests it can never
+ * make progress on: kvsim_engine_error says which).
  */
-int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
+KVSIM_EXTERN int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
 /* Earliest time this engine has something to do (its running step's end or a transfer's end),
  * or INT64_MAX. */
-int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
-/* Publishes load for the router (owner, before the barrier). */
-const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e);
-/* Completed requests since the last call (coordinator, at a boundary); resets the list. */
-const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n);
-/* The same list without taking it (coordinator, at a boundary). */
-const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e, uint32_t *n);
-/* The pool, for KV events and statistics (owner between boundaries; coordinator at them). */
-struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
-uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);
-uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e);
-uint64_t kvsim_engine_steps(const struct kvsim_engine *e);
+KVSIM_EXTERN int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
+/* The load published for the router by the last kvsim_engine_advance. */
+KVSIM_EXTERN const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e);
+/* Completed requests since the last call; resets the list. */
+KVSIM_EXTERN const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e,
+                                                                    uint32_t *n);
+/* The same list without taking it. */
+KVSIM_EXTERN const struct kvsim_engine_done *kvsim_engine_peek_done(const struct kvsim_engine *e,
+                                                                    uint32_t *n);
+/* The engine's G1 pool, for KV events and statistics. */
+KVSIM_EXTERN struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
+KVSIM_EXTERN uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);
+KVSIM_EXTERN uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e);
+KVSIM_EXTERN uint64_t kvsim_engine_steps(const struct kvsim_engine *e);
 /* Last error message (for -EUCLEAN / -EDEADLK). */
-const char *kvsim_engine_error(const struct kvsim_engine *e);
+KVSIM_EXTERN const char *kvsim_engine_error(const struct kvsim_engine *e);
 
 #endif /* KVSIM_ENGINE_H */

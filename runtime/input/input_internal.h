@@ -70,4 +70,12 @@ int input__azure_line(struct loader *ld, struct azure_state *st, uint32_t line, 
 /* Checks the Azure header line (line 1). Returns 0 or -EINVAL. */
 int input__azure_header(struct loader *ld, const char *s, size_t n);
 
+/* Shared with workload.c. */
+
+/*
+ * input__trace_sort - sort t->reqs by (arrival_ns, line, current index) and rewrite every
+ * prev_turn to the new index of the request it named. Returns 0 or -ENOMEM (t unchanged).
+ */
+int input__trace_sort(struct kvsim_trace *t);
+
 #endif /* KVSIM_INPUT_INTERNAL_H */

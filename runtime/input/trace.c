@@ -107,7 +107,7 @@ static int sort_key_cmp(const void *pa, const void *pb)
     return a->index < b->index ? -1 : a->index > b->index;
 }
 
-int kvsim__trace_sort(struct kvsim_trace *t)
+int input__trace_sort(struct kvsim_trace *t)
 {
     size_t n = t->num_reqs;
     if (n < 2)
@@ -425,7 +425,7 @@ int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, stru
         rc = input__fail(&ld, -EINVAL, 0, "empty trace (no requests)");
     if (!rc)
         rc = normalize(&ld);
-    if (!rc && kvsim__trace_sort(out))
+    if (!rc && input__trace_sort(out))
         rc = input__oom(&ld);
     loader_fini(&ld);
     if (rc) {

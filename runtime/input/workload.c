@@ -1,5 +1,5 @@
 /*
- * workload.c - the built-in seeded synthetic workload (runtime/trace.h): multi-turn chat
+ * workload.c - the built-in seeded synthetic workload (runtime/input/input.h): multi-turn chat
  * sessions whose prompts share system prompts and conversation history, as hash ids.
  *
  * Randomness comes from one xoshiro256** stream seeded through splitmix64 and drawn in a fixed
@@ -7,7 +7,7 @@
  * time), so the same options give the same workload bit for bit. Lengths are rounded to
  * integers and times to integer ns right after sampling.
  */
-#include "runtime/input/input.h"
+#include "runtime/input/input_internal.h"
 
 #include "kvpool/base.h"
 
@@ -259,7 +259,7 @@ static int generate(const struct kvsim_synth_opts *o, struct kvsim_trace *t, cha
     t->num_sessions = o->num_sessions;
     t->block_size = bs;
     t->format = KVSIM_TRACE_SYNTHETIC;
-    if (kvsim__trace_sort(t))
+    if (input__trace_sort(t))
         goto nomem;
     goto out;
 nomem:

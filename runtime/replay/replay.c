@@ -457,7 +457,7 @@ static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         struct kvsim_engine_offload eo;
         kvsim_engine_offload_stats(rp->engines[e], &eo);
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++) {
             o->lanes[l].batches += eo.tiers.lanes[l].completed;
             o->lanes[l].blocks += eo.tiers.lanes[l].blocks;
             o->lanes[l].bytes += eo.tiers.lanes[l].bytes;

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kvsim_export.h"
+
 #include "runtime/engine/engine.h"
 #include "runtime/report/report.h"
 #include "runtime/input/input.h"
@@ -29,16 +31,16 @@ enum kvsim_router_policy {
     KVSIM_ROUTER_KV, /* cost = overlap_weight * blocks to prefill + active blocks; lowest, id */
 };
 /* "round-robin", "least-loaded", "kv"; parse returns the policy or -EINVAL. */
-const char *kvsim_router_policy_name(enum kvsim_router_policy p);
-int kvsim_router_policy_parse(const char *name);
+KVSIM_EXTERN const char *kvsim_router_policy_name(enum kvsim_router_policy p);
+KVSIM_EXTERN int kvsim_router_policy_parse(const char *name);
 
 struct kvsim_router;
 
 /* Returns 0 and *out, -EINVAL (no engines), -ENOMEM. */
-int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
-                        double overlap_weight, struct kvsim_router **out);
-void kvsim_router_destroy(struct kvsim_router *r);
-enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r);
+KVSIM_EXTERN int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
+                                     double overlap_weight, struct kvsim_router **out);
+KVSIM_EXTERN void kvsim_router_destroy(struct kvsim_router *r);
+KVSIM_EXTERN enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r);
 
 /*
  * kvsim_router_use_pools - answer kv-policy overlap queries from the engines' own prefix-cache
@@ -46,7 +48,7 @@ enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r);
  * the blocks the engines' Stored/Removed events describe up to that boundary, so decisions are
  * identical (a test checks it); the pools need no event traffic at all. Coordinator only.
  */
-void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools);
+KVSIM_EXTERN void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools);
 
 /*
  * kvsim_router_apply_event_owner - feed one KV event of engine `engine` to that engine's shard
@@ -54,8 +56,8 @@ void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *
  * owner thread applies its own events in the parallel phase; the router reads the shards only
  * at boundaries. Context: the engine's owner thread, between boundaries. Returns 0 or -ENOMEM.
  */
-int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
-                                   const struct kvpool_event *ev);
+KVSIM_EXTERN int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
+                                                const struct kvpool_event *ev);
 
 /*
  * kvsim_router_route - choose an engine for a request whose prompt has the block hashes
@@ -63,21 +65,22 @@ int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
  * i's published load. Also records the choice (the next decision at the same boundary sees it).
  * Returns the engine.
  */
-uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
-                            const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
-                            uint64_t prompt_tokens);
+KVSIM_EXTERN uint32_t kvsim_router_route(struct kvsim_router *r,
+                                         const struct kvsim_engine_pub *const *pubs,
+                                         const kvpool_hash *hashes, uint32_t num_hashes,
+                                         uint32_t prompt_blocks, uint64_t prompt_tokens);
 /*
  * kvsim_router_max_overlap - the longest prefix of hashes[0..num_hashes) cached on any engine
  * (kv policy). When it equals num_hashes the caller may hash further blocks and ask again.
  * Coordinator only, at a boundary.
  */
-uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_hash *hashes,
-                                  uint32_t num_hashes);
+KVSIM_EXTERN uint32_t kvsim_router_max_overlap(const struct kvsim_router *r,
+                                               const kvpool_hash *hashes, uint32_t num_hashes);
 
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
-void kvsim_router_new_boundary(struct kvsim_router *r);
+KVSIM_EXTERN void kvsim_router_new_boundary(struct kvsim_router *r);
 /* Number of distinct block hashes the indexer tracks. */
-uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
+KVSIM_EXTERN uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
 
 /* ---- the replay ------------------------------------------------------------------------------ */
 
@@ -108,7 +111,7 @@ struct kvsim_replay_config {
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,
  * max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and chunked prefill on, one
  * thread per CPU. */
-void kvsim_replay_config_default(struct kvsim_replay_config *c);
+KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
 
 /*
  * kvsim_replay_run - load the trace (or generate the workload), replay it, summarize into
@@ -118,7 +121,7 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c);
  * With cfg->g3_shared the calling thread (and every worker) is registered with the block
  * registry for the duration of the run: the caller must not be registered already.
  */
-int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
-                     size_t errlen);
+KVSIM_EXTERN int kvsim_replay_run(const struct kvsim_replay_config *cfg,
+                                  struct kvsim_report *report, char *err, size_t errlen);
 
 #endif /* KVSIM_REPLAY_H */

@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kvsim_export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,35 +72,35 @@ struct kvsim_sketch {
 };
 
 /* Initializes an empty sketch. Allocates nothing; cannot fail. */
-void kvsim_sketch_init(struct kvsim_sketch *s);
+KVSIM_EXTERN void kvsim_sketch_init(struct kvsim_sketch *s);
 /* Frees the buckets; the sketch is empty (re-initialized) afterwards. Accepts NULL. */
-void kvsim_sketch_fini(struct kvsim_sketch *s);
+KVSIM_EXTERN void kvsim_sketch_fini(struct kvsim_sketch *s);
 /*
  * kvsim_sketch_add - count one value. Amortized O(1): the bucket array grows geometrically
  * and is bounded (see above). Returns 0, -EINVAL for a negative value, or -ENOMEM (the sketch
  * is unchanged).
  */
-int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v);
+KVSIM_EXTERN int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v);
 /*
  * kvsim_sketch_merge - add src's counts into dst (src is unchanged). The result is the sketch
  * that adding all of both inputs' values to one sketch would give, in any order. O(src
  * buckets). Returns 0, or -ENOMEM (dst is unchanged).
  */
-int kvsim_sketch_merge(struct kvsim_sketch *dst, const struct kvsim_sketch *src);
+KVSIM_EXTERN int kvsim_sketch_merge(struct kvsim_sketch *dst, const struct kvsim_sketch *src);
 /*
  * kvsim_sketch_at_rank - the value of 1-based rank r (clamped to [1, count]) in ascending
  * order, as its bucket's representative value clamped to [min, max]. O(buckets). Returns NAN
  * when the sketch is empty.
  */
-double kvsim_sketch_at_rank(const struct kvsim_sketch *s, uint64_t r);
+KVSIM_EXTERN double kvsim_sketch_at_rank(const struct kvsim_sketch *s, uint64_t r);
 /* The nearest-rank quantile q in [0, 1]: kvsim_sketch_at_rank(s, max(1, ceil(q * count))). */
-double kvsim_sketch_quantile(const struct kvsim_sketch *s, double q);
+KVSIM_EXTERN double kvsim_sketch_quantile(const struct kvsim_sketch *s, double q);
 /* Number of values counted in bucket key (0 outside the allocated range). */
-uint64_t kvsim_sketch_bin(const struct kvsim_sketch *s, int32_t key);
+KVSIM_EXTERN uint64_t kvsim_sketch_bin(const struct kvsim_sketch *s, int32_t key);
 /* The bucket key of a value v >= 1. */
-int32_t kvsim_sketch_key(int64_t v);
+KVSIM_EXTERN int32_t kvsim_sketch_key(int64_t v);
 /* The representative value of bucket key: 2 * gamma^key / (gamma + 1). */
-double kvsim_sketch_key_value(int32_t key);
+KVSIM_EXTERN double kvsim_sketch_key_value(int32_t key);
 
 /* ---- exact percentiles ---------------------------------------------------------------------- */
 
@@ -108,9 +110,9 @@ double kvsim_sketch_key_value(int32_t key);
  * an interpolation: p50 of {1, 2, 3, 4} is 2, p90 of ten values is the 9th, p100 the largest.
  * Percentiles are given in per-mille (p99 = 990) so that ranks are exact integer arithmetic.
  */
-uint64_t kvsim_nearest_rank(uint64_t n, uint32_t permille);
+KVSIM_EXTERN uint64_t kvsim_nearest_rank(uint64_t n, uint32_t permille);
 /* The nearest-rank percentile of sorted[0..n) (ascending). n must be at least 1. */
-double kvsim_percentile_sorted(const double *sorted, size_t n, uint32_t permille);
+KVSIM_EXTERN double kvsim_percentile_sorted(const double *sorted, size_t n, uint32_t permille);
 
 /* ---- per-request records --------------------------------------------------------------------- */
 
@@ -121,7 +123,7 @@ enum kvsim_req_status {
     KVSIM_REQ_INCOMPLETE,  /* still unfinished when the replay ended */
 };
 /* "pending", "completed", "rejected" or "incomplete" ("unknown" otherwise). */
-const char *kvsim_req_status_name(enum kvsim_req_status status);
+KVSIM_EXTERN const char *kvsim_req_status_name(enum kvsim_req_status status);
 
 /* Everything kept about one request: 96 bytes, nothing per token. Times are virtual ns. */
 struct kvsim_req_record {
@@ -150,13 +152,15 @@ struct kvsim_metrics;
  * request plus one (initially empty) sketch per thread. Returns 0 and sets *out, -EINVAL if
  * num_threads is 0, or -ENOMEM.
  */
-int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvsim_metrics **out);
+KVSIM_EXTERN int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads,
+                                      struct kvsim_metrics **out);
 /* Frees the collector. Accepts NULL. */
-void kvsim_metrics_destroy(struct kvsim_metrics *m);
-uint32_t kvsim_metrics_num_requests(const struct kvsim_metrics *m);
-uint32_t kvsim_metrics_num_threads(const struct kvsim_metrics *m);
+KVSIM_EXTERN void kvsim_metrics_destroy(struct kvsim_metrics *m);
+KVSIM_EXTERN uint32_t kvsim_metrics_num_requests(const struct kvsim_metrics *m);
+KVSIM_EXTERN uint32_t kvsim_metrics_num_threads(const struct kvsim_metrics *m);
 /* The record of request req (read-only), or NULL if req is out of range. */
-const struct kvsim_req_record *kvsim_metrics_record(const struct kvsim_metrics *m, uint32_t req);
+KVSIM_EXTERN const struct kvsim_req_record *kvsim_metrics_record(const struct kvsim_metrics *m,
+                                                                 uint32_t req);
 
 /*
  * Event functions. Each is O(1) (on_token amortized, see kvsim_sketch_add) and changes nothing
@@ -167,33 +171,36 @@ const struct kvsim_req_record *kvsim_metrics_record(const struct kvsim_metrics *
  * on_arrival, already arrived).
  */
 /* Request req (input_len prompt tokens) arrives at t. */
-int kvsim_metrics_on_arrival(struct kvsim_metrics *m, uint32_t req, int64_t t, uint32_t input_len);
+KVSIM_EXTERN int kvsim_metrics_on_arrival(struct kvsim_metrics *m, uint32_t req, int64_t t,
+                                          uint32_t input_len);
 /*
  * Engine engine admits req at t. The first admission sets first_sched_ns and cached_tokens
  * (prefix-cache hit tokens, local + external); a later one is a re-admission after a
  * preemption (counted by on_preempt) and only updates the engine.
  */
-int kvsim_metrics_on_schedule(struct kvsim_metrics *m, uint32_t req, int64_t t,
-                              uint32_t cached_tokens, int32_t engine);
+KVSIM_EXTERN int kvsim_metrics_on_schedule(struct kvsim_metrics *m, uint32_t req, int64_t t,
+                                           uint32_t cached_tokens, int32_t engine);
 /* req was preempted (its KV freed; it will be re-admitted). */
-int kvsim_metrics_on_preempt(struct kvsim_metrics *m, uint32_t req);
+KVSIM_EXTERN int kvsim_metrics_on_preempt(struct kvsim_metrics *m, uint32_t req);
 /*
  * One output token of req at t; called in time order for each request. From the second token
  * on, the gap to the previous token goes into the record's ITL max/sum and into the sketch of
  * worker thread `thread` (the caller's). May also return -ENOMEM (sketch growth) or
  * -EOVERFLOW (a request at UINT32_MAX tokens).
  */
-int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t req, int64_t t);
+KVSIM_EXTERN int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t req,
+                                        int64_t t);
 /* req completed at t. */
-int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, int64_t t);
+KVSIM_EXTERN int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, int64_t t);
 /* req was rejected at t for reason, a static string (e.g. "prompt_too_long"; NULL = "unknown"). */
-int kvsim_metrics_on_reject(struct kvsim_metrics *m, uint32_t req, int64_t t, const char *reason);
+KVSIM_EXTERN int kvsim_metrics_on_reject(struct kvsim_metrics *m, uint32_t req, int64_t t,
+                                         const char *reason);
 
 /*
  * kvsim_metrics_mark_incomplete - the replay ended: every PENDING record becomes INCOMPLETE.
  * Returns how many. O(requests). Context: no worker feeding events.
  */
-uint32_t kvsim_metrics_mark_incomplete(struct kvsim_metrics *m);
+KVSIM_EXTERN uint32_t kvsim_metrics_mark_incomplete(struct kvsim_metrics *m);
 
 /* ---- the report ------------------------------------------------------------------------------ */
 
@@ -227,11 +234,10 @@ struct kvsim_report_run {
     int64_t wall_ns;      /* measured wall time of the replay; <= 0 = unknown */
 };
 
-/*
- * The replay report. Latency and throughput cover COMPLETED requests only, except ITL (see
- * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
- * everything else is bit-identical for identical inputs.
- */
+/* The offload lanes a report counts (offload.h's lanes, in its order; engine.c checks that the
+ * two agree). */
+#define KVSIM_REPORT_NUM_LANES 4
+
 /* Traffic of one offload lane over all engines. */
 struct kvsim_lane_traffic {
     uint64_t batches; /* completed batches */
@@ -243,7 +249,7 @@ struct kvsim_lane_traffic {
 /* The offload tiers' part of a report (enabled = false: no tiers configured). */
 struct kvsim_offload_summary {
     bool enabled;
-    struct kvsim_lane_traffic lanes[4];    /* G1->G2, G2->G3, G3->G2, G2->G1 */
+    struct kvsim_lane_traffic lanes[KVSIM_REPORT_NUM_LANES]; /* G1->G2, G2->G3, G3->G2, G2->G1 */
     uint64_t g1_miss_blocks;               /* full prompt blocks missing from G1 at admission */
     uint64_t g2_hit_blocks, g3_hit_blocks; /* of which onboarded from G2 / from G3 */
     double g2_hit_rate, g3_hit_rate;       /* hits / g1_miss_blocks (0 if none) */
@@ -259,6 +265,11 @@ struct kvsim_offload_summary {
     uint64_t g3_evictions;             /* shared G3: blocks its LRU evicted at boundaries */
 };
 
+/*
+ * The replay report. Latency and throughput cover COMPLETED requests only, except ITL (see
+ * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
+ * everything else is bit-identical for identical inputs.
+ */
 struct kvsim_report {
     /* run */
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
@@ -308,11 +319,12 @@ struct kvsim_report {
  * count as incomplete. run may be NULL. Allocates O(requests) scratch memory for sorting.
  * Context: no worker feeding events. Returns 0 or -ENOMEM (out is then unspecified).
  */
-int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_report_run *run,
-                            struct kvsim_report *out);
+KVSIM_EXTERN int kvsim_metrics_summarize(const struct kvsim_metrics *m,
+                                         const struct kvsim_report_run *run,
+                                         struct kvsim_report *out);
 
 /* Prints the report as an aligned table (latencies in ms) to out. */
-void kvsim_report_print(FILE *out, const struct kvsim_report *r);
+KVSIM_EXTERN void kvsim_report_print(FILE *out, const struct kvsim_report *r);
 
 /*
  * kvsim_report_write_json - write the report to path as one JSON object with a fixed key
@@ -321,8 +333,8 @@ void kvsim_report_print(FILE *out, const struct kvsim_report *r);
  * output that is byte-identical for identical inputs. Returns 0, -ENOMEM, or the negative
  * errno of the failed open/write/close with a message naming path in err (if err is not NULL).
  */
-int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
-                            size_t errlen);
+KVSIM_EXTERN int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
+                                         size_t errlen);
 
 /*
  * kvsim_metrics_write_requests - write one JSON line per request, in index order: its status,
@@ -331,8 +343,8 @@ int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char
  * dependent. O(requests). Returns 0 or the negative errno of the failed open/write/close with
  * a message naming path in err (if err is not NULL).
  */
-int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m, char *err,
-                                 size_t errlen);
+KVSIM_EXTERN int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m,
+                                              char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -72,7 +72,7 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
         static const char *const lane[4] = {"G1->G2", "G2->G3", "G3->G2", "G2->G1"};
         fprintf(f, "\n  offload %-16s %12s %12s %14s %8s\n", "lane", "batches", "blocks", "bytes",
                 "failed");
-        for (int l = 0; l < 4; l++)
+        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++)
             fprintf(f, "          %-16s %12" PRIu64 " %12" PRIu64 " %14" PRIu64 " %8" PRIu64 "\n",
                     lane[l], o->lanes[l].batches, o->lanes[l].blocks, o->lanes[l].bytes,
                     o->lanes[l].failed);
@@ -224,7 +224,7 @@ static json_t *report_json(const struct kvsim_report *r)
     if (o->enabled) {
         static const char *const lane[4] = {"g1_g2", "g2_g3", "g3_g2", "g2_g1"};
         json_t *off = json_object(), *lanes = json_object();
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++) {
             json_t *lj = json_object();
             ok = put(lj, "batches", json_u64(o->lanes[l].batches)) && ok;
             ok = put(lj, "blocks", json_u64(o->lanes[l].blocks)) && ok;

@@ -1,7 +1,7 @@
 /*
  * minimize.c - failure minimization (verify.h, behind `kvsim minimize`): delta debugging (ddmin) of
  * a failing scenario over its requests and its steps, keeping a candidate only while it fails with
- * the same kind (the same rule, "dead_end", "expect:<key>", ...; see runtime/conform.h).
+ * the same kind (the same rule, "dead_end", "expect:<key>", ...; see runtime/verify/verify.h).
  *
  * Candidates run through the scenario runner in lenient mode: a removed `add` or `schedule`
  * would otherwise make most later ops invalid (an output for a step that is gone, sampled

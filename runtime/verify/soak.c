@@ -5,10 +5,10 @@
  *
  * A seed picks one value per matrix dimension (the table below), then drives the scheduler by
  * building a scenario as it goes: each op is appended to the scenario's steps and executed at
- * once by the in-process scenario runner (runtime/conform.h), so the file written for a failing
- * seed is exactly what ran and `kvsim conform` replays it step for step. Adding a dimension is a
- * row in `dims` (plus, for a workload knob, its use in the generator); adding an op kind is one
- * gen_* function called from drive(). With tiers, gen_time_for_output moves virtual time before
+ * once by the in-process scenario runner (runtime/verify/verify.h), so the file written for a
+ * failing seed is exactly what ran and `kvsim conform` replays it step for step. Adding a dimension
+ * is a row in `dims` (plus, for a workload knob, its use in the generator); adding an op kind is
+ * one gen_* function called from drive(). With tiers, gen_time_for_output moves virtual time before
  * each output (a step's duration, or to the next transfer end when the engine idles).
  */
 #include <errno.h>

@@ -27,13 +27,11 @@
 extern "C" {
 #endif
 
-/* ---- the scenario runner (conform_*.c)
- * ----------------------------------------------------------- */
+/* ---- the scenario runner (conform_*.c) ------------------------------------------------------ */
 
 /*
- * the scenario runner behind `kvsim conform`, callable in-process (private to
- * runtime/ and tests/): `kvsim soak` drives it op by op while it builds a scenario, and
- * `kvsim minimize` runs candidate scenarios through it.
+ * The scenario runner behind `kvsim conform`, callable in-process: `kvsim soak` drives it op by
+ * op while it builds a scenario, and `kvsim minimize` runs candidate scenarios through it.
  *
  * A scenario is the JSON document of shared/conformance/FORMAT.md plus the extensions of
  * docs/conformance.md (check_invariants, check_liveness, max_futile_preemptions,
@@ -146,20 +144,15 @@ int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *r)
 /* Adds b into a. */
 void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_conform_stats *b);
 
-/* ---- seeded soaks (soak.c, scenario.c) and minimization (minimize.c)
- * ----------------------------- */
+/* ---- seeded soaks (soak.c, scenario.c) and minimization (minimize.c) ------------------------ */
 
 /*
- * seeded soaks (runtime/soak.c) and failure minimization (runtime/minimize.c), private
- * to runtime/ and tests/.
- *
  * A soak seed picks a configuration from a matrix of dimensions (scheduler, workload, offload
  * tiers) and drives the scheduler by building a scenario as it goes: every op it appends to the
- * scenario's steps is executed at once through the in-process scenario runner
- * (runtime/conform.h) with check_invariants, check_liveness and max_futile_preemptions on (unless
- * `--checks` says otherwise), so a failing seed's scenario file replays exactly what ran. With
- * offload tiers it also moves virtual time (`advance` ops). The minimizer shrinks such a file
- * with delta debugging.
+ * scenario's steps is executed at once through the in-process scenario runner (above) with
+ * check_invariants, check_liveness and max_futile_preemptions on (unless `--checks` says
+ * otherwise), so a failing seed's scenario file replays exactly what ran. With offload tiers it
+ * also moves virtual time (`advance` ops). The minimizer shrinks such a file with delta debugging.
  */
 
 /* ---- the matrix ----------------------------------------------------------------------------- */
@@ -305,19 +298,16 @@ struct kvsim_minimize_result {
 int kvsim_minimize_scenario(json_t *doc, const char *name, uint64_t max_runs,
                             struct kvsim_minimize_result *res);
 
-/* ---- stress harnesses (stress_offload.c, stress_registry.c)
- * -------------------------------------- */
+/* ---- stress harnesses (stress_offload.c, stress_registry.c) --------------------------------- */
 
 /*
- * the stress harnesses behind `kvsim stress` and the stress_offload / stress_registry
- * executables (private to runtime/ and tests/stress/).
+ * The harnesses behind `kvsim stress` and the stress_offload / stress_registry executables.
  *
  * Two parts, each a self-checking run that prints what it did and returns 0 (no violation) or 1:
- *  - the offload pipeline (runtime/stress_offload.c): owner threads hammering pipelines on one
- *    shared thread pool; checks permits, exactly-once completion, settlement and liveness;
- *  - the block registry (runtime/stress_registry.c): writers, readers and a reclaimer on one
- *    registry; checks the watermark contract on every read.
- * The parts use process-wide state: run one at a time.
+ *  - the offload pipeline (stress_offload.c): owner threads hammering pipelines on one shared
+ *    thread pool; checks permits, exactly-once completion, settlement and liveness;
+ *  - the block registry (stress_registry.c): writers, readers and a reclaimer on one registry;
+ * checks the watermark contract on every read. The parts use process-wide state: run one at a time.
  */
 
 struct kvsim_stress_opts {

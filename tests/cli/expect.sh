@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# expect.sh CODE REGEX -- COMMAND [ARG...]
+# Runs COMMAND with its standard output and error merged, prints what it wrote, and exits 0 if
+# and only if COMMAND exited with exactly CODE and its output matches REGEX; otherwise says why
+# and exits 1. REGEX is a POSIX extended regular expression matched against the whole output
+# (bash's =~): '.' and '[^x]' also match newlines, '^' and '$' anchor the output's start and end.
+set -u
+if [ $# -lt 4 ] || [ "$3" != "--" ] || ! [[ $1 =~ ^[0-9]+$ ]]; then
+  echo "usage: expect.sh CODE REGEX -- COMMAND [ARG...]" >&2
+  exit 2
+fi
+want=$1 re=$2
+shift 3
+out_file=$(mktemp "${TMPDIR:-/tmp}/kvsim-expect.XXXXXX") || exit 2
+trap 'rm -f "$out_file"' EXIT
+"$@" >"$out_file" 2>&1
+rc=$?
+out=$(cat "$out_file"; echo .) # the dot keeps trailing newlines
+out=${out%.}
+printf '%s' "$out"
+ok=1
+if [ "$rc" -ne "$want" ]; then
+  echo "expect.sh: '$*' exited $rc, expected $want" >&2
+  ok=0
+fi
+if ! [[ $out =~ $re ]]; then
+  echo "expect.sh: the output of '$*' does not match '$re'" >&2
+  ok=0
+fi
+[ $ok -eq 1 ] || exit 1

@@ -116,7 +116,7 @@ int cli_minimize_main(int argc, char **argv)
                                : kvsim_scenario_write(res.scenario, stdout);
     json_decref(res.scenario);
     if (wrc) {
-        cli_error(&p, "cannot write %s: %s", out, strerror(-wrc));
+        cli_error(&p, "cannot write %s: %s", out, kvsim_strerror(wrc));
         return CLI_EXIT_FAILED;
     }
     fprintf(msg,

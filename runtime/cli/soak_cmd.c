@@ -86,7 +86,7 @@ static int save_seed(const char *dir, uint64_t seed, json_t *doc,
         rc = kvsim_scenario_write_file(doc, path);
     if (rc) {
         fprintf(stderr, "kvsim soak: cannot write the scenario of seed %" PRIu64 " to %s: %s\n",
-                seed, dir, strerror(-rc));
+                seed, dir, kvsim_strerror(rc));
         return 1;
     }
     if (!failed)
@@ -212,7 +212,7 @@ int cli_soak_main(int argc, char **argv)
         struct kvsim_conform_stats st;
         int rc = kvsim_soak_run_seed(seed, matrix, &ov, &doc, &res, &st);
         if (rc < 0) {
-            fprintf(stderr, "kvsim soak: seed %" PRIu64 ": %s\n", seed, strerror(-rc));
+            fprintf(stderr, "kvsim soak: seed %" PRIu64 ": %s\n", seed, kvsim_strerror(rc));
             return CLI_EXIT_FAILED;
         }
         kvsim_conform_stats_add(&total, &st);

@@ -1,5 +1,6 @@
 /*
- * tiers.c - the offload policy of one engine (see tiers.h).
+ * tiers.c - the offload policy of one engine (tiers.h); the shared G3's coordinator side is
+ * g3_shared.c.
  *
  * Bookkeeping. Every enqueued batch has a record (its cookie is the record index) with the kind
  * of copy, the block hashes and, for G1 copies, the G1 block ids; records are recycled through a

@@ -1,8 +1,8 @@
 /*
- * trace.h - request input of the replay runtime: Mooncake JSONL and Azure CSV traces, and the
+ * input.h - request input of the replay runtime: Mooncake JSONL and Azure CSV traces, and the
  * built-in seeded synthetic workload, all turned into one list of request specifications.
  *
- * Private to runtime/. A loaded trace is plain, immutable data owned by the caller: build it
+ * A loaded trace is plain, immutable data owned by the caller: build it
  * once with kvsim_trace_load() or kvsim_workload_synthetic(), read it from any number of
  * threads, free it with kvsim_trace_free(). Nothing here keeps global state, and loading the
  * same input with the same options always gives bit-identical output (DESIGN.md, "Time and
@@ -21,8 +21,8 @@
  *
  * Errors are negative errno values, with a one-line message in the caller's buffer.
  */
-#ifndef KVSIM_RUNTIME_TRACE_H
-#define KVSIM_RUNTIME_TRACE_H
+#ifndef KVSIM_INPUT_H
+#define KVSIM_INPUT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -188,4 +188,4 @@ KVSIM_EXTERN uint32_t kvsim_prompt_runs(const struct kvsim_trace *t, uint32_t re
 #ifdef __cplusplus
 }
 #endif
-#endif /* KVSIM_RUNTIME_TRACE_H */
+#endif /* KVSIM_INPUT_H */

@@ -1,5 +1,5 @@
 /*
- * workload.c - the built-in seeded synthetic workload (runtime/input/input.h): multi-turn chat
+ * workload.c - the built-in seeded synthetic workload (input.h): multi-turn chat
  * sessions whose prompts share system prompts and conversation history, as hash ids.
  *
  * Randomness comes from one xoshiro256** stream seeded through splitmix64 and drawn in a fixed

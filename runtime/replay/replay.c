@@ -1,5 +1,6 @@
 /*
- * replay.c - `kvsim replay`: N engines on T worker threads behind a router, in virtual time.
+ * replay.c - the multi-engine replay (replay.h): N engines on T worker threads behind a router,
+ * in virtual time.
  *
  * Conservative synchronisation in epochs. At a boundary B the coordinator (thread 0) turns
  * finished session turns into follow-up arrivals, feeds the engines' KV events to the router in
@@ -443,7 +444,7 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
         if (rp->engine_rc[e]) {
             snprintf(err, errlen, "%s", kvsim_engine_error(rp->engines[e]));
             if (!err[0])
-                snprintf(err, errlen, "engine %u: %s", e, strerror(-rp->engine_rc[e]));
+                snprintf(err, errlen, "engine %u: %s", e, kvsim_strerror(rp->engine_rc[e]));
             return rp->engine_rc[e];
         }
     return 0;
@@ -602,7 +603,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             rc = offload_pool_create(&pc, &rp.offload_pool);
             tiers.pool = rp.offload_pool;
             if (rc)
-                snprintf(err, errlen, "starting the offload thread pool: %s", strerror(-rc));
+                snprintf(err, errlen, "starting the offload thread pool: %s", kvsim_strerror(rc));
         }
     }
     if (rc == 0 && cfg->g3_shared) {
@@ -614,7 +615,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             kvsim_g3_shared_create(cfg->tiers.g3_blocks, rp.num_engines, next_arrival(&rp), &rp.g3);
         tiers.g3_shared = rp.g3;
         if (rc)
-            snprintf(err, errlen, "creating the shared G3: %s", strerror(-rc));
+            snprintf(err, errlen, "creating the shared G3: %s", kvsim_strerror(rc));
     }
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
@@ -643,7 +644,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         kvsim_router_use_pools(rp.router, rp.pools);
     if (rc) {
         if (!err[0])
-            snprintf(err, errlen, "setting up the replay: %s", strerror(-rc));
+            snprintf(err, errlen, "setting up the replay: %s", kvsim_strerror(rc));
         replay_free(&rp);
         return rc;
     }
@@ -716,7 +717,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     }
     /* The last epoch's G3 writes and hits, for the end residency (the registry is done). */
     if (rc == 0 && rp.g3 && (rc = kvsim_g3_shared_boundary(rp.g3, INT64_MAX)) != 0)
-        snprintf(err, errlen, "shared G3 at the end of the replay: %s", strerror(-rc));
+        snprintf(err, errlen, "shared G3 at the end of the replay: %s", kvsim_strerror(rc));
     coord_offline(&rp); /* joins, output files and the table: no registry access until free */
     if (rp.num_threads > 1 && threads) {
         rp.finished = true;
@@ -744,7 +745,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rc == 0 && cfg->requests_path)
             rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
     } else if (!err[0]) {
-        snprintf(err, errlen, "replay failed: %s", strerror(-rc));
+        snprintf(err, errlen, "replay failed: %s", kvsim_strerror(rc));
     }
     replay_free(&rp);
     return rc;

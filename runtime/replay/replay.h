@@ -1,5 +1,11 @@
 /*
- * replay.h - the multi-engine replay (private to runtime/; `kvsim replay` is its front end).
+ * replay.h - the multi-engine replay: N engines on T worker threads behind a router, advanced
+ * in epochs of virtual time (replay.c), and the routers (router.c). `kvsim replay` is its front
+ * end (cli/replay_cmd.c).
+ *
+ * Threads: kvsim_replay_run starts and joins its own worker threads; call it from one thread.
+ * The router is used by the replay's coordinator (see its section). Results are bit-identical
+ * for any thread count. Errors are negative errno values with a one-line message.
  */
 #ifndef KVSIM_REPLAY_H
 #define KVSIM_REPLAY_H

@@ -1,5 +1,5 @@
 /*
- * router.c - round-robin, least-loaded and KV-aware routing (see router.h).
+ * router.c - round-robin, least-loaded and KV-aware routing (replay.h).
  *
  * The KV indexer maps a block hash to a per-engine count of cached blocks carrying it (an engine
  * can hold duplicates), fed by Stored/Removed events. It is an open-addressing table of entry

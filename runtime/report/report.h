@@ -1,7 +1,7 @@
 /*
- * metrics.h - replay metrics: per-request records, the ITL quantile sketch, and the report.
+ * report.h - replay metrics: per-request records, the ITL quantile sketch, and the report.
  *
- * Private to runtime/. The replay runtime feeds events (arrival, admission, preemption, each
+ * The replay runtime feeds events (arrival, admission, preemption, each
  * output token, finish, reject) into a collector that holds one fixed-size record per request,
  * allocated once for the R requests known up front; nothing is stored per token. Inter-token
  * latencies (ITL) also go into a deterministic, mergeable log-bucket quantile sketch
@@ -23,8 +23,8 @@
  *
  * Errors are negative errno values.
  */
-#ifndef KVSIM_METRICS_H
-#define KVSIM_METRICS_H
+#ifndef KVSIM_REPORT_H
+#define KVSIM_REPORT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -349,4 +349,4 @@ KVSIM_EXTERN int kvsim_metrics_write_requests(const char *path, const struct kvs
 #ifdef __cplusplus
 }
 #endif
-#endif /* KVSIM_METRICS_H */
+#endif /* KVSIM_REPORT_H */

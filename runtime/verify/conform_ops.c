@@ -88,7 +88,7 @@ int conform__op_add(struct kvsim_conform_runner *c, json_t *st, const char *wher
     free(stops);
     if (rc) {
         free(name);
-        return conform__fail(c, "%s: cannot add request '%s': %s", where, id, strerror(-rc));
+        return conform__fail(c, "%s: cannot add request '%s': %s", where, id, kvsim_strerror(rc));
     }
     /* Seen as "nothing" so that entering WAITING counts as a transition. */
     q->seen_status = SCHED_FINISHED_ABORTED;
@@ -127,7 +127,7 @@ int conform__sched_error(struct kvsim_conform_runner *c, const char *where, int 
     if (rc == -EUCLEAN && sched_last_violation(c->s))
         return conform__violation_fail(c, where, sched_last_violation(c->s));
     return conform__fail_kind(c, "scheduler_error", "%s: scheduler error: %s", where,
-                              strerror(-rc));
+                              kvsim_strerror(rc));
 }
 
 int conform__op_schedule(struct kvsim_conform_runner *c, const char *where)
@@ -409,14 +409,14 @@ int conform__op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const ch
     struct kvpool *pool = sched_pool(c->s);
     int rc = kvpool_prepare(pool, &q->r->kv, &args, &plan);
     if (rc < 0)
-        return conform__fail(c, "%s: kv_allocate: %s", where, strerror(-rc));
+        return conform__fail(c, "%s: kv_allocate: %s", where, kvsim_strerror(rc));
     if (rc != KVPOOL_READY) {
         c->alloc = json_pack("{s:b,s:[]}", "fail", 1, "blocks");
         return 0;
     }
     rc = kvpool_commit(pool, &q->r->kv, &plan);
     if (rc)
-        return conform__fail(c, "%s: kv_allocate commit: %s", where, strerror(-rc));
+        return conform__fail(c, "%s: kv_allocate commit: %s", where, kvsim_strerror(rc));
     q->has_hits = false;
     json_t *blocks = json_array();
     for (uint32_t i = plan.first_new_index + plan.num_hit_blocks; i < q->r->kv.num_blocks; i++)
@@ -451,6 +451,6 @@ int conform__op_advance(struct kvsim_conform_runner *c, json_t *st, const char *
     int rc = kvsim_tiers_advance_to(c->tiers, t);
     if (rc < 0)
         return conform__fail_kind(c, "offload_error", "%s: offload: advance to %" PRId64 " ns: %s",
-                                  where, t, strerror(-rc));
+                                  where, t, kvsim_strerror(rc));
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * conform_runner.c - the scenario runner (conform.h): failure reporting, the extension rules
+ * conform_runner.c - the scenario runner (verify.h): failure reporting, the extension rules
  * checked after every op (invariants, liveness, the #49675 progress rule, the tiers' transfer
  * bijection), and the runner's life cycle, used by `kvsim conform`, `kvsim soak` and
  * `kvsim minimize` in-process.
@@ -277,7 +277,7 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         int frc = kvsim_tiers_flush(c->tiers);
         if (frc)
             rc = conform__fail_kind(c, "offload_error", "%s: offload: flush: %s", where,
-                                    strerror(-frc));
+                                    kvsim_strerror(frc));
     }
     if (c->effective)
         json_array_append_new(c->effective, eff ? eff : json_incref(st));
@@ -362,13 +362,14 @@ static int runner_start(struct kvsim_conform_runner *c, json_t *config)
     int rc;
     if (offload) { /* the tiers first: the scheduler calls into them from its first schedule */
         if ((rc = kvsim_tiers_create(&tc, &c->tiers)) != 0)
-            return conform__fail(c, "config: offload: impossible configuration: %s", strerror(-rc));
+            return conform__fail(c, "config: offload: impossible configuration: %s",
+                                 kvsim_strerror(rc));
         sc.offload = &kvsim_tiers_sched_ops;
         sc.offload_ctx = c->tiers;
     }
     rc = sched_create(&sc, &c->s);
     if (rc)
-        return conform__fail(c, "config: impossible configuration: %s", strerror(-rc));
+        return conform__fail(c, "config: impossible configuration: %s", kvsim_strerror(rc));
     if (c->tiers)
         kvsim_tiers_bind(c->tiers, c->s);
     c->running = true;

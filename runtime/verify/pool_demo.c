@@ -1,5 +1,6 @@
 /*
- * pool_demo.c - `kvsim pool-demo`: a guided, self-checking walk through the G1 block pool.
+ * pool_demo.c - the pool demonstration behind `kvsim pool-demo` (verify.h): a guided, self-checking
+ * walk through the G1 block pool.
  *
  * It replays vLLM's test_prefill shape (11 blocks of 16 tokens): two requests sharing a 48-token
  * prefix, an aborted plan, the free order, and an eviction sweep, printing each observable and

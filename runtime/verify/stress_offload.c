@@ -188,7 +188,7 @@ static void check_settled(struct owner *o, const struct offload_token *t, int rc
         if (offload_next_deadline(o->p) <= offload_now(o->p))
             violation("owner %u: settle said -EAGAIN with work due now", o->index);
     } else {
-        violation("owner %u: settle returned %d (%s)", o->index, rc, strerror(-rc));
+        violation("owner %u: settle returned %d (%s)", o->index, rc, kvsim_strerror(rc));
     }
 }
 
@@ -457,7 +457,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     struct offload_pool *pool;
     int rc = offload_pool_create(&pc, &pool);
     if (rc) {
-        fprintf(stderr, "%s: offload_pool_create: %s\n", opt.prog, strerror(-rc));
+        fprintf(stderr, "%s: offload_pool_create: %s\n", opt.prog, kvsim_strerror(rc));
         return 1;
     }
     struct owner *owners = calloc(opt.threads, sizeof *owners);
@@ -472,7 +472,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     for (; made < opt.threads; made++) {
         rc = make_owner(&owners[made], made, pool);
         if (rc) {
-            fprintf(stderr, "%s: pipeline %u: %s\n", opt.prog, made, strerror(-rc));
+            fprintf(stderr, "%s: pipeline %u: %s\n", opt.prog, made, kvsim_strerror(rc));
             break;
         }
     }

@@ -445,7 +445,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
     int nw = g.opt.writers, nr = g.opt.readers;
     int rc = kvpool_registry_create((uint32_t)nw, 1024, &g.reg);
     if (rc != 0) {
-        fprintf(stderr, "%s: kvpool_registry_create: %s\n", prog, strerror(-rc));
+        fprintf(stderr, "%s: kvpool_registry_create: %s\n", prog, kvsim_strerror(rc));
         pthread_mutex_destroy(&g.msg_lock);
         return 1;
     }
@@ -464,7 +464,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
         g.writers[w].id = w;
         rc = kvpool_registry_writer_create(g.reg, 0, &g.writers[w].w);
         if (rc != 0) {
-            fprintf(stderr, "%s: writer_create: %s\n", prog, strerror(-rc));
+            fprintf(stderr, "%s: writer_create: %s\n", prog, kvsim_strerror(rc));
             kvpool_registry_destroy(g.reg);
             free(th);
             free_run();

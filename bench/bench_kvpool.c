@@ -18,16 +18,11 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -40,7 +35,8 @@
 #include "kvpool/kvpool.h"
 #include "runtime/runtime.h"
 
-#define REPS            3
+#define PROG            "bench_kvpool"
+#define REPS            BENCH_REPS
 #define BLOCK_SIZE      16u
 #define NUM_FAMILIES    1000u
 #define MAX_SEQ_BLOCKS  64u
@@ -93,41 +89,9 @@ static uint64_t hash_work_tokens(bool quick) { return quick ? 2000000 : 64000000
 
 /* ---- small utilities ------------------------------------------------------------------------ */
 
-static uint64_t splitmix64(uint64_t x)
+static kvpool_token rng_token(struct bench_rng *r)
 {
-    x += UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
-/* Deterministic PRNG (splitmix64 stream). */
-struct rng {
-    uint64_t s;
-};
-
-static uint64_t rng_next(struct rng *r)
-{
-    r->s += UINT64_C(0x9e3779b97f4a7c15);
-    return splitmix64(r->s);
-}
-
-/* Uniform in [lo, hi] (the modulo bias is irrelevant here). */
-static uint32_t rng_range(struct rng *r, uint32_t lo, uint32_t hi)
-{
-    return lo + (uint32_t)(rng_next(r) % ((uint64_t)hi - lo + 1));
-}
-
-static kvpool_token rng_token(struct rng *r) { return (kvpool_token)(rng_next(r) >> 32); }
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "bench_kvpool: out of memory\n");
-        exit(1);
-    }
-    return p;
+    return (kvpool_token)(bench_rng_next(r) >> 32);
 }
 
 static void die_rc(const char *what, int rc)
@@ -151,52 +115,7 @@ static const char *si(double v, char *buf, size_t len)
 
 /* ---- figures -------------------------------------------------------------------------------- */
 
-/* One measured throughput: work units per second, best of REPS repetitions. */
-struct figure {
-    const char *key;   /* JSON key */
-    const char *label; /* table label */
-    const char *unit;  /* of the value, e.g. "blocks/s" */
-    const char *what;  /* one-line description (JSON) */
-    double value[REPS];
-    double seconds[REPS];
-    uint64_t work[REPS];
-    double best;
-};
-
-static void fig_init(struct figure *f, const char *key, const char *label, const char *unit,
-                     const char *what)
-{
-    memset(f, 0, sizeof *f);
-    f->key = key;
-    f->label = label;
-    f->unit = unit;
-    f->what = what;
-}
-
-static void fig_record(struct figure *f, int rep, uint64_t work, uint64_t ns)
-{
-    double s = (double)ns * 1e-9;
-    f->work[rep] = work;
-    f->seconds[rep] = s;
-    f->value[rep] = s > 0 ? (double)work / s : 0.0;
-    if (f->value[rep] > f->best)
-        f->best = f->value[rep];
-}
-
-static json_t *fig_json(const struct figure *f)
-{
-    json_t *vals = json_array(), *secs = json_array(), *work = json_array();
-    for (int r = 0; r < REPS; r++) {
-        json_array_append_new(vals, json_real(f->value[r]));
-        json_array_append_new(secs, json_real(f->seconds[r]));
-        json_array_append_new(work, json_integer((json_int_t)f->work[r]));
-    }
-    return json_pack("{s:f, s:s, s:s, s:s, s:o, s:o, s:o}", "value", f->best, "unit", f->unit,
-                     "statistic", "best of 3", "description", f->what, "repetitions", vals,
-                     "seconds", secs, "work", work);
-}
-
-static void fig_print(const struct figure *f, const char *pool)
+static void fig_print(const struct bench_figure *f, const char *pool)
 {
     char b1[32];
     double ns_per = f->best > 0 ? 1e9 / f->best : 0.0;
@@ -227,7 +146,8 @@ static void count_event(void *ctx, const struct kvpool_event *ev)
 enum { TOKBUF = 4096 };
 
 /* Appends n random (distinct with overwhelming probability) tokens to seq. */
-static void append_random(struct kvpool *pool, struct kvpool_seq *seq, struct rng *r, uint64_t n)
+static void append_random(struct kvpool *pool, struct kvpool_seq *seq, struct bench_rng *r,
+                          uint64_t n)
 {
     kvpool_token buf[TOKBUF];
     while (n) {
@@ -244,8 +164,8 @@ static void append_random(struct kvpool *pool, struct kvpool_seq *seq, struct rn
 /* Token i of prefix family f: a pure function, so roots and queries agree without storage. */
 static kvpool_token family_token(uint64_t seed, uint32_t f, uint64_t i)
 {
-    return (kvpool_token)(splitmix64(seed ^ UINT64_C(0x66616d696c79) ^ ((uint64_t)f << 40) ^ i) >>
-                          32);
+    uint64_t h = bench_splitmix64(seed ^ UINT64_C(0x66616d696c79) ^ ((uint64_t)f << 40) ^ i);
+    return (kvpool_token)(h >> 32);
 }
 
 static void append_family(struct kvpool *pool, struct kvpool_seq *seq, uint64_t seed, uint32_t f,
@@ -348,10 +268,11 @@ struct ring {
     uint64_t total_blocks;
 };
 
-static void ring_build(struct kvpool *pool, struct rng *r, uint64_t min_blocks, struct ring *ring)
+static void ring_build(struct kvpool *pool, struct bench_rng *r, uint64_t min_blocks,
+                       struct ring *ring)
 {
     size_t cap = 1024, n = 0;
-    uint32_t *blocks = xcalloc(cap, sizeof *blocks);
+    uint32_t *blocks = bench_xcalloc(PROG, cap, sizeof *blocks);
     uint64_t total = 0;
     while (total < min_blocks) {
         if (n == cap) {
@@ -363,17 +284,17 @@ static void ring_build(struct kvpool *pool, struct rng *r, uint64_t min_blocks, 
             }
             blocks = nb;
         }
-        blocks[n] = rng_range(r, 1, MAX_SEQ_BLOCKS);
+        blocks[n] = bench_rng_range(r, 1, MAX_SEQ_BLOCKS);
         total += blocks[n++];
     }
     memset(ring, 0, sizeof *ring);
-    ring->seqs = xcalloc(n, sizeof *ring->seqs);
+    ring->seqs = bench_xcalloc(PROG, n, sizeof *ring->seqs);
     ring->blocks = blocks;
     ring->n = n;
     ring->total_blocks = total;
     for (size_t i = 0; i < n; i++) {
         /* Mostly a partial last block (unhashed: freed to the queue front), sometimes full. */
-        uint64_t ntok = (uint64_t)blocks[i] * BLOCK_SIZE - rng_range(r, 0, BLOCK_SIZE - 1);
+        uint64_t ntok = (uint64_t)blocks[i] * BLOCK_SIZE - bench_rng_range(r, 0, BLOCK_SIZE - 1);
         seq_init_or_die(pool, &ring->seqs[i], i);
         append_random(pool, &ring->seqs[i], r, ntok);
     }
@@ -386,10 +307,10 @@ static void ring_build(struct kvpool *pool, struct rng *r, uint64_t min_blocks, 
  * pool turnovers otherwise). Public API only: admit ring sequences until the pool is full, hold
  * every block, free the sequences, release the holds in a random order, reset the prefix cache.
  */
-static void age_pool(struct kvpool *pool, struct ring *ring, struct rng *r, bool events)
+static void age_pool(struct kvpool *pool, struct ring *ring, struct bench_rng *r, bool events)
 {
     uint32_t usable = kvpool_num_usable_blocks(pool);
-    kvpool_block_id *ids = xcalloc(usable, sizeof *ids);
+    kvpool_block_id *ids = bench_xcalloc(PROG, usable, sizeof *ids);
     uint32_t n = 0;
     struct admit_stats st = {0};
     size_t first = ring->next, count = 0;
@@ -408,7 +329,7 @@ static void age_pool(struct kvpool *pool, struct ring *ring, struct rng *r, bool
     for (size_t k = 0, i = first; k < count; k++, i = i + 1 == ring->n ? 0 : i + 1)
         kvpool_free(pool, &ring->seqs[i]);
     for (uint32_t i = n; i > 1; i--) { /* Fisher-Yates */
-        uint32_t j = rng_range(r, 0, i - 1);
+        uint32_t j = bench_rng_range(r, 0, i - 1);
         kvpool_block_id t = ids[i - 1];
         ids[i - 1] = ids[j];
         ids[j] = t;
@@ -480,7 +401,7 @@ static void churn(struct kvpool *pool, struct ring *ring, uint64_t target, bool 
 }
 
 struct alloc_result {
-    struct figure admit_f, admits_f, free_f, combined_f;
+    struct bench_figure admit_f, admits_f, free_f, combined_f;
     uint64_t evictions[REPS];
     uint64_t hits[REPS];
     uint64_t admissions[REPS];
@@ -493,16 +414,16 @@ static void bench_alloc(struct kvpool *pool, const struct work *w, uint64_t seed
                         bool fresh, struct alloc_result *res)
 {
     memset(res, 0, sizeof *res);
-    fig_init(&res->admit_f, "alloc_blocks_per_s", "alloc: lookup+prepare+commit", "blocks/s",
-             "blocks allocated per second by admissions (kvpool_lookup + kvpool_prepare + "
-             "kvpool_commit), almost every one lazily evicting a cached block");
-    fig_init(&res->admits_f, "admissions_per_s", "alloc: admissions", "seqs/s",
-             "sequences (1..64 blocks) admitted per second");
-    fig_init(&res->free_f, "free_blocks_per_s", "free: kvpool_free", "blocks/s",
-             "blocks released per second by kvpool_free of the oldest sequences");
-    fig_init(&res->combined_f, "combined_blocks_per_s", "alloc+free combined", "blocks/s",
-             "(blocks allocated + blocks freed) per second of the whole churn loop");
-    struct rng r = {splitmix64(seed ^ 0xa110c)};
+    bench_fig_init(&res->admit_f, "alloc_blocks_per_s", "alloc: lookup+prepare+commit", "blocks/s",
+                   "blocks allocated per second by admissions (kvpool_lookup + kvpool_prepare + "
+                   "kvpool_commit), almost every one lazily evicting a cached block");
+    bench_fig_init(&res->admits_f, "admissions_per_s", "alloc: admissions", "seqs/s",
+                   "sequences (1..64 blocks) admitted per second");
+    bench_fig_init(&res->free_f, "free_blocks_per_s", "free: kvpool_free", "blocks/s",
+                   "blocks released per second by kvpool_free of the oldest sequences");
+    bench_fig_init(&res->combined_f, "combined_blocks_per_s", "alloc+free combined", "blocks/s",
+                   "(blocks allocated + blocks freed) per second of the whole churn loop");
+    struct bench_rng r = {bench_splitmix64(seed ^ 0xa110c)};
     struct ring ring;
     uint32_t usable = kvpool_num_usable_blocks(pool);
     ring_build(pool, &r, (uint64_t)(w->ring_factor * usable), &ring);
@@ -520,10 +441,10 @@ static void bench_alloc(struct kvpool *pool, const struct work *w, uint64_t seed
         churn(pool, &ring, w->alloc_blocks, events, &o);
         uint64_t hashed_after = count_hashed(pool);
         uint64_t admit_ns = o.total_ns - o.free_ns;
-        fig_record(&res->admit_f, rep, o.allocated, admit_ns);
-        fig_record(&res->admits_f, rep, o.st.admissions, admit_ns);
-        fig_record(&res->free_f, rep, o.freed, o.free_ns);
-        fig_record(&res->combined_f, rep, o.allocated + o.freed, o.total_ns);
+        bench_fig_record(&res->admit_f, rep, o.allocated, admit_ns);
+        bench_fig_record(&res->admits_f, rep, o.st.admissions, admit_ns);
+        bench_fig_record(&res->free_f, rep, o.freed, o.free_ns);
+        bench_fig_record(&res->combined_f, rep, o.allocated + o.freed, o.total_ns);
         /* Hashes inserted minus net growth of the cache = hashes lazily evicted. */
         res->evictions[rep] = o.st.cached_blocks + hashed_before - hashed_after;
         res->hits[rep] = o.st.hit_blocks;
@@ -556,7 +477,7 @@ out:
  */
 
 struct lookup_result {
-    struct figure lookup_f, lookups_f, ready_f, exhausted_f;
+    struct bench_figure lookup_f, lookups_f, ready_f, exhausted_f;
     uint32_t families, max_prefix_blocks, queries;
     uint64_t cached_blocks, hit_blocks_per_pass, evictable_per_pass;
     bool ok;
@@ -566,21 +487,24 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
                          struct lookup_result *res)
 {
     memset(res, 0, sizeof *res);
-    fig_init(&res->lookup_f, "lookup_hit_blocks_per_s", "lookup: hit blocks examined", "blocks/s",
-             "prefix-cache hit blocks found per second by kvpool_lookup (no references taken)");
-    fig_init(&res->lookups_f, "lookups_per_s", "lookup: calls", "lookups/s",
-             "kvpool_lookup calls per second (each walks its hit prefix plus one miss)");
-    fig_init(&res->ready_f, "prepare_abort_ready_per_s", "prepare+abort: READY plans", "plans/s",
-             "kvpool_prepare returning READY (with hits) then kvpool_abort, per second");
-    fig_init(&res->exhausted_f, "prepare_abort_exhausted_per_s",
-             "prepare+abort: CAPACITY_EXHAUSTED", "plans/s",
-             "kvpool_prepare failing with CAPACITY_EXHAUSTED (reserved blocks) then kvpool_abort");
+    bench_fig_init(
+        &res->lookup_f, "lookup_hit_blocks_per_s", "lookup: hit blocks examined", "blocks/s",
+        "prefix-cache hit blocks found per second by kvpool_lookup (no references taken)");
+    bench_fig_init(&res->lookups_f, "lookups_per_s", "lookup: calls", "lookups/s",
+                   "kvpool_lookup calls per second (each walks its hit prefix plus one miss)");
+    bench_fig_init(&res->ready_f, "prepare_abort_ready_per_s", "prepare+abort: READY plans",
+                   "plans/s",
+                   "kvpool_prepare returning READY (with hits) then kvpool_abort, per second");
+    bench_fig_init(
+        &res->exhausted_f, "prepare_abort_exhausted_per_s", "prepare+abort: CAPACITY_EXHAUSTED",
+        "plans/s",
+        "kvpool_prepare failing with CAPACITY_EXHAUSTED (reserved blocks) then kvpool_abort");
     uint32_t usable = kvpool_num_usable_blocks(pool);
     int rc = kvpool_reset_prefix_cache(pool);
     if (rc)
         die_rc("kvpool_reset_prefix_cache", rc);
-    uint64_t fseed = splitmix64(seed ^ 0xfa3117);
-    struct rng r = {splitmix64(seed ^ 0x100c0b)};
+    uint64_t fseed = bench_splitmix64(seed ^ 0xfa3117);
+    struct bench_rng r = {bench_splitmix64(seed ^ 0x100c0b)};
 
     /* Families: root prefixes of 1..max blocks (about 60% of the pool in total). Odd roots stay
      * referenced; even roots are freed, so their blocks are cached but evictable. */
@@ -589,11 +513,11 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
         maxp = 2;
     res->families = NUM_FAMILIES;
     res->max_prefix_blocks = maxp;
-    uint32_t *root_len = xcalloc(NUM_FAMILIES, sizeof *root_len);
-    struct kvpool_seq *roots = xcalloc(NUM_FAMILIES, sizeof *roots);
+    uint32_t *root_len = bench_xcalloc(PROG, NUM_FAMILIES, sizeof *root_len);
+    struct kvpool_seq *roots = bench_xcalloc(PROG, NUM_FAMILIES, sizeof *roots);
     struct admit_stats st = {0};
     for (uint32_t f = 0; f < NUM_FAMILIES; f++) {
-        root_len[f] = rng_range(&r, 1, maxp);
+        root_len[f] = bench_rng_range(&r, 1, maxp);
         seq_init_or_die(pool, &roots[f], 1000000000u + f);
         append_family(pool, &roots[f], fseed, f, (uint64_t)root_len[f] * BLOCK_SIZE);
         admit(pool, &roots[f], &st);
@@ -611,20 +535,20 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
     if (nq < 100)
         nq = 100;
     res->queries = nq;
-    struct kvpool_seq *qs = xcalloc(nq, sizeof *qs);
-    uint32_t *want = xcalloc(nq, sizeof *want);
+    struct kvpool_seq *qs = bench_xcalloc(PROG, nq, sizeof *qs);
+    uint32_t *want = bench_xcalloc(PROG, nq, sizeof *want);
     for (uint32_t q = 0; q < nq; q++) {
-        uint32_t f = rng_range(&r, 0, NUM_FAMILIES - 1);
-        want[q] = rng_range(&r, 1, root_len[f]);
+        uint32_t f = bench_rng_range(&r, 0, NUM_FAMILIES - 1);
+        want[q] = bench_rng_range(&r, 1, root_len[f]);
         seq_init_or_die(pool, &qs[q], 2000000000u + q);
         append_family(pool, &qs[q], fseed, f, (uint64_t)want[q] * BLOCK_SIZE);
-        append_random(pool, &qs[q], &r, rng_range(&r, 1, 4 * BLOCK_SIZE));
+        append_random(pool, &qs[q], &r, bench_rng_range(&r, 1, 4 * BLOCK_SIZE));
     }
     if (events)
         kvpool_events_drain(pool, NULL, NULL);
 
     /* Verification pass (untimed): every query hits exactly its prefix. Keep the hits for 3. */
-    struct kvpool_hits *hits = xcalloc(nq, sizeof *hits);
+    struct kvpool_hits *hits = bench_xcalloc(PROG, nq, sizeof *hits);
     res->ok = true;
     for (uint32_t q = 0; q < nq; q++) {
         kvpool_lookup(pool, &qs[q], &hits[q], NULL, 0);
@@ -659,14 +583,14 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
             fprintf(stderr, "bench_kvpool: lookup results changed between passes\n");
             res->ok = false;
         }
-        fig_record(&res->lookup_f, rep, sum, ns);
-        fig_record(&res->lookups_f, rep, passes * nq, ns);
+        bench_fig_record(&res->lookup_f, rep, sum, ns);
+        bench_fig_record(&res->lookups_f, rep, passes * nq, ns);
     }
 
     /* 3. prepare+abort: a READY plan (hits + tail), then a plan refused for capacity. */
     uint64_t gen = kvpool_generation(pool);
     for (int variant = 0; variant < 2 && res->ok; variant++) {
-        struct figure *f = variant == 0 ? &res->ready_f : &res->exhausted_f;
+        struct bench_figure *f = variant == 0 ? &res->ready_f : &res->exhausted_f;
         enum kvpool_outcome expect = variant == 0 ? KVPOOL_READY : KVPOOL_CAPACITY_EXHAUSTED;
         for (int rep = 0; rep < REPS; rep++) {
             uint64_t matched = 0;
@@ -686,7 +610,7 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
                     q = 0;
             }
             uint64_t ns = bench_now_ns() - t0;
-            fig_record(f, rep, w->plans, ns);
+            bench_fig_record(f, rep, w->plans, ns);
             if (matched != w->plans) {
                 fprintf(stderr,
                         "bench_kvpool: %u blocks: %" PRIu64 " of %" PRIu64 " plans were not %s\n",
@@ -723,18 +647,18 @@ static void bench_lookup(struct kvpool *pool, const struct work *w, uint64_t see
  */
 
 struct hash_result {
-    struct figure tokens_f, blocks_f;
+    struct bench_figure tokens_f, blocks_f;
 };
 
 /* kvpool_seq_append_tokens over chunks of 1..1024 tokens; the sequence restarts every 16k
  * tokens (kvpool_seq_fini + kvpool_seq_init are part of the timed work). */
 static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result *res)
 {
-    fig_init(&res->tokens_f, "tokens_per_s", "hash: append_tokens", "tokens/s",
-             "tokens appended (and hashed per full block) per second by "
-             "kvpool_seq_append_tokens, chunks of 1..1024 tokens");
-    fig_init(&res->blocks_f, "blocks_per_s", "hash: full blocks hashed", "blocks/s",
-             "16-token blocks hashed (XXH3-64, chained) per second");
+    bench_fig_init(&res->tokens_f, "tokens_per_s", "hash: append_tokens", "tokens/s",
+                   "tokens appended (and hashed per full block) per second by "
+                   "kvpool_seq_append_tokens, chunks of 1..1024 tokens");
+    bench_fig_init(&res->blocks_f, "blocks_per_s", "hash: full blocks hashed", "blocks/s",
+                   "16-token blocks hashed (XXH3-64, chained) per second");
     struct kvpool_config cfg;
     kvpool_config_default(&cfg);
     cfg.num_blocks = 2;
@@ -743,13 +667,13 @@ static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result
     if (rc)
         die_rc("kvpool_create", rc);
     enum { NTOK = 1 << 20, NCHUNK = 4096 };
-    struct rng r = {splitmix64(seed ^ 0x4a54)};
-    kvpool_token *tokens = xcalloc(NTOK, sizeof *tokens);
-    uint32_t *chunks = xcalloc(NCHUNK, sizeof *chunks);
+    struct bench_rng r = {bench_splitmix64(seed ^ 0x4a54)};
+    kvpool_token *tokens = bench_xcalloc(PROG, NTOK, sizeof *tokens);
+    uint32_t *chunks = bench_xcalloc(PROG, NCHUNK, sizeof *chunks);
     for (size_t i = 0; i < NTOK; i++)
         tokens[i] = rng_token(&r);
     for (size_t i = 0; i < NCHUNK; i++)
-        chunks[i] = rng_range(&r, 1, 1024);
+        chunks[i] = bench_rng_range(&r, 1, 1024);
     for (int rep = 0; rep < REPS; rep++) {
         struct kvpool_seq seq;
         uint64_t appended = 0, blocks = 0;
@@ -775,8 +699,8 @@ static void bench_hash(uint64_t seed, uint64_t target_tokens, struct hash_result
         blocks += seq.num_hashes;
         seq_fini_or_die(pool, &seq);
         uint64_t ns = bench_now_ns() - t0;
-        fig_record(&res->tokens_f, rep, appended, ns);
-        fig_record(&res->blocks_f, rep, blocks, ns);
+        bench_fig_record(&res->tokens_f, rep, appended, ns);
+        bench_fig_record(&res->blocks_f, rep, blocks, ns);
     }
     free(chunks);
     free(tokens);
@@ -877,21 +801,21 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
-            if (bench_opt_u64("bench_kvpool", "--seed", optarg, &o->seed))
+            if (bench_opt_u64(PROG, "--seed", optarg, &o->seed))
                 return 2;
             break;
         case 'j':
-            if (bench_opt_path("bench_kvpool", "--json", optarg, &o->json_path))
+            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
                 return 2;
             break;
         case 'q': o->quick = true; break;
         case 'e': o->events = true; break;
         case 'f': o->fresh = true; break;
         case 'h': usage(stdout); return 1;
-        default: return bench_opt_bad("bench_kvpool");
+        default: return bench_opt_bad(PROG);
         }
     }
-    return bench_opt_no_operands("bench_kvpool", argc, argv);
+    return bench_opt_no_operands(PROG, argc, argv);
 }
 
 /* ---- main -------------------------------------------------------------------------------------
@@ -923,10 +847,7 @@ int main(int argc, char **argv)
         return prc;
 
     char date[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    bench_utc_date(date, sizeof date);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     printf("bench_kvpool: %s, allocator %s, %ld CPUs, seed %" PRIu64 ", KV events %s, %s run\n",
            kvsim_version(), kvsim_allocator(), nproc, opt.seed, opt.events ? "on" : "off",
@@ -936,11 +857,7 @@ int main(int argc, char **argv)
            REPS);
 
     bool all_ok = true;
-    json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("bench_kvpool"));
-    json_object_set_new(root, "version", json_string(kvsim_version()));
-    json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", bench_machine_json());
+    json_t *root = bench_json_root(PROG, date);
     json_object_set_new(root, "options",
                         json_pack("{s:I, s:b, s:b, s:b, s:i}", "seed", (json_int_t)opt.seed,
                                   "quick", opt.quick, "events", opt.events, "aged_pools",
@@ -956,8 +873,9 @@ int main(int argc, char **argv)
     fig_print(&hr.tokens_f, "-");
     fig_print(&hr.blocks_f, "-");
     json_object_set_new(root, "hashing",
-                        json_pack("{s:o, s:o, s:I, s:I}", hr.tokens_f.key, fig_json(&hr.tokens_f),
-                                  hr.blocks_f.key, fig_json(&hr.blocks_f), "block_size",
+                        json_pack("{s:o, s:o, s:I, s:I}", hr.tokens_f.key,
+                                  bench_fig_json(&hr.tokens_f), hr.blocks_f.key,
+                                  bench_fig_json(&hr.blocks_f), "block_size",
                                   (json_int_t)BLOCK_SIZE, "tokens_per_rep", (json_int_t)htok));
 
     json_t *pools = json_array();
@@ -976,17 +894,17 @@ int main(int argc, char **argv)
         char name[16];
         snprintf(name, sizeof name, "%u", cfg.num_blocks);
 
-        struct alloc_result *ar = xcalloc(1, sizeof *ar);
-        struct lookup_result *lr = xcalloc(1, sizeof *lr);
+        struct alloc_result *ar = bench_xcalloc(PROG, 1, sizeof *ar);
+        struct lookup_result *lr = bench_xcalloc(PROG, 1, sizeof *lr);
         bench_alloc(pool, &w, opt.seed, opt.events, opt.fresh, ar);
         if (ar->ok)
             bench_lookup(pool, &w, opt.seed, opt.events, lr);
         bool ok = ar->ok && lr->ok;
         all_ok = all_ok && ok;
 
-        const struct figure *figs[] = {&ar->admit_f,    &ar->admits_f,   &ar->free_f,
-                                       &ar->combined_f, &lr->lookup_f,   &lr->lookups_f,
-                                       &lr->ready_f,    &lr->exhausted_f};
+        const struct bench_figure *figs[] = {&ar->admit_f,    &ar->admits_f,   &ar->free_f,
+                                             &ar->combined_f, &lr->lookup_f,   &lr->lookups_f,
+                                             &lr->ready_f,    &lr->exhausted_f};
         for (size_t k = 0; k < sizeof figs / sizeof figs[0]; k++)
             fig_print(figs[k], name);
         uint64_t adm = 0, ev = 0, hits = 0;
@@ -1017,7 +935,7 @@ int main(int argc, char **argv)
         json_object_set_new(pj, "config", config_json(&cfg, &w, ar, lr));
         json_t *figj = json_object();
         for (size_t k = 0; k < sizeof figs / sizeof figs[0]; k++)
-            json_object_set_new(figj, figs[k]->key, fig_json(figs[k]));
+            json_object_set_new(figj, figs[k]->key, bench_fig_json(figs[k]));
         json_object_set_new(pj, "figures", figj);
         json_object_set_new(
             pj, "churn",
@@ -1040,7 +958,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "ok", json_boolean(all_ok));
     print_memory("at exit");
 
-    if (!bench_write_results("bench_kvpool", root, opt.json_path, false))
+    if (!bench_write_results(PROG, root, opt.json_path, false))
         all_ok = false;
     json_decref(root);
     if (!all_ok)

@@ -57,17 +57,10 @@
  * of it in the two pool runs; --quick (the first 1,000 requests) a few seconds.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -355,21 +348,37 @@ static json_t *ratio_json(double a, double b)
     return json_pack("{s:f, s:f, s:f}", "without", a, "with", b, "ratio", ratio_of(b, a));
 }
 
+/* The "wall s, WHAT" and "CPU s, WHAT" ratios of run b over run a; with both runs, also
+ * j[key] = {"wall_s", "cpu_s"}. */
+static void print_cost(const char *what, const struct bench_rep *ra, const struct bench_rep *rb,
+                       json_t *j, const char *key)
+{
+    bool have = ra && rb;
+    struct bench_figures fa = {0}, fb = {0};
+    if (have) {
+        fa = bench_figures_of(ra);
+        fb = bench_figures_of(rb);
+    }
+    char line[64];
+    snprintf(line, sizeof line, "wall s, %s", what);
+    print_ratio(line, fa.wall_s, fb.wall_s, "%.3f", have);
+    snprintf(line, sizeof line, "CPU s, %s", what);
+    print_ratio(line, fa.cpu_s, fb.cpu_s, "%.3f", have);
+    if (have)
+        json_object_set_new(j, key,
+                            json_pack("{s:o, s:o}", "wall_s", ratio_json(fa.wall_s, fb.wall_s),
+                                      "cpu_s", ratio_json(fa.cpu_s, fb.cpu_s)));
+}
+
 int main(int argc, char **argv)
 {
     struct bench_trace_opts opt;
-    int prc = bench_trace_parse_options(argc, argv, PROG, DEFAULT_TRACE, DEFAULT_JSON, MAX_REPS,
-                                        usage, &opt);
-    if (prc == 1)
-        return 0;
-    if (prc || (prc = bench_trace_check(PROG, &opt)))
-        return prc;
-
-    char date[64];
-    bench_utc_date(date, sizeof date);
+    int rc =
+        bench_trace_start(argc, argv, PROG, DEFAULT_TRACE, DEFAULT_JSON, MAX_REPS, usage, &opt);
+    if (rc >= 0)
+        return rc;
     struct kvsim_replay_config defaults;
     kvsim_replay_config_default(&defaults);
-    bench_trace_print_header(PROG, &opt);
     printf("%u engines, kv router, %u-token blocks; per engine G1 %u blocks (%u usable tokens), "
            "G2 %u, G3 %u blocks\n",
            NUM_ENGINES, BLOCK_SIZE, G1_BLOCKS, (G1_BLOCKS - 1) * BLOCK_SIZE, G2_BLOCKS, G3_BLOCKS);
@@ -545,25 +554,9 @@ int main(int argc, char **argv)
     bench_print_rule(118);
     json_t *cost = json_object();
     for (size_t k = 0; k < 2; k++) {
-        const struct bench_rep *w = tiered[k].with;
-        bool have = base && w;
         char what[64];
-        double a = 0, b = 0, ca = 0, cb = 0;
-        if (have) {
-            struct bench_figures fa = bench_figures_of(base), fb = bench_figures_of(w);
-            a = fa.wall_s;
-            b = fb.wall_s;
-            ca = fa.cpu_s;
-            cb = fb.cpu_s;
-        }
-        snprintf(what, sizeof what, "wall s, %s vs G1 only", tiered[k].name);
-        print_ratio(what, a, b, "%.3f", have);
-        snprintf(what, sizeof what, "CPU s, %s vs G1 only", tiered[k].name);
-        print_ratio(what, ca, cb, "%.3f", have);
-        if (have)
-            json_object_set_new(
-                cost, tiered[k].key,
-                json_pack("{s:o, s:o}", "wall_s", ratio_json(a, b), "cpu_s", ratio_json(ca, cb)));
+        snprintf(what, sizeof what, "%s vs G1 only", tiered[k].name);
+        print_cost(what, base, tiered[k].with, cost, tiered[k].key);
     }
     json_object_set_new(ratios, "offload_cost", cost);
 
@@ -571,36 +564,19 @@ int main(int argc, char **argv)
     bench_print_rule(118);
     json_t *exj = json_object();
     for (uint32_t t = 1; t <= 2; t++) {
-        const struct bench_rep *in = bench_best(find_config(runs, TIERS_G2G3, false, t));
-        const struct bench_rep *po = bench_best(find_config(runs, TIERS_G2G3, true, t));
-        bool have = in && po;
-        char what[64];
-        double a = 0, b = 0, ca = 0, cb = 0;
-        if (have) {
-            struct bench_figures fa = bench_figures_of(in), fb = bench_figures_of(po);
-            a = fa.wall_s;
-            b = fb.wall_s;
-            ca = fa.cpu_s;
-            cb = fb.cpu_s;
-        }
-        snprintf(what, sizeof what, "wall s, pool vs inline, %u thread%s", t, t > 1 ? "s" : "");
-        print_ratio(what, a, b, "%.3f", have);
-        snprintf(what, sizeof what, "CPU s, pool vs inline, %u thread%s", t, t > 1 ? "s" : "");
-        print_ratio(what, ca, cb, "%.3f", have);
-        if (have) {
-            char key[32];
-            snprintf(key, sizeof key, "pool_vs_inline_%u_thread%s", t, t > 1 ? "s" : "");
-            json_object_set_new(
-                exj, key,
-                json_pack("{s:o, s:o}", "wall_s", ratio_json(a, b), "cpu_s", ratio_json(ca, cb)));
-        }
+        char what[64], key[32];
+        snprintf(what, sizeof what, "pool vs inline, %u thread%s", t, t > 1 ? "s" : "");
+        snprintf(key, sizeof key, "pool_vs_inline_%u_thread%s", t, t > 1 ? "s" : "");
+        print_cost(what, bench_best(find_config(runs, TIERS_G2G3, false, t)),
+                   bench_best(find_config(runs, TIERS_G2G3, true, t)), exj, key);
     }
     for (int p = 0; p <= 1; p++) {
         const struct bench_rep *t1 = bench_best(find_config(runs, TIERS_G2G3, p, 1));
         const struct bench_rep *t2 = bench_best(find_config(runs, TIERS_G2G3, p, 2));
         bool have = t1 && t2;
         char what[64];
-        double a = have ? bench_figures_of(t1).wall_s : 0, b = have ? bench_figures_of(t2).wall_s : 0;
+        double a = have ? bench_figures_of(t1).wall_s : 0,
+               b = have ? bench_figures_of(t2).wall_s : 0;
         snprintf(what, sizeof what, "wall s, 2 vs 1 thread, %s", p ? "pool" : "inline");
         print_ratio(what, a, b, "%.3f", have);
         if (have)
@@ -658,7 +634,7 @@ int main(int argc, char **argv)
         printf("(quick run: %u requests only)\n", QUICK_MAX_REQUESTS);
 
     /* ---- JSON ---- */
-    json_t *root = bench_suite_json_root(&suite, date);
+    json_t *root = bench_suite_json_root(&suite);
     json_t *oj = json_object();
     json_object_set_new(oj, "quick", json_boolean(opt.quick));
     set_int(oj, "repetitions", opt.reps);
@@ -678,23 +654,12 @@ int main(int argc, char **argv)
                         json_integer(defaults.tiers.pipe.lanes[OFFLOAD_LANE_G2_G3].bandwidth));
     json_object_set_new(root, "options", oj);
     json_object_set_new(root, "trace", bench_trace_json(&opt));
-    json_t *rj = json_array();
+    json_t *jruns = json_array();
     for (size_t i = 0; i < NUM_CONFIGS; i++)
-        json_array_append_new(rj, config_json(&suite, i));
-    json_object_set_new(root, "runs", rj);
+        json_array_append_new(jruns, config_json(&suite, i));
+    json_object_set_new(root, "runs", jruns);
     json_object_set_new(root, "ratios", ratios);
     json_object_set_new(root, "digests", digests);
-    json_object_set_new(root, "identical", json_boolean(identical));
-    bool ok = all_ok && identical;
-    json_object_set_new(root, "ok", json_boolean(ok));
-
-    if (!bench_write_results(PROG, root, opt.json_path, true))
-        ok = false;
-    json_decref(root);
-    bench_suite_free(&suite);
-    if (!ok)
-        fprintf(stderr, "bench_offload: FAILED%s\n",
-                identical ? ""
-                          : " (results differ between executors, thread counts or repetitions)");
-    return ok ? 0 : 1;
+    return bench_suite_finish(&suite, root, all_ok, identical,
+                              "executors, thread counts or repetitions");
 }

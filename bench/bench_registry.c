@@ -24,7 +24,6 @@
  * bench/results/bench_registry.json; missing directories are created). Exit status 1 if a run
  * looks wrong (hit fraction far from one half, a failed call), 2 for usage errors.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -35,10 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -46,6 +42,7 @@
 #include "kvpool/kvpool.h"
 #include "runtime/runtime.h"
 
+#define PROG            "bench_registry"
 #define DEFAULT_JSON    "bench/results/bench_registry.json"
 #define QB              32    /* hashes per reader round */
 #define WB              64    /* ids the writer removes and registers per step */
@@ -68,29 +65,11 @@ static const char *const mode_names[] = {"presence", "contains"};
 /* ---- utilities --------------------------------------------------------------------------------
  */
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 static uint64_t thread_cpu_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "bench_registry: out of memory\n");
-        exit(1);
-    }
-    return p;
 }
 
 static void sleep_us(long us)
@@ -129,7 +108,7 @@ struct oa_table {
 
 static size_t oa_index(uint64_t hash, uint8_t tier)
 {
-    return (size_t)splitmix64(hash ^ ((uint64_t)tier + 1) * UINT64_C(0x9e3779b97f4a7c15));
+    return (size_t)bench_splitmix64(hash ^ ((uint64_t)tier + 1) * UINT64_C(0x9e3779b97f4a7c15));
 }
 
 static void oa_init(struct oa_table *t, size_t expected)
@@ -138,11 +117,11 @@ static void oa_init(struct oa_table *t, size_t expected)
     while (cap < 4 * expected)
         cap <<= 1;
     pthread_mutex_init(&t->lock, NULL);
-    t->slots = xcalloc(cap, sizeof *t->slots);
+    t->slots = bench_xcalloc(PROG, cap, sizeof *t->slots);
     t->mask = cap - 1;
     t->used = t->live = 0;
     t->fifo_cap = 1024;
-    t->fifo = xcalloc(t->fifo_cap, sizeof *t->fifo);
+    t->fifo = bench_xcalloc(PROG, t->fifo_cap, sizeof *t->fifo);
     t->fifo_head = t->fifo_len = 0;
 }
 
@@ -168,7 +147,7 @@ static void oa_rehash(struct oa_table *t)
     size_t cap = 16;
     while (cap < 4 * t->live)
         cap <<= 1;
-    struct oa_slot *slots = xcalloc(cap, sizeof *slots);
+    struct oa_slot *slots = bench_xcalloc(PROG, cap, sizeof *slots);
     for (size_t i = 0; i <= t->mask; i++)
         if (t->slots[i].state == SLOT_FULL)
             oa_put(slots, cap - 1, &t->slots[i]);
@@ -225,7 +204,7 @@ static void oa_remove_locked(struct oa_table *t, uint64_t hash, uint8_t tier, in
         return;
     s->removed_at = v;
     if (t->fifo_len == t->fifo_cap) {
-        struct oa_removal *f = xcalloc(2 * t->fifo_cap, sizeof *f);
+        struct oa_removal *f = bench_xcalloc(PROG, 2 * t->fifo_cap, sizeof *f);
         for (size_t k = 0; k < t->fifo_len; k++)
             f[k] = t->fifo[(t->fifo_head + k) % t->fifo_cap];
         free(t->fifo);
@@ -283,7 +262,7 @@ struct run {
     int64_t writer_steps;
 };
 
-static uint64_t id_hash(size_t id) { return splitmix64(UINT64_C(0xb10c) ^ (uint64_t)id); }
+static uint64_t id_hash(size_t id) { return bench_splitmix64(UINT64_C(0xb10c) ^ (uint64_t)id); }
 
 static int64_t run_watermark(struct run *r)
 {
@@ -371,7 +350,7 @@ static void *reader_main(void *arg)
     struct reader_arg *ra = arg;
     struct run *r = ra->r;
     const bool rcu = r->impl == IMPL_RCU;
-    size_t pos = (size_t)(splitmix64(r->seed + (uint64_t)ra->id) % NQ) & ~(size_t)(QB - 1);
+    size_t pos = (size_t)(bench_splitmix64(r->seed + (uint64_t)ra->id) % NQ) & ~(size_t)(QB - 1);
     uint64_t checks = 0, hits = 0;
     bool present[QB];
     if (rcu) {
@@ -526,18 +505,18 @@ static int parse_options(int argc, char **argv, struct options *o)
         switch (c) {
         case 'q': o->quick = true; break;
         case 'j':
-            if (bench_opt_path("bench_registry", "--json", optarg, &o->json_path))
+            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
                 return 2;
             break;
         case 's':
-            if (bench_opt_u64("bench_registry", "--seed", optarg, &o->seed))
+            if (bench_opt_u64(PROG, "--seed", optarg, &o->seed))
                 return 2;
             break;
         case 'h': usage(stdout); return 1;
-        default: return bench_opt_bad("bench_registry");
+        default: return bench_opt_bad(PROG);
         }
     }
-    return bench_opt_no_operands("bench_registry", argc, argv);
+    return bench_opt_no_operands(PROG, argc, argv);
 }
 
 int main(int argc, char **argv)
@@ -552,9 +531,9 @@ int main(int argc, char **argv)
     const size_t live = opt.quick ? 20000 : 100000, ids = 2 * live;
     const uint64_t duration_ns = opt.quick ? 100000000u : 300000000u;
     const int reps = opt.quick ? 1 : 2;
-    uint64_t *queries = xcalloc(NQ, sizeof *queries);
+    uint64_t *queries = bench_xcalloc(PROG, NQ, sizeof *queries);
     for (size_t i = 0; i < NQ; i++)
-        queries[i] = id_hash((size_t)(splitmix64(opt.seed * 7919u + i) % ids));
+        queries[i] = id_hash((size_t)(bench_splitmix64(opt.seed * 7919u + i) % ids));
 
     printf("bench_registry: %zu live of %zu ids in G2, writer: %d removes + %d registers every "
            "~%d us; readers check %d hashes per round; %d x %.1f s per configuration (best "
@@ -666,14 +645,9 @@ int main(int argc, char **argv)
            scale_mutex);
 #undef CONF
 
-    time_t now = time(NULL);
     char date[32];
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("bench_registry"));
-    json_object_set_new(root, "version", json_string(kvsim_version()));
-    json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", bench_machine_json());
+    bench_utc_date(date, sizeof date);
+    json_t *root = bench_json_root(PROG, date);
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:f}", "quick",
                                   opt.quick, "seed", (json_int_t)opt.seed, "live_entries",

@@ -18,26 +18,14 @@
  * repetition). The exit status is 1 if a run fails or if results differ between thread counts
  * (or repetitions), 2 for a usage error or a missing trace; missed targets do not fail it.
  */
-#include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/utsname.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
 #include "bench_util.h"
-#include "runtime/replay/replay.h"
 #include "runtime/runtime.h"
 
 #ifndef KVSIM_SOURCE_DIR
@@ -48,7 +36,7 @@
 #define PROG               "bench_replay"
 #define DEFAULT_JSON       "bench/results/bench_replay.json"
 #define NUM_ENGINES        8u
-#define QUICK_MAX_REQUESTS 1000u
+#define QUICK_MAX_REQUESTS BENCH_QUICK_MAX_REQUESTS
 #define MAX_REPS           100u
 #define SMALL_BLOCK        16u
 #define SMALL_BLOCK_BLOCKS 16384u /* the replay default; null block included */
@@ -68,15 +56,6 @@ static const enum kvsim_router_policy routers[] = {
 };
 #define NUM_ROUTERS (sizeof routers / sizeof routers[0])
 
-/* ---- options -------------------------------------------------------------------------------- */
-
-struct options {
-    const char *trace_path;
-    const char *json_path;
-    unsigned reps;
-    bool quick;
-};
-
 /* ---- configurations and the child process --------------------------------------------------- */
 
 enum run_kind {
@@ -92,38 +71,20 @@ struct run_cfg {
     uint32_t num_blocks; /* null block included */
 };
 
-/* What a child sends back (a plain struct through a pipe: same binary on both ends). */
-struct child_msg {
-    int32_t rc; /* 0, or the negative errno of the replay */
-    int64_t wall_ns;
-    int64_t report_wall_ns;
-    int64_t duration_ns; /* simulated: first arrival to last completion */
-    uint64_t num_requests, completed, rejected, incomplete, preemptions;
-    uint64_t input_tokens, output_tokens, cached_tokens;
-    uint64_t digest;
-    char err[256];
+#define MAX_CONFIGS 16
+
+/* What the children need: the options and the configurations. */
+struct replay_ctx {
+    const struct bench_trace_opts *o;
+    struct run_cfg cfgs[MAX_CONFIGS];
 };
 
-/* One repetition of one configuration, as the parent sees it. */
-struct rep_result {
-    bool ok;
-    struct child_msg msg;
-    int64_t utime_ns, stime_ns;
-    long maxrss_kib;
-    char failure[320];
-};
-
-static void fill_trace_opts(const struct options *o, struct kvsim_trace_opts *t)
-{
-    kvsim_trace_opts_default(t);
-    if (o->quick)
-        t->max_requests = QUICK_MAX_REQUESTS;
-}
-
-static void child_load(const struct options *o, struct child_msg *msg)
+static void child_load(const struct bench_trace_opts *o, struct bench_msg *msg)
 {
     struct kvsim_trace_opts topts;
-    fill_trace_opts(o, &topts);
+    kvsim_trace_opts_default(&topts);
+    if (o->quick)
+        topts.max_requests = QUICK_MAX_REQUESTS;
     struct kvsim_trace t;
     int64_t t0 = bench_now_ns();
     int rc = kvsim_trace_load(o->trace_path, &topts, &t, msg->err, sizeof msg->err);
@@ -142,188 +103,42 @@ static void child_load(const struct options *o, struct child_msg *msg)
     kvsim_trace_free(&t);
 }
 
-static void child_replay(const struct options *o, const struct run_cfg *c, struct child_msg *msg)
+static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
 {
+    const struct replay_ctx *x = ctx;
+    const struct run_cfg *c = &x->cfgs[i];
+    if (c->kind == RUN_LOAD) {
+        child_load(x->o, msg);
+        return;
+    }
     struct kvsim_replay_config cfg;
-    kvsim_replay_config_default(&cfg);
-    cfg.trace_path = o->trace_path;
-    fill_trace_opts(o, &cfg.trace_opts);
+    bench_trace_replay_config(x->o, &cfg);
     cfg.num_engines = NUM_ENGINES;
     cfg.num_threads = c->threads;
     cfg.router = c->router;
     cfg.sched.block_size = c->block_size;
     cfg.sched.num_blocks = c->num_blocks;
-    cfg.quiet = true;
-    struct kvsim_report rep;
-    memset(&rep, 0, sizeof rep);
-    int64_t t0 = bench_now_ns();
-    int rc = kvsim_replay_run(&cfg, &rep, msg->err, sizeof msg->err);
-    msg->wall_ns = bench_now_ns() - t0;
-    msg->rc = rc;
-    if (rc)
-        return;
-    msg->report_wall_ns = rep.wall_ns;
-    msg->duration_ns = rep.duration_ns;
-    msg->num_requests = rep.num_requests;
-    msg->completed = rep.completed;
-    msg->rejected = rep.rejected;
-    msg->incomplete = rep.incomplete;
-    msg->preemptions = rep.preemptions;
-    msg->input_tokens = rep.input_tokens;
-    msg->output_tokens = rep.output_tokens;
-    msg->cached_tokens = rep.cached_tokens;
-    msg->digest = bench_digest_report(&rep);
+    bench_replay_child(&cfg, false, msg);
 }
 
-struct child_job {
-    const struct options *o;
-    const struct run_cfg *c;
-};
-
-static void child_main(const void *arg, void *msg)
+static void describe(const void *ctx, size_t i, struct bench_config *bc)
 {
-    const struct child_job *j = arg;
-    if (j->c->kind == RUN_LOAD)
-        child_load(j->o, msg);
-    else
-        child_replay(j->o, j->c, msg);
-}
-
-/* Runs one configuration in a child process; fills *res. Returns res->ok. */
-static bool run_child(const struct options *o, const struct run_cfg *c, struct rep_result *res)
-{
-    memset(res, 0, sizeof *res);
-    struct child_job job = {o, c};
-    struct bench_child_usage ru;
-    bool ran = bench_run_forked(child_main, &job, &res->msg, sizeof res->msg, &ru, res->failure,
-                                sizeof res->failure);
-    res->utime_ns = ru.utime_ns;
-    res->stime_ns = ru.stime_ns;
-    res->maxrss_kib = ru.maxrss_kib;
-    if (!ran)
-        return false;
-    if (res->msg.rc != 0) {
-        res->msg.err[sizeof res->msg.err - 1] = '\0';
-        snprintf(res->failure, sizeof res->failure, "%s (%s)",
-                 res->msg.err[0] ? res->msg.err : "replay failed", strerror(-res->msg.rc));
-        return false;
-    }
-    res->ok = true;
-    return true;
-}
-
-/* ---- figures ----------------------------------------------------------------------------------
- */
-
-struct figures {
-    double wall_s;
-    double req_per_wall_s;
-    double speed;              /* simulated s per wall s */
-    double cpu_ns_per_out_tok; /* (utime + stime) / output tokens */
-    double cpu_s;
-    double peak_rss_mib;
-};
-
-static struct figures figures_of(const struct rep_result *r)
-{
-    struct figures f;
-    memset(&f, 0, sizeof f);
-    f.wall_s = (double)r->msg.wall_ns * 1e-9;
-    f.cpu_s = (double)(r->utime_ns + r->stime_ns) * 1e-9;
-    f.peak_rss_mib = (double)r->maxrss_kib / 1024.0;
-    uint64_t done = r->msg.completed ? r->msg.completed : r->msg.num_requests;
-    if (f.wall_s > 0) {
-        f.req_per_wall_s = (double)done / f.wall_s;
-        f.speed = (double)r->msg.duration_ns * 1e-9 / f.wall_s;
-    }
-    if (r->msg.output_tokens)
-        f.cpu_ns_per_out_tok = (double)(r->utime_ns + r->stime_ns) / (double)r->msg.output_tokens;
-    return f;
-}
-
-/* All repetitions of one configuration. */
-struct config_result {
-    struct run_cfg cfg;
-    struct rep_result *reps;
-    unsigned num_reps;
-    int best; /* index of the fastest successful repetition, -1 if none */
-    bool ok;  /* every repetition succeeded */
-    bool reps_identical;
-};
-
-static void finish_config(struct config_result *cr)
-{
-    cr->best = -1;
-    cr->ok = true;
-    cr->reps_identical = true;
-    for (unsigned i = 0; i < cr->num_reps; i++) {
-        const struct rep_result *r = &cr->reps[i];
-        if (!r->ok) {
-            cr->ok = false;
-            continue;
-        }
-        if (cr->best < 0) {
-            cr->best = (int)i;
-            continue;
-        }
-        const struct rep_result *b = &cr->reps[cr->best];
-        if (r->msg.digest != b->msg.digest)
-            cr->reps_identical = false;
-        if (r->msg.wall_ns < b->msg.wall_ns)
-            cr->best = (int)i;
-    }
-}
-
-static const struct rep_result *best_of(const struct config_result *cr)
-{
-    return cr->best >= 0 ? &cr->reps[cr->best] : NULL;
-}
-
-static const char *config_label(const struct run_cfg *c, char *buf, size_t len)
-{
+    const struct run_cfg *c = &((const struct replay_ctx *)ctx)->cfgs[i];
     if (c->kind == RUN_LOAD)
-        snprintf(buf, len, "trace load only");
+        snprintf(bc->label, sizeof bc->label, "trace load only");
     else if (c->block_size != SMALL_BLOCK)
-        snprintf(buf, len, "%s, block %u", kvsim_router_policy_name(c->router), c->block_size);
+        snprintf(bc->label, sizeof bc->label, "%s, block %u", kvsim_router_policy_name(c->router),
+                 c->block_size);
     else
-        snprintf(buf, len, "%s", kvsim_router_policy_name(c->router));
-    return buf;
+        snprintf(bc->label, sizeof bc->label, "%s", kvsim_router_policy_name(c->router));
+    bc->threads = c->kind == RUN_LOAD ? 0 : c->threads;
 }
 
 /* ---- JSON --------------------------------------------------------------------------------- */
 
-static json_t *fig_json(const struct figures *f)
+static json_t *config_json(const struct bench_suite *s, const struct run_cfg *c, size_t i)
 {
-    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f}", "wall_s", f->wall_s, "requests_per_wall_s",
-                     f->req_per_wall_s, "simulated_to_wall_speed", f->speed,
-                     "cpu_ns_per_output_token", f->cpu_ns_per_out_tok, "cpu_s", f->cpu_s,
-                     "peak_rss_mib", f->peak_rss_mib);
-}
-
-static json_t *rep_json(const struct rep_result *r)
-{
-    if (!r->ok)
-        return json_pack("{s:b, s:s}", "ok", 0, "failure", r->failure);
-    struct figures f = figures_of(r);
-    char dig[32];
-    snprintf(dig, sizeof dig, "%016" PRIx64, r->msg.digest);
-    json_t *j = json_pack(
-        "{s:b, s:o, s:f, s:f, s:f, s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "ok", 1,
-        "figures", fig_json(&f), "utime_s", (double)r->utime_ns * 1e-9, "stime_s",
-        (double)r->stime_ns * 1e-9, "report_wall_s", (double)r->msg.report_wall_ns * 1e-9,
-        "peak_rss_kib", (json_int_t)r->maxrss_kib, "digest_xxh3", dig, "requests",
-        (json_int_t)r->msg.num_requests, "completed", (json_int_t)r->msg.completed, "rejected",
-        (json_int_t)r->msg.rejected, "incomplete", (json_int_t)r->msg.incomplete, "preemptions",
-        (json_int_t)r->msg.preemptions, "input_tokens", (json_int_t)r->msg.input_tokens,
-        "output_tokens", (json_int_t)r->msg.output_tokens, "cached_tokens",
-        (json_int_t)r->msg.cached_tokens, "simulated_s", (double)r->msg.duration_ns * 1e-9);
-    return j;
-}
-
-static json_t *config_json(const struct config_result *cr)
-{
-    json_t *j = json_object();
-    const struct run_cfg *c = &cr->cfg;
+    json_t *j = bench_config_json(s, i);
     json_object_set_new(j, "kind", json_string(c->kind == RUN_LOAD ? "trace_load" : "replay"));
     if (c->kind == RUN_REPLAY) {
         json_object_set_new(j, "router", json_string(kvsim_router_policy_name(c->router)));
@@ -332,28 +147,7 @@ static json_t *config_json(const struct config_result *cr)
         json_object_set_new(j, "block_size", json_integer(c->block_size));
         json_object_set_new(j, "num_blocks", json_integer(c->num_blocks));
     }
-    json_object_set_new(j, "ok", json_boolean(cr->ok));
-    json_object_set_new(j, "repetitions_identical", json_boolean(cr->reps_identical));
-    const struct rep_result *b = best_of(cr);
-    json_object_set_new(j, "best_repetition", b ? json_integer(cr->best) : json_null());
-    if (b) {
-        struct figures f = figures_of(b);
-        json_object_set_new(j, "best", fig_json(&f));
-    } else {
-        json_object_set_new(j, "best", json_null());
-    }
-    json_t *reps = json_array();
-    for (unsigned i = 0; i < cr->num_reps; i++)
-        json_array_append_new(reps, rep_json(&cr->reps[i]));
-    json_object_set_new(j, "repetitions", reps);
     return j;
-}
-
-static json_t *machine_json(long parent_rss_kib)
-{
-    json_t *m = bench_machine_json();
-    json_object_set_new(m, "parent_peak_rss_kib_at_first_fork", json_integer(parent_rss_kib));
-    return m;
 }
 
 /* {"goal": g, "comparison": cmp, "unit": unit} */
@@ -388,48 +182,12 @@ static void usage(FILE *out)
             NUM_ENGINES, DEFAULT_TRACE, DEFAULT_JSON, QUICK_MAX_REQUESTS);
 }
 
-static int parse_options(int argc, char **argv, struct options *o)
-{
-    static const struct option longopts[] = {
-        {"trace", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
-        {"reps", required_argument, NULL, 'r'},  {"quick", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
-    o->trace_path = DEFAULT_TRACE;
-    o->json_path = DEFAULT_JSON;
-    o->reps = 1;
-    o->quick = false;
-    int c;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 't':
-            if (bench_opt_path(PROG, "--trace", optarg, &o->trace_path))
-                return 2;
-            break;
-        case 'j':
-            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
-                return 2;
-            break;
-        case 'r':
-            if (bench_opt_reps(PROG, optarg, MAX_REPS, &o->reps))
-                return 2;
-            break;
-        case 'q': o->quick = true; break;
-        case 'h': usage(stdout); return 1;
-        default: return bench_opt_bad(PROG);
-        }
-    }
-    return bench_opt_no_operands(PROG, argc, argv);
-}
-
 /* ---- main ------------------------------------------------------------------------------------
  */
 
-#define MAX_CONFIGS 16
-
 /* The configurations, in run order: the trace load, then per router 1 thread, (kv only: block
  * size 512 on 1 thread, right after its block-size-16 twin), 2 threads. */
-static size_t build_configs(const struct options *o, struct run_cfg *cfgs)
+static size_t build_configs(const struct bench_trace_opts *o, struct run_cfg *cfgs)
 {
     size_t n = 0;
     cfgs[n++] = (struct run_cfg){.kind = RUN_LOAD};
@@ -454,24 +212,18 @@ static size_t build_configs(const struct options *o, struct run_cfg *cfgs)
     return n;
 }
 
-static const struct config_result *find_config(const struct config_result *crs, size_t n,
-                                               enum kvsim_router_policy router, uint32_t threads,
-                                               uint32_t block_size)
+static const struct bench_config *find_config(const struct bench_suite *s,
+                                              enum kvsim_router_policy router, uint32_t threads,
+                                              uint32_t block_size)
 {
-    for (size_t i = 0; i < n; i++) {
-        const struct run_cfg *c = &crs[i].cfg;
+    const struct run_cfg *cfgs = ((const struct replay_ctx *)s->ctx)->cfgs;
+    for (size_t i = 0; i < s->num_configs; i++) {
+        const struct run_cfg *c = &cfgs[i];
         if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
             c->block_size == block_size)
-            return &crs[i];
+            return &s->configs[i];
     }
     return NULL;
-}
-
-static void print_rule(void)
-{
-    printf("%.*s\n", 100,
-           "----------------------------------------------------------------------------------"
-           "------------------------------");
 }
 
 /* One row of the targets table: per router "measured (measured/goal[ met])"; fmt NULL prints
@@ -502,84 +254,46 @@ static void print_target_row(const char *what, const char *goal, const double *v
 
 int main(int argc, char **argv)
 {
-    struct options opt;
-    int prc = parse_options(argc, argv, &opt);
-    if (prc == 1)
-        return 0;
-    if (prc)
-        return prc;
-    if (access(opt.trace_path, R_OK) != 0) {
-        fprintf(stderr,
-                "bench_replay: trace %s is not readable: %s\n"
-                "bench_replay: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
-                opt.trace_path, strerror(errno));
-        return 2;
-    }
-
-    char date[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    printf("bench_replay: %s, allocator %s, %ld CPUs, %s run, best of %u repetition%s\n",
-           kvsim_version(), kvsim_allocator(), nproc, opt.quick ? "quick" : "full", opt.reps,
-           opt.reps == 1 ? "" : "s");
-    printf("trace %s%s\n", opt.trace_path, opt.quick ? " (first 1000 requests)" : "");
+    struct bench_trace_opts opt;
+    int rc =
+        bench_trace_start(argc, argv, PROG, DEFAULT_TRACE, DEFAULT_JSON, MAX_REPS, usage, &opt);
+    if (rc >= 0)
+        return rc;
     printf("%u engines, max_num_seqs 256, max_num_batched_tokens 8192, prefix caching on; "
            "every run in its own process\n",
            NUM_ENGINES);
 
-    struct run_cfg cfgs[MAX_CONFIGS];
-    size_t ncfg = build_configs(&opt, cfgs);
-    struct config_result crs[MAX_CONFIGS];
-    memset(crs, 0, sizeof crs);
-    for (size_t i = 0; i < ncfg; i++) {
-        crs[i].cfg = cfgs[i];
-        crs[i].num_reps = opt.reps;
-        crs[i].reps = calloc(opt.reps, sizeof *crs[i].reps);
-        if (!crs[i].reps) {
-            fprintf(stderr, "bench_replay: out of memory\n");
-            return 1;
-        }
-    }
-    long parent_rss_kib = bench_peak_rss_kib();
-
-    bool all_ok = true;
-    for (unsigned rep = 0; rep < opt.reps; rep++) {
-        for (size_t i = 0; i < ncfg; i++) {
-            char label[64];
-            config_label(&cfgs[i], label, sizeof label);
-            struct rep_result *r = &crs[i].reps[rep];
-            if (run_child(&opt, &cfgs[i], r)) {
-                fprintf(stderr, "  rep %u/%u  %-20s %u thread%s  %7.3f s\n", rep + 1, opt.reps,
-                        label, cfgs[i].kind == RUN_LOAD ? 1 : cfgs[i].threads,
-                        cfgs[i].threads > 1 ? "s" : " ", (double)r->msg.wall_ns * 1e-9);
-            } else {
-                fprintf(stderr, "bench_replay: %s, %u thread(s): %s\n", label, cfgs[i].threads,
-                        r->failure);
-                all_ok = false;
-            }
-        }
-    }
-    for (size_t i = 0; i < ncfg; i++) {
-        finish_config(&crs[i]);
-        all_ok = all_ok && crs[i].ok;
-    }
+    struct replay_ctx ctx = {.o = &opt};
+    const struct run_cfg *cfgs = ctx.cfgs;
+    size_t ncfg = build_configs(&opt, ctx.cfgs);
+    struct bench_config runs[MAX_CONFIGS];
+    struct bench_suite suite = {
+        .prog = PROG,
+        .opts = &opt,
+        .label_width = 20,
+        .json_rate = true,
+        .ctx = &ctx,
+        .describe = describe,
+        .child = child_main,
+        .msg_json = bench_msg_json_add,
+        .num_configs = ncfg,
+        .configs = runs,
+    };
+    bool all_ok = bench_suite_run(&suite);
 
     /* ---- the runs table ---- */
     printf("\n%-20s %3s %8s %14s %11s %12s %8s %9s %8s\n", "configuration", "thr", "wall s",
            "req/wall s", "sim/wall", "CPU ns/tok", "CPU s", "CPU/wall", "RSS MiB");
-    print_rule();
+    bench_print_rule(100);
     for (size_t i = 0; i < ncfg; i++) {
-        char label[64], b1[32];
-        config_label(&cfgs[i], label, sizeof label);
-        const struct rep_result *b = best_of(&crs[i]);
+        const char *label = runs[i].label;
+        char b1[32];
+        const struct bench_rep *b = bench_best(&runs[i]);
         if (!b) {
             printf("%-20s %3u  FAILED\n", label, cfgs[i].threads);
             continue;
         }
-        struct figures f = figures_of(b);
+        struct bench_figures f = bench_figures_of(b);
         if (cfgs[i].kind == RUN_LOAD) {
             printf("%-20s %3s %8.3f %14s %11s %12s %8.3f %9.2f %8.1f\n", label, "-", f.wall_s,
                    bench_grouped(f.req_per_wall_s, b1, sizeof b1), "-", "-", f.cpu_s,
@@ -594,7 +308,7 @@ int main(int argc, char **argv)
     }
     printf("CPU/wall: CPU s per wall s of the child; under 1 with 1 thread, the run waited for a "
            "CPU (busy machine)\n");
-    const struct rep_result *load = best_of(&crs[0]);
+    const struct bench_rep *load = bench_best(&runs[0]);
     if (load) {
         char b1[32], b2[32];
         printf("trace: %s requests, %s output tokens (trace load = parsing only, the floor of "
@@ -602,9 +316,9 @@ int main(int argc, char **argv)
                bench_grouped((double)load->msg.num_requests, b1, sizeof b1),
                bench_grouped((double)load->msg.output_tokens, b2, sizeof b2));
     }
-    const struct rep_result *any = NULL;
+    const struct bench_rep *any = NULL;
     for (size_t i = 1; i < ncfg && !any; i++)
-        any = best_of(&crs[i]);
+        any = bench_best(&runs[i]);
     if (any)
         printf("replay: %" PRIu64 " completed, %" PRIu64 " rejected, %" PRIu64
                " output tokens, %.1f simulated s (first replay row)\n",
@@ -620,22 +334,22 @@ int main(int argc, char **argv)
     json_t *speedups = json_object();
     printf("\n%-14s %10s %10s %10s %10s  %s\n", "router", "wall 1T s", "wall 2T s", "speedup",
            "goal", "results 1T vs 2T");
-    print_rule();
+    bench_print_rule(100);
     for (size_t i = 0; i < NUM_ROUTERS; i++) {
         const char *name = kvsim_router_policy_name(routers[i]);
-        const struct config_result *c1 = find_config(crs, ncfg, routers[i], 1, SMALL_BLOCK);
-        const struct config_result *c2 = find_config(crs, ncfg, routers[i], 2, SMALL_BLOCK);
+        const struct bench_config *c1 = find_config(&suite, routers[i], 1, SMALL_BLOCK);
+        const struct bench_config *c2 = find_config(&suite, routers[i], 2, SMALL_BLOCK);
         if (!c1 || !c2)
             continue;
-        const struct rep_result *b1 = best_of(c1), *b2 = best_of(c2);
+        const struct bench_rep *b1 = bench_best(c1), *b2 = bench_best(c2);
         if (b1) {
-            struct figures f = figures_of(b1);
+            struct bench_figures f = bench_figures_of(b1);
             rps1[i] = f.req_per_wall_s;
             cpu1[i] = f.cpu_ns_per_out_tok;
             have1[i] = true;
         }
         if (b2) {
-            rps2[i] = figures_of(b2).req_per_wall_s;
+            rps2[i] = bench_figures_of(b2).req_per_wall_s;
             have2[i] = true;
         }
         bool identical = b1 && b2 && c1->ok && c2->ok && c1->reps_identical && c2->reps_identical &&
@@ -662,13 +376,14 @@ int main(int argc, char **argv)
 
     /* ---- block size ---- */
     json_t *bsj = json_null();
-    const struct config_result *bs16 = find_config(crs, ncfg, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
-    const struct config_result *bs512 = find_config(crs, ncfg, KVSIM_ROUTER_KV, 1, LARGE_BLOCK);
+    const struct bench_config *bs16 = find_config(&suite, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
+    const struct bench_config *bs512 = find_config(&suite, KVSIM_ROUTER_KV, 1, LARGE_BLOCK);
     printf("\nblock size (kv router, 1 thread, same KV capacity: %u x %u vs %u x %u tokens incl. "
            "the null block)\n",
            SMALL_BLOCK_BLOCKS, SMALL_BLOCK, LARGE_BLOCK_BLOCKS, LARGE_BLOCK);
-    if (bs16 && bs512 && best_of(bs16) && best_of(bs512)) {
-        struct figures f16 = figures_of(best_of(bs16)), f512 = figures_of(best_of(bs512));
+    if (bs16 && bs512 && bench_best(bs16) && bench_best(bs512)) {
+        struct bench_figures f16 = bench_figures_of(bench_best(bs16)),
+                             f512 = bench_figures_of(bench_best(bs512));
         double ratio = f512.wall_s > 0 ? f16.wall_s / f512.wall_s : 0.0;
         double cpu_ratio = f512.cpu_s > 0 ? f16.cpu_s / f512.cpu_s : 0.0;
         printf("  wall: block 16 %.3f s, block 512 %.3f s, ratio 16/512 %.2fx "
@@ -696,7 +411,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < NUM_ROUTERS; i++)
         printf(" %22s", kvsim_router_policy_name(routers[i]));
     printf("\n");
-    print_rule();
+    bench_print_rule(100);
     print_target_row("requests per wall s, 1 thread", ">= 100,000", rps1, have1, GOAL_REQ_PER_S_1T,
                      true, NULL);
     print_target_row("requests per wall s, 2 threads", ">= 170,000", rps2, have2, GOAL_REQ_PER_S_2T,
@@ -715,33 +430,23 @@ int main(int argc, char **argv)
                QUICK_MAX_REQUESTS);
 
     /* ---- JSON ---- */
-    json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("bench_replay"));
-    json_object_set_new(root, "version", json_string(kvsim_version()));
-    json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", machine_json(parent_rss_kib));
+    json_t *root = bench_suite_json_root(&suite);
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:I, s:I, s:s}", "quick", opt.quick, "repetitions",
                                   (json_int_t)opt.reps, "engines", (json_int_t)NUM_ENGINES,
                                   "statistic", "fastest repetition"));
-    json_t *tj =
-        json_pack("{s:s, s:I, s:I}", "path", opt.trace_path, "trace_block_size", (json_int_t)512,
-                  "max_requests", (json_int_t)(opt.quick ? QUICK_MAX_REQUESTS : 0));
-    char *resolved = realpath(opt.trace_path, NULL);
-    if (resolved) {
-        json_object_set_new(tj, "resolved_path", json_string(resolved));
-        free(resolved);
-    }
+    json_t *tj = bench_trace_json(&opt);
+    json_object_set_new(tj, "trace_block_size", json_integer(512));
     if (load) {
         json_object_set_new(tj, "requests", json_integer((json_int_t)load->msg.num_requests));
         json_object_set_new(tj, "input_tokens", json_integer((json_int_t)load->msg.input_tokens));
         json_object_set_new(tj, "output_tokens", json_integer((json_int_t)load->msg.output_tokens));
     }
     json_object_set_new(root, "trace", tj);
-    json_t *runs = json_array();
+    json_t *jruns = json_array();
     for (size_t i = 0; i < ncfg; i++)
-        json_array_append_new(runs, config_json(&crs[i]));
-    json_object_set_new(root, "runs", runs);
+        json_array_append_new(jruns, config_json(&suite, &cfgs[i], i));
+    json_object_set_new(root, "runs", jruns);
     json_object_set_new(root, "speedups", speedups);
     json_object_set_new(root, "block_size_check", bsj);
     json_t *targets = json_object();
@@ -780,17 +485,5 @@ int main(int argc, char **argv)
     json_object_set_new(targets, "identical_results",
                         json_pack("{s:b, s:b}", "goal", 1, "measured", all_identical));
     json_object_set_new(root, "targets", targets);
-    json_object_set_new(root, "identical", json_boolean(all_identical));
-    bool ok = all_ok && all_identical;
-    json_object_set_new(root, "ok", json_boolean(ok));
-
-    if (!bench_write_results("bench_replay", root, opt.json_path, true))
-        ok = false;
-    json_decref(root);
-    for (size_t i = 0; i < ncfg; i++)
-        free(crs[i].reps);
-    if (!ok)
-        fprintf(stderr, "bench_replay: FAILED%s\n",
-                all_identical ? "" : " (results differ between thread counts or repetitions)");
-    return ok ? 0 : 1;
+    return bench_suite_finish(&suite, root, all_ok, all_identical, "thread counts or repetitions");
 }

@@ -16,17 +16,12 @@
  * repetitions (after one untimed warm-up). Every settle must return 0 and every batch must
  * complete; otherwise the exit status is 1. Results go to stdout and to a JSON file.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <jansson.h>
 
@@ -34,7 +29,8 @@
 #include "offload/offload.h"
 #include "runtime/runtime.h"
 
-#define REPS         3
+#define PROG         "bench_settle"
+#define REPS         BENCH_REPS
 #define DEFAULT_JSON "bench/results/bench_settle.json"
 
 struct options {
@@ -42,25 +38,13 @@ struct options {
     bool quick;
 };
 
+/* A round-trip figure and the pipeline's counters of its last repetition. */
 struct figure {
-    const char *key;   /* JSON key */
-    const char *label; /* table label */
-    const char *unit;
-    double value[REPS];
-    double seconds[REPS];
-    uint64_t work[REPS];
-    double best;
-    struct offload_stats stats; /* of the last repetition */
+    struct bench_figure f;
+    struct offload_stats stats;
 };
 
 static bool all_ok = true;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void fail(const char *what, int rc)
 {
@@ -134,10 +118,7 @@ static uint64_t run_rounds(struct offload_pipeline *p, const struct shape_desc *
 
 static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *f)
 {
-    f->key = d->key;
-    f->label = d->label;
-    f->unit = d->unit;
-    f->best = 0;
+    bench_fig_init(&f->f, d->key, d->label, d->unit, d->label);
     struct offload_pool *pool = NULL;
     if (d->pool) {
         struct offload_pool_config pc;
@@ -165,20 +146,16 @@ static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *
             break;
         }
         uint64_t n = r < 0 ? rounds / 10 + 1 : rounds;
-        double t0 = now_s();
+        int64_t t0 = bench_now_ns();
         uint64_t done = run_rounds(p, d, n);
-        double secs = now_s() - t0;
+        int64_t ns = bench_now_ns() - t0;
         if (done != n * d->per_settle) {
             fprintf(stderr, "bench_settle: %s: %" PRIu64 " of %" PRIu64 " batches completed\n",
                     d->key, done, n * d->per_settle);
             all_ok = false;
         }
         if (r >= 0) {
-            f->seconds[r] = secs;
-            f->work[r] = done;
-            f->value[r] = secs > 0 ? (double)(d->per_settle == 1 ? n : done) / secs : 0.0;
-            if (f->value[r] > f->best)
-                f->best = f->value[r];
+            bench_fig_record(&f->f, r, done, (uint64_t)ns);
             offload_stats(p, &f->stats);
         }
         rc = offload_pipeline_destroy(p);
@@ -194,18 +171,13 @@ static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *
 
 static json_t *fig_json(const struct figure *f)
 {
-    json_t *vals = json_array(), *secs = json_array(), *work = json_array();
-    for (int r = 0; r < REPS; r++) {
-        json_array_append_new(vals, json_real(f->value[r]));
-        json_array_append_new(secs, json_real(f->seconds[r]));
-        json_array_append_new(work, json_integer((json_int_t)f->work[r]));
-    }
-    return json_pack("{s:f, s:s, s:s, s:s, s:o, s:o, s:o, s:{s:I, s:I, s:I, s:I}}", "value",
-                     f->best, "unit", f->unit, "statistic", "best of 3", "description", f->label,
-                     "repetitions", vals, "seconds", secs, "work", work, "last_repetition",
-                     "settles", (json_int_t)f->stats.settles, "settle_waits",
-                     (json_int_t)f->stats.settle_waits, "owner_sleeps",
-                     (json_int_t)f->stats.owner_sleeps, "timeouts", (json_int_t)f->stats.timeouts);
+    json_t *j = bench_fig_json(&f->f);
+    json_object_set_new(j, "last_repetition",
+                        json_pack("{s:I, s:I, s:I, s:I}", "settles", (json_int_t)f->stats.settles,
+                                  "settle_waits", (json_int_t)f->stats.settle_waits, "owner_sleeps",
+                                  (json_int_t)f->stats.owner_sleeps, "timeouts",
+                                  (json_int_t)f->stats.timeouts));
+    return j;
 }
 
 static void usage(FILE *out)
@@ -238,15 +210,15 @@ static int parse_options(int argc, char **argv, struct options *o)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
-            if (bench_opt_path("bench_settle", "--json", optarg, &o->json_path))
+            if (bench_opt_path(PROG, "--json", optarg, &o->json_path))
                 return 2;
             break;
         case 'q': o->quick = true; break;
         case 'h': usage(stdout); return 1;
-        default: return bench_opt_bad("bench_settle");
+        default: return bench_opt_bad(PROG);
         }
     }
-    return bench_opt_no_operands("bench_settle", argc, argv);
+    return bench_opt_no_operands(PROG, argc, argv);
 }
 
 int main(int argc, char **argv)
@@ -257,17 +229,9 @@ int main(int argc, char **argv)
         return 0;
     if (prc)
         return prc;
-    char date[32] = "";
-    time_t now = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&now, &tm))
-        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-
-    json_t *root = json_object();
-    json_object_set_new(root, "benchmark", json_string("bench_settle"));
-    json_object_set_new(root, "version", json_string(kvsim_version()));
-    json_object_set_new(root, "date", json_string(date));
-    json_object_set_new(root, "machine", bench_machine_json());
+    char date[32];
+    bench_utc_date(date, sizeof date);
+    json_t *root = bench_json_root(PROG, date);
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:i}", "quick", opt.quick, "repetitions", REPS));
 
@@ -279,10 +243,10 @@ int main(int argc, char **argv)
         struct figure f;
         memset(&f, 0, sizeof f);
         measure(d, rounds, &f);
-        double per = f.best > 0 ? 1e9 / f.best : 0.0;
+        double per = f.f.best > 0 ? 1e9 / f.f.best : 0.0;
         double sleeps =
             f.stats.settles ? (double)f.stats.owner_sleeps / (double)f.stats.settles : 0.0;
-        printf("%-42s %10.0f %-5s %9.1f ns %14.3f\n", d->label, f.best,
+        printf("%-42s %10.0f %-5s %9.1f ns %14.3f\n", d->label, f.f.best,
                d->per_settle == 1 ? "rt/s" : "b/s", per, sleeps);
         if (f.stats.timeouts) {
             fprintf(stderr, "bench_settle: %s: %" PRIu64 " guard timeouts\n", d->key,
@@ -294,7 +258,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "figures", figs);
     json_object_set_new(root, "ok", json_boolean(all_ok));
 
-    if (!bench_write_results("bench_settle", root, opt.json_path, false))
+    if (!bench_write_results(PROG, root, opt.json_path, false))
         all_ok = false;
     json_decref(root);
     if (!all_ok)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -17,6 +18,21 @@
 #include <xxhash.h>
 
 #include "runtime/runtime.h"
+
+/* What the kernel measured of a child (wait4). */
+struct child_usage {
+    int64_t utime_ns, stime_ns;
+    long maxrss_kib;
+};
+
+typedef void (*child_fn)(const void *arg, void *msg);
+
+/* Report fields appended one by one (no padding bytes) to a buffer, then hashed with XXH3-64. */
+struct digest {
+    unsigned char b[8192];
+    size_t n;
+    bool overflow; /* a field did not fit: digest_value() gives 0 */
+};
 
 int bench_make_parent_dirs(const char *path)
 {
@@ -124,7 +140,7 @@ int64_t bench_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + (int64_t)ts.tv_nsec;
 }
 
-int64_t bench_timeval_ns(struct timeval tv)
+static int64_t timeval_ns(struct timeval tv)
 {
     return (int64_t)tv.tv_sec * 1000000000 + (int64_t)tv.tv_usec * 1000;
 }
@@ -233,8 +249,8 @@ json_t *bench_fig_json(const struct bench_figure *f)
     char statistic[32];
     snprintf(statistic, sizeof statistic, "best of %d", BENCH_REPS);
     return json_pack("{s:f, s:s, s:s, s:s, s:o, s:o, s:o}", "value", f->best, "unit", f->unit,
-                     "statistic", statistic, "description", f->what, "repetitions", vals,
-                     "seconds", secs, "work", work);
+                     "statistic", statistic, "description", f->what, "repetitions", vals, "seconds",
+                     secs, "work", work);
 }
 
 /* ---- pipes ----------------------------------------------------------------------------------- */
@@ -273,8 +289,12 @@ static ssize_t read_all(int fd, void *buf, size_t len)
     return (ssize_t)got;
 }
 
-bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_size,
-                      struct bench_child_usage *usage, char *failure, size_t failure_len)
+/* Runs fn(arg, msg) in a forked child (its own peak RSS and CPU time), which sends msg back
+ * through a pipe; on return *msg holds it and *usage the child's rusage. Returns true, or false
+ * with the reason in failure (pipe, fork or wait4 errors, a signal, a non-zero exit, a short
+ * message). */
+static bool run_forked(child_fn fn, const void *arg, void *msg, size_t msg_size,
+                       struct child_usage *usage, char *failure, size_t failure_len)
 {
     memset(usage, 0, sizeof *usage);
     int fds[2];
@@ -309,8 +329,8 @@ bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_
             return false;
         }
     }
-    usage->utime_ns = bench_timeval_ns(ru.ru_utime);
-    usage->stime_ns = bench_timeval_ns(ru.ru_stime);
+    usage->utime_ns = timeval_ns(ru.ru_utime);
+    usage->stime_ns = timeval_ns(ru.ru_stime);
     usage->maxrss_kib = ru.ru_maxrss;
     if (WIFSIGNALED(status)) {
         snprintf(failure, failure_len, "child killed by signal %d", WTERMSIG(status));
@@ -326,13 +346,13 @@ bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_
 
 /* ---- the digest of a report ------------------------------------------------------------------ */
 
-void bench_digest_init(struct bench_digest *d)
+static void digest_init(struct digest *d)
 {
     d->n = 0;
     d->overflow = false;
 }
 
-void bench_dig_bytes(struct bench_digest *d, const void *p, size_t len)
+static void dig_bytes(struct digest *d, const void *p, size_t len)
 {
     if (d->n + len > sizeof d->b) {
         d->overflow = true;
@@ -342,107 +362,105 @@ void bench_dig_bytes(struct bench_digest *d, const void *p, size_t len)
     d->n += len;
 }
 
-void bench_dig_u64(struct bench_digest *d, uint64_t v) { bench_dig_bytes(d, &v, sizeof v); }
-void bench_dig_i64(struct bench_digest *d, int64_t v) { bench_dig_bytes(d, &v, sizeof v); }
-void bench_dig_f64(struct bench_digest *d, double v) { bench_dig_bytes(d, &v, sizeof v); }
+static void dig_u64(struct digest *d, uint64_t v) { dig_bytes(d, &v, sizeof v); }
+static void dig_i64(struct digest *d, int64_t v) { dig_bytes(d, &v, sizeof v); }
+static void dig_f64(struct digest *d, double v) { dig_bytes(d, &v, sizeof v); }
 
-void bench_dig_str(struct bench_digest *d, const char *s)
+/* The length, then the bytes (NULL as the empty string). */
+static void dig_str(struct digest *d, const char *s)
 {
     size_t len = s ? strlen(s) : 0;
-    bench_dig_u64(d, len);
+    dig_u64(d, len);
     if (len)
-        bench_dig_bytes(d, s, len);
+        dig_bytes(d, s, len);
 }
 
-void bench_dig_latency(struct bench_digest *d, const struct kvsim_latency *l)
+static void dig_latency(struct digest *d, const struct kvsim_latency *l)
 {
-    bench_dig_u64(d, l->count);
-    bench_dig_f64(d, l->mean);
-    bench_dig_f64(d, l->min);
-    bench_dig_f64(d, l->p50);
-    bench_dig_f64(d, l->p90);
-    bench_dig_f64(d, l->p95);
-    bench_dig_f64(d, l->p99);
-    bench_dig_f64(d, l->max);
+    dig_u64(d, l->count);
+    dig_f64(d, l->mean);
+    dig_f64(d, l->min);
+    dig_f64(d, l->p50);
+    dig_f64(d, l->p90);
+    dig_f64(d, l->p95);
+    dig_f64(d, l->p99);
+    dig_f64(d, l->max);
 }
 
-void bench_dig_report(struct bench_digest *d, const struct kvsim_report *r)
+/* Everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns, speed,
+ * wall_requests_per_s) and the offload section. */
+static void dig_report(struct digest *d, const struct kvsim_report *r)
 {
-    bench_dig_str(d, r->trace);
-    bench_dig_str(d, r->router);
-    bench_dig_u64(d, r->seed);
-    bench_dig_u64(d, r->num_engines);
-    bench_dig_u64(d, r->num_requests);
-    bench_dig_u64(d, r->completed);
-    bench_dig_u64(d, r->rejected);
-    bench_dig_u64(d, r->incomplete);
-    bench_dig_u64(d, r->num_reject_reasons);
+    dig_str(d, r->trace);
+    dig_str(d, r->router);
+    dig_u64(d, r->seed);
+    dig_u64(d, r->num_engines);
+    dig_u64(d, r->num_requests);
+    dig_u64(d, r->completed);
+    dig_u64(d, r->rejected);
+    dig_u64(d, r->incomplete);
+    dig_u64(d, r->num_reject_reasons);
     for (uint32_t i = 0; i < r->num_reject_reasons && i < KVSIM_REPORT_MAX_REASONS; i++) {
-        bench_dig_str(d, r->rejects[i].reason);
-        bench_dig_u64(d, r->rejects[i].count);
+        dig_str(d, r->rejects[i].reason);
+        dig_u64(d, r->rejects[i].count);
     }
-    bench_dig_u64(d, r->preemptions);
-    bench_dig_u64(d, r->input_tokens);
-    bench_dig_u64(d, r->output_tokens);
-    bench_dig_u64(d, r->cached_tokens);
-    bench_dig_f64(d, r->prefix_cache_reuse);
-    bench_dig_i64(d, r->duration_ns);
-    bench_dig_f64(d, r->requests_per_s);
-    bench_dig_f64(d, r->input_tokens_per_s);
-    bench_dig_f64(d, r->output_tokens_per_s);
-    bench_dig_f64(d, r->total_tokens_per_s);
-    bench_dig_latency(d, &r->ttft);
-    bench_dig_latency(d, &r->ttst);
-    bench_dig_latency(d, &r->tpot);
-    bench_dig_latency(d, &r->itl);
-    bench_dig_latency(d, &r->e2e);
+    dig_u64(d, r->preemptions);
+    dig_u64(d, r->input_tokens);
+    dig_u64(d, r->output_tokens);
+    dig_u64(d, r->cached_tokens);
+    dig_f64(d, r->prefix_cache_reuse);
+    dig_i64(d, r->duration_ns);
+    dig_f64(d, r->requests_per_s);
+    dig_f64(d, r->input_tokens_per_s);
+    dig_f64(d, r->output_tokens_per_s);
+    dig_f64(d, r->total_tokens_per_s);
+    dig_latency(d, &r->ttft);
+    dig_latency(d, &r->ttst);
+    dig_latency(d, &r->tpot);
+    dig_latency(d, &r->itl);
+    dig_latency(d, &r->e2e);
 }
 
-void bench_dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o)
+/* The offload section as bench_offload's digests always had it: g3_shared and g3_evictions are
+ * left out, so that the digests stay comparable with earlier results. */
+static void dig_offload(struct digest *d, const struct kvsim_offload_summary *o)
 {
-    bench_dig_u64(d, o->enabled ? 1 : 0);
+    dig_u64(d, o->enabled ? 1 : 0);
     for (int l = 0; l < 4; l++) {
-        bench_dig_u64(d, o->lanes[l].batches);
-        bench_dig_u64(d, o->lanes[l].blocks);
-        bench_dig_u64(d, o->lanes[l].bytes);
-        bench_dig_u64(d, o->lanes[l].failed);
-        bench_dig_u64(d, o->lanes[l].cancelled);
+        dig_u64(d, o->lanes[l].batches);
+        dig_u64(d, o->lanes[l].blocks);
+        dig_u64(d, o->lanes[l].bytes);
+        dig_u64(d, o->lanes[l].failed);
+        dig_u64(d, o->lanes[l].cancelled);
     }
-    bench_dig_u64(d, o->g1_miss_blocks);
-    bench_dig_u64(d, o->g2_hit_blocks);
-    bench_dig_u64(d, o->g3_hit_blocks);
-    bench_dig_f64(d, o->g2_hit_rate);
-    bench_dig_f64(d, o->g3_hit_rate);
-    bench_dig_u64(d, o->onboarded_tokens);
-    bench_dig_u64(d, o->recomputed_tokens);
-    bench_dig_u64(d, o->loads);
-    bench_dig_u64(d, o->failed_loads);
-    bench_dig_u64(d, o->blocked);
-    bench_dig_u64(d, o->retry_now);
-    bench_dig_i64(d, o->blocked_ns);
-    bench_dig_i64(d, o->onboard_wait_ns);
-    bench_dig_u64(d, o->written_g2);
-    bench_dig_u64(d, o->written_g3);
-    bench_dig_u64(d, o->filtered);
-    bench_dig_u64(d, o->dropped);
-    bench_dig_u64(d, o->failed_blocks);
-    bench_dig_u64(d, o->g2_resident);
-    bench_dig_u64(d, o->g3_resident);
+    dig_u64(d, o->g1_miss_blocks);
+    dig_u64(d, o->g2_hit_blocks);
+    dig_u64(d, o->g3_hit_blocks);
+    dig_f64(d, o->g2_hit_rate);
+    dig_f64(d, o->g3_hit_rate);
+    dig_u64(d, o->onboarded_tokens);
+    dig_u64(d, o->recomputed_tokens);
+    dig_u64(d, o->loads);
+    dig_u64(d, o->failed_loads);
+    dig_u64(d, o->blocked);
+    dig_u64(d, o->retry_now);
+    dig_i64(d, o->blocked_ns);
+    dig_i64(d, o->onboard_wait_ns);
+    dig_u64(d, o->written_g2);
+    dig_u64(d, o->written_g3);
+    dig_u64(d, o->filtered);
+    dig_u64(d, o->dropped);
+    dig_u64(d, o->failed_blocks);
+    dig_u64(d, o->g2_resident);
+    dig_u64(d, o->g3_resident);
 }
 
-uint64_t bench_digest_value(const struct bench_digest *d)
+/* XXH3-64 of the bytes appended so far; 0 after an overflow. */
+static uint64_t digest_value(const struct digest *d)
 {
     if (d->overflow) /* cannot happen with the sizes above; never report a truncated digest */
         return 0;
     return XXH3_64bits(d->b, d->n);
-}
-
-uint64_t bench_digest_report(const struct kvsim_report *r)
-{
-    struct bench_digest d;
-    bench_digest_init(&d);
-    bench_dig_report(&d, r);
-    return bench_digest_value(&d);
 }
 
 /* ---- command-line pieces --------------------------------------------------------------------- */
@@ -500,9 +518,10 @@ int bench_opt_no_operands(const char *prog, int argc, char **argv)
 
 /* ---- trace replays in child processes -------------------------------------------------------- */
 
-int bench_trace_parse_options(int argc, char **argv, const char *prog, const char *default_trace,
-                              const char *default_json, unsigned max_reps, void (*usage)(FILE *),
-                              struct bench_trace_opts *o)
+/* 0, 1 after usage (--help) or 2 for a usage error. */
+static int parse_trace_options(int argc, char **argv, const char *prog, const char *default_trace,
+                               const char *default_json, unsigned max_reps, void (*usage)(FILE *),
+                               struct bench_trace_opts *o)
 {
     static const struct option longopts[] = {
         {"trace", required_argument, NULL, 't'}, {"json", required_argument, NULL, 'j'},
@@ -536,23 +555,25 @@ int bench_trace_parse_options(int argc, char **argv, const char *prog, const cha
     return bench_opt_no_operands(prog, argc, argv);
 }
 
-int bench_trace_check(const char *prog, const struct bench_trace_opts *o)
+int bench_trace_start(int argc, char **argv, const char *prog, const char *default_trace,
+                      const char *default_json, unsigned max_reps, void (*usage)(FILE *),
+                      struct bench_trace_opts *o)
 {
-    if (access(o->trace_path, R_OK) == 0)
-        return 0;
-    fprintf(stderr,
-            "%s: trace %s is not readable: %s\n"
-            "%s: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
-            prog, o->trace_path, strerror(errno), prog);
-    return 2;
-}
-
-void bench_trace_print_header(const char *prog, const struct bench_trace_opts *o)
-{
+    int rc = parse_trace_options(argc, argv, prog, default_trace, default_json, max_reps, usage, o);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (access(o->trace_path, R_OK) != 0) {
+        fprintf(stderr,
+                "%s: trace %s is not readable: %s\n"
+                "%s: point --trace at conversation_trace.jsonl (../shared/traces/)\n",
+                prog, o->trace_path, strerror(errno), prog);
+        return 2;
+    }
     printf("%s: %s, allocator %s, %ld CPUs, %s run, best of %u repetition%s\n", prog,
            kvsim_version(), kvsim_allocator(), sysconf(_SC_NPROCESSORS_ONLN),
            o->quick ? "quick" : "full", o->reps, o->reps == 1 ? "" : "s");
     printf("trace %s%s\n", o->trace_path, o->quick ? " (first 1000 requests)" : "");
+    return -1;
 }
 
 void bench_trace_replay_config(const struct bench_trace_opts *o, struct kvsim_replay_config *cfg)
@@ -600,12 +621,12 @@ void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload
     msg->prefix_cache_reuse = rep.prefix_cache_reuse;
     msg->ttft = rep.ttft;
     msg->offload = rep.offload;
-    struct bench_digest d;
-    bench_digest_init(&d);
-    bench_dig_report(&d, &rep);
+    struct digest d;
+    digest_init(&d);
+    dig_report(&d, &rep);
     if (with_offload)
-        bench_dig_offload(&d, &rep.offload);
-    msg->digest = bench_digest_value(&d);
+        dig_offload(&d, &rep.offload);
+    msg->digest = digest_value(&d);
 }
 
 struct suite_job {
@@ -624,9 +645,9 @@ static bool run_rep(const struct bench_suite *s, size_t i, struct bench_rep *res
 {
     memset(res, 0, sizeof *res);
     struct suite_job job = {s, i};
-    struct bench_child_usage ru;
-    bool ran = bench_run_forked(suite_child, &job, &res->msg, sizeof res->msg, &ru, res->failure,
-                                sizeof res->failure);
+    struct child_usage ru;
+    bool ran = run_forked(suite_child, &job, &res->msg, sizeof res->msg, &ru, res->failure,
+                          sizeof res->failure);
     res->utime_ns = ru.utime_ns;
     res->stime_ns = ru.stime_ns;
     res->maxrss_kib = ru.maxrss_kib;
@@ -673,6 +694,7 @@ static void finish_config(struct bench_config *c)
 bool bench_suite_run(struct bench_suite *s)
 {
     unsigned reps = s->opts->reps;
+    bench_utc_date(s->date, sizeof s->date);
     memset(s->configs, 0, s->num_configs * sizeof *s->configs);
     for (size_t i = 0; i < s->num_configs; i++) {
         struct bench_config *c = &s->configs[i];
@@ -705,14 +727,6 @@ bool bench_suite_run(struct bench_suite *s)
     return all_ok;
 }
 
-void bench_suite_free(struct bench_suite *s)
-{
-    for (size_t i = 0; i < s->num_configs; i++) {
-        free(s->configs[i].reps);
-        s->configs[i].reps = NULL;
-    }
-}
-
 const struct bench_rep *bench_best(const struct bench_config *c)
 {
     return c && c->best >= 0 ? &c->reps[c->best] : NULL;
@@ -735,7 +749,7 @@ struct bench_figures bench_figures_of(const struct bench_rep *r)
     return f;
 }
 
-json_t *bench_figures_json(const struct bench_suite *s, const struct bench_figures *f)
+static json_t *figures_json(const struct bench_suite *s, const struct bench_figures *f)
 {
     json_t *j = json_pack("{s:f, s:f, s:f, s:f, s:f}", "wall_s", f->wall_s, "cpu_s", f->cpu_s,
                           "cpu_ns_per_output_token", f->cpu_ns_per_out_tok, "peak_rss_mib",
@@ -769,11 +783,10 @@ static json_t *rep_json(const struct bench_suite *s, const struct bench_rep *r)
     if (!r->ok)
         return json_pack("{s:b, s:s}", "ok", 0, "failure", r->failure);
     struct bench_figures f = bench_figures_of(r);
-    json_t *j = json_pack("{s:b, s:o, s:f, s:f, s:f, s:I}", "ok", 1, "figures",
-                          bench_figures_json(s, &f), "utime_s", (double)r->utime_ns * 1e-9,
-                          "stime_s", (double)r->stime_ns * 1e-9, "report_wall_s",
-                          (double)r->msg.report_wall_ns * 1e-9, "peak_rss_kib",
-                          (json_int_t)r->maxrss_kib);
+    json_t *j = json_pack(
+        "{s:b, s:o, s:f, s:f, s:f, s:I}", "ok", 1, "figures", figures_json(s, &f), "utime_s",
+        (double)r->utime_ns * 1e-9, "stime_s", (double)r->stime_ns * 1e-9, "report_wall_s",
+        (double)r->msg.report_wall_ns * 1e-9, "peak_rss_kib", (json_int_t)r->maxrss_kib);
     s->msg_json(j, &r->msg);
     return j;
 }
@@ -788,7 +801,7 @@ json_t *bench_config_json(const struct bench_suite *s, size_t i)
     json_object_set_new(j, "best_repetition", b ? json_integer(c->best) : json_null());
     if (b) {
         struct bench_figures f = bench_figures_of(b);
-        json_object_set_new(j, "best", bench_figures_json(s, &f));
+        json_object_set_new(j, "best", figures_json(s, &f));
     } else {
         json_object_set_new(j, "best", json_null());
     }
@@ -799,10 +812,29 @@ json_t *bench_config_json(const struct bench_suite *s, size_t i)
     return j;
 }
 
-json_t *bench_suite_json_root(const struct bench_suite *s, const char *date)
+json_t *bench_suite_json_root(const struct bench_suite *s)
 {
-    json_t *root = bench_json_root(s->prog, date);
+    json_t *root = bench_json_root(s->prog, s->date);
     json_object_set_new(json_object_get(root, "machine"), "parent_peak_rss_kib_at_first_fork",
                         json_integer(s->parent_rss_kib));
     return root;
+}
+
+int bench_suite_finish(struct bench_suite *s, json_t *root, bool all_ok, bool identical,
+                       const char *differ)
+{
+    json_object_set_new(root, "identical", json_boolean(identical));
+    bool ok = all_ok && identical;
+    json_object_set_new(root, "ok", json_boolean(ok));
+    if (!bench_write_results(s->prog, root, s->opts->json_path, true))
+        ok = false;
+    json_decref(root);
+    for (size_t i = 0; i < s->num_configs; i++) {
+        free(s->configs[i].reps);
+        s->configs[i].reps = NULL;
+    }
+    if (!ok)
+        fprintf(stderr, "%s: FAILED%s%s%s\n", s->prog, identical ? "" : " (results differ between ",
+                identical ? "" : differ, identical ? "" : ")");
+    return ok ? 0 : 1;
 }

@@ -6,8 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <sys/time.h>
-#include <sys/types.h>
 
 #include "runtime/runtime.h"
 
@@ -36,9 +34,6 @@ bool bench_write_results(const char *prog, struct json_t *root, const char *path
 
 /* CLOCK_MONOTONIC in ns. */
 int64_t bench_now_ns(void);
-
-/* A struct timeval (e.g. rusage's ru_utime) in ns. */
-int64_t bench_timeval_ns(struct timeval tv);
 
 /* The current UTC time as "2025-01-31T12:00:00Z" in buf ("" if it cannot be converted). */
 void bench_utc_date(char *buf, size_t len);
@@ -72,7 +67,7 @@ uint64_t bench_rng_next(struct bench_rng *r);
 /* Uniform in [lo, hi] (the modulo bias is irrelevant here). */
 uint32_t bench_rng_range(struct bench_rng *r, uint32_t lo, uint32_t hi);
 
-/* ---- best-of-3 throughput figures (bench_kvpool, bench_settle) -------------------------------- */
+/* ---- best-of-3 figures (bench_kvpool, bench_settle) ------------------------------------------ */
 
 #define BENCH_REPS 3
 
@@ -96,56 +91,6 @@ void bench_fig_record(struct bench_figure *f, int rep, uint64_t work, uint64_t n
 
 /* {"value" (the best), "unit", "statistic", "description", "repetitions", "seconds", "work"} */
 struct json_t *bench_fig_json(const struct bench_figure *f);
-
-/* ---- a run in a child process ---------------------------------------------------------------- */
-
-/* What the kernel measured of a child (wait4). */
-struct bench_child_usage {
-    int64_t utime_ns, stime_ns;
-    long maxrss_kib;
-};
-
-/*
- * bench_run_forked - runs fn(arg, msg) in a forked child (its own peak RSS and CPU time), which
- * sends msg (msg_size bytes) back through a pipe; on return *msg holds it and *usage the child's
- * rusage. Returns true, or false with the reason in failure (pipe, fork or wait4 errors, a
- * signal, a non-zero exit, a short message).
- */
-typedef void (*bench_child_fn)(const void *arg, void *msg);
-bool bench_run_forked(bench_child_fn fn, const void *arg, void *msg, size_t msg_size,
-                      struct bench_child_usage *usage, char *failure, size_t failure_len);
-
-/* ---- the digest of a report ------------------------------------------------------------------ */
-
-/* Fields appended one by one (no padding bytes) to a buffer, then hashed with XXH3-64. */
-struct bench_digest {
-    unsigned char b[8192];
-    size_t n;
-    bool overflow; /* a field did not fit: bench_digest_value() gives 0 */
-};
-
-void bench_digest_init(struct bench_digest *d);
-void bench_dig_bytes(struct bench_digest *d, const void *p, size_t len);
-void bench_dig_u64(struct bench_digest *d, uint64_t v);
-void bench_dig_i64(struct bench_digest *d, int64_t v);
-void bench_dig_f64(struct bench_digest *d, double v);
-/* The length, then the bytes (NULL as the empty string). */
-void bench_dig_str(struct bench_digest *d, const char *s);
-void bench_dig_latency(struct bench_digest *d, const struct kvsim_latency *l);
-
-/* Appends everything of struct kvsim_report except the "wall" fields (num_threads, wall_ns,
- * speed, wall_requests_per_s) and the offload section. */
-void bench_dig_report(struct bench_digest *d, const struct kvsim_report *r);
-
-/* Appends the offload section as bench_offload's pinned digests have it (its four lanes, up to
- * g3_resident; not g3_shared and g3_evictions). */
-void bench_dig_offload(struct bench_digest *d, const struct kvsim_offload_summary *o);
-
-/* XXH3-64 of the bytes appended so far; 0 after an overflow (never a truncated digest). */
-uint64_t bench_digest_value(const struct bench_digest *d);
-
-/* bench_digest_value() of a digest of bench_dig_report(r) alone. */
-uint64_t bench_digest_report(const struct kvsim_report *r);
 
 /* ---- command-line pieces ---------------------------------------------------------------------
  * Each prints "prog: ..." to stderr and returns 2 (the usage-error exit status) on an error,
@@ -179,17 +124,13 @@ struct bench_trace_opts {
     bool quick;
 };
 
-/* Parses --trace FILE, --json FILE, --reps N (1..max_reps), --quick and -h/--help. Returns 0;
- * 1 after usage(stdout) for --help (exit 0); or 2 for a usage error (reported). */
-int bench_trace_parse_options(int argc, char **argv, const char *prog, const char *default_trace,
-                              const char *default_json, unsigned max_reps, void (*usage)(FILE *),
-                              struct bench_trace_opts *o);
-
-/* 0 if the trace is readable, else 2 after "prog: trace PATH is not readable" and a hint. */
-int bench_trace_check(const char *prog, const struct bench_trace_opts *o);
-
-/* "prog: VERSION, allocator A, N CPUs, quick|full run, best of R repetitions", "trace PATH". */
-void bench_trace_print_header(const char *prog, const struct bench_trace_opts *o);
+/* Parses --trace FILE, --json FILE, --reps N (1..max_reps), --quick and -h/--help, checks that
+ * the trace is readable and prints the first lines ("prog: VERSION, allocator, CPUs, run,
+ * repetitions", "trace PATH"). Returns -1 to go on, else the exit status: 0 after usage(stdout)
+ * for --help, 2 after reporting a usage error or an unreadable trace. */
+int bench_trace_start(int argc, char **argv, const char *prog, const char *default_trace,
+                      const char *default_json, unsigned max_reps, void (*usage)(FILE *),
+                      struct bench_trace_opts *o);
 
 /* kvsim_replay_config_default() with o's trace (and --quick's request limit), quiet. */
 void bench_trace_replay_config(const struct bench_trace_opts *o, struct kvsim_replay_config *cfg);
@@ -213,7 +154,8 @@ struct bench_msg {
 };
 
 /* In the child: times kvsim_replay_run(cfg) (trace loading included) and copies the report's
- * figures and digest (bench_dig_report, then bench_dig_offload if with_offload) into msg. */
+ * figures into msg, with an XXH3 digest of every field that depends neither on the wall clock
+ * nor on the thread count (the offload section too if with_offload). */
 void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload,
                         struct bench_msg *msg);
 
@@ -254,13 +196,19 @@ struct bench_suite {
     size_t num_configs;
     struct bench_config *configs; /* num_configs of them, filled by bench_suite_run() */
     long parent_rss_kib;          /* the parent's peak RSS before the first fork */
+    char date[32];                /* UTC, when bench_suite_run() started */
 };
 
 /* Runs every configuration opts->reps times, configurations interleaved within a repetition, a
  * progress line per run on stderr. Exits(1) if memory runs out. Returns whether every run
  * succeeded. */
 bool bench_suite_run(struct bench_suite *s);
-void bench_suite_free(struct bench_suite *s);
+
+/* Ends the suite: root's "identical" and "ok" (all_ok && identical), root written to
+ * opts->json_path, then freed with the repetitions; "prog: FAILED (results differ between
+ * DIFFER)" on stderr unless ok. Returns the exit status, 0 or 1. */
+int bench_suite_finish(struct bench_suite *s, struct json_t *root, bool all_ok, bool identical,
+                       const char *differ);
 
 /* The fastest successful repetition of c, or NULL (also for c == NULL). */
 const struct bench_rep *bench_best(const struct bench_config *c);
@@ -277,10 +225,6 @@ struct bench_figures {
 
 struct bench_figures bench_figures_of(const struct bench_rep *r);
 
-/* {"wall_s", "cpu_s", "cpu_ns_per_output_token", "peak_rss_mib", "simulated_to_wall_speed"[,
- * "requests_per_wall_s" if s->json_rate]} */
-struct json_t *bench_figures_json(const struct bench_suite *s, const struct bench_figures *f);
-
 /* Adds "digest_xxh3", the request and token counts and "simulated_s" of m to j. */
 void bench_msg_json_add(struct json_t *j, const struct bench_msg *m);
 
@@ -288,7 +232,7 @@ void bench_msg_json_add(struct json_t *j, const struct bench_msg *m);
  * "best_repetition", "best" (figures) and "repetitions". Returns a new reference. */
 struct json_t *bench_config_json(const struct bench_suite *s, size_t i);
 
-/* The JSON head (bench_json_root()) with machine.parent_peak_rss_kib_at_first_fork. */
-struct json_t *bench_suite_json_root(const struct bench_suite *s, const char *date);
+/* The JSON head (bench_json_root() of s->date) with machine.parent_peak_rss_kib_at_first_fork. */
+struct json_t *bench_suite_json_root(const struct bench_suite *s);
 
 #endif /* KVSIM_BENCH_UTIL_H */

@@ -85,7 +85,8 @@ KVSIM_EXTERN uint32_t kvsim_router_max_overlap(const struct kvsim_router *r,
 
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
 KVSIM_EXTERN void kvsim_router_new_boundary(struct kvsim_router *r);
-/* Number of distinct block hashes the indexer tracks. */
+/* Block hashes the indexer tracks, summed over the engines' shards (a hash cached on two engines
+ * counts twice). */
 KVSIM_EXTERN uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
 
 /* ---- the replay ------------------------------------------------------------------------------ */

@@ -18,6 +18,7 @@ rc=$?
 out=$(cat "$out_file"; echo .) # the dot keeps trailing newlines
 out=${out%.}
 printf '%s' "$out"
+[ -z "$out" ] || [ "${out: -1}" = $'\n' ] || echo
 ok=1
 if [ "$rc" -ne "$want" ]; then
   echo "expect.sh: '$*' exited $rc, expected $want" >&2

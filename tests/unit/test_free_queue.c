@@ -13,6 +13,8 @@
 
 #include "kvpool/kvpool_internal.h"
 
+#include "common.h"
+
 TestSuite(free_queue);
 
 enum { MAX_IDS = 16 };
@@ -37,15 +39,6 @@ static uint32_t fq_read(const struct kvpool_free_queue *q, int32_t *out, uint32_
     return n;
 }
 
-static void fmt_ids(char *buf, size_t len, const int32_t *ids, uint32_t n)
-{
-    size_t off = (size_t)snprintf(buf, len, "[");
-    for (uint32_t i = 0; i < n && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "," : "", ids[i]);
-    if (off < len)
-        snprintf(buf + off, len - off, "]");
-}
-
 /* Asserts that the queue reads exactly want[0..wn) front to back and that count agrees. */
 static void assert_queue(const struct kvpool_free_queue *q, const int32_t *want, uint32_t wn,
                          const char *what)
@@ -53,8 +46,8 @@ static void assert_queue(const struct kvpool_free_queue *q, const int32_t *want,
     int32_t got[MAX_IDS];
     uint32_t n = fq_read(q, got, MAX_IDS);
     char gbuf[256], wbuf[256];
-    fmt_ids(gbuf, sizeof gbuf, got, n);
-    fmt_ids(wbuf, sizeof wbuf, want, wn);
+    kvsim_test_fmt_ids(gbuf, sizeof gbuf, got, n);
+    kvsim_test_fmt_ids(wbuf, sizeof wbuf, want, wn);
     cr_assert_eq(n, wn, "%s: queue is %s, expected %s", what, gbuf, wbuf);
     cr_assert_eq(q->count, wn, "%s: count is %u, expected %u", what, q->count, wn);
     for (uint32_t i = 0; i < n; i++)

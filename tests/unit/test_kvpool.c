@@ -23,6 +23,8 @@
 #include "kvpool/kvpool.h"
 #include "kvpool/kvpool_internal.h"
 
+#include "common.h"
+
 TestSuite(kvpool);
 TestSuite(kvpool_abort);
 
@@ -76,30 +78,10 @@ static void kp_done(struct kvpool *pool, struct kvpool_seq *seq)
     cr_assert_eq(rc, 0, "kvpool_seq_fini(%" PRIu64 ") after kvpool_free returned %d", id, rc);
 }
 
-static void kp_fmt(char *buf, size_t len, const kvpool_block_id *ids, uint32_t n)
-{
-    size_t off = (size_t)snprintf(buf, len, "[");
-    for (uint32_t i = 0; i < n && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "," : "", ids[i]);
-    if (off < len)
-        snprintf(buf + off, len - off, "]");
-}
-
-static void kp_assert_ids(const kvpool_block_id *got, uint32_t gn, const kvpool_block_id *want,
-                          uint32_t wn, const char *what)
-{
-    char gbuf[512], wbuf[512];
-    kp_fmt(gbuf, sizeof gbuf, got, gn);
-    kp_fmt(wbuf, sizeof wbuf, want, wn);
-    cr_assert_eq(gn, wn, "%s: got %s, expected %s", what, gbuf, wbuf);
-    for (uint32_t i = 0; i < gn; i++)
-        cr_assert_eq(got[i], want[i], "%s: got %s, expected %s", what, gbuf, wbuf);
-}
-
 static void kp_assert_blocks(const struct kvpool_seq *seq, const kvpool_block_id *want, uint32_t n,
                              const char *what)
 {
-    kp_assert_ids(seq->blocks, seq->num_blocks, want, n, what);
+    kvsim_test_assert_ids(seq->blocks, seq->num_blocks, want, n, what);
 }
 
 /* Asserts the free queue reads want[0..n) front to back and the free count agrees. */
@@ -111,20 +93,9 @@ static void kp_assert_fq(const struct kvpool *pool, const kvpool_block_id *want,
     cr_assert(len <= KP_MAXB, "%s: free queue longer than %d", what, KP_MAXB);
     char qwhat[256];
     snprintf(qwhat, sizeof qwhat, "%s: free queue", what);
-    kp_assert_ids(got, len, want, n, qwhat);
+    kvsim_test_assert_ids(got, len, want, n, qwhat);
     cr_assert_eq(kvpool_num_free_blocks(pool), n, "%s: %u free blocks, expected %u", what,
                  kvpool_num_free_blocks(pool), n);
-}
-
-static void kp_assert_check(const struct kvpool *pool, const char *what)
-{
-    struct kvpool_violation v;
-    memset(&v, 0, sizeof v);
-    int rc = kvpool_check(pool, &v);
-    char buf[256] = "";
-    if (rc != 0)
-        kvpool_violation_format(&v, buf, sizeof buf);
-    cr_assert_eq(rc, 0, "%s: kvpool_check returned %d: %s", what, rc, buf);
 }
 
 /* The block's hash; asserts it has one. */
@@ -315,7 +286,7 @@ static void kp_assert_same_fq(const struct kp_state *a, const struct kp_state *b
 {
     char qwhat[256];
     snprintf(qwhat, sizeof qwhat, "%s: free queue", what);
-    kp_assert_ids(b->fq, b->fq_len, a->fq, a->fq_len, qwhat);
+    kvsim_test_assert_ids(b->fq, b->fq_len, a->fq, a->fq_len, qwhat);
 }
 
 static void kp_assert_same_state(const struct kp_state *a, const struct kp_state *b,
@@ -376,7 +347,7 @@ static void kp_assert_seq_unchanged(const struct kp_seq_state *a, const struct k
               seq->id);
     char bwhat[256];
     snprintf(bwhat, sizeof bwhat, "%s: seq %" PRIu64 " blocks", what, seq->id);
-    kp_assert_ids(seq->blocks, seq->num_blocks, a->blocks, a->num_blocks, bwhat);
+    kvsim_test_assert_ids(seq->blocks, seq->num_blocks, a->blocks, a->num_blocks, bwhat);
     for (uint32_t i = 0; i < a->num_hashes; i++)
         cr_assert_eq(seq->hashes[i], a->hashes[i], "%s: seq %" PRIu64 " hash %u changed", what,
                      seq->id, i);
@@ -394,7 +365,7 @@ Test(kvpool, null_block_counts_in_num_blocks_but_is_never_usable)
     kp_assert_ref(pool, KVPOOL_NULL_BLOCK, 0, "fresh pool");
     kp_assert_unhashed(pool, KVPOOL_NULL_BLOCK, "fresh pool");
     cr_assert_float_eq(kvpool_usage(pool), 0.0, 1e-12, "fresh pool usage must be 0");
-    kp_assert_check(pool, "fresh pool");
+    kvsim_test_assert_pool_ok(pool, "fresh pool");
     kvpool_destroy(pool);
 }
 
@@ -420,10 +391,10 @@ Test(kvpool, allocating_the_whole_pool_never_hands_out_the_null_block)
     struct kvpool_plan plan;
     cr_assert_eq(kp_try(pool, &seqs[7], &args, &plan), KVPOOL_CAPACITY_EXHAUSTED,
                  "an 8th block must not exist: block 0 is not usable");
-    kp_assert_check(pool, "whole pool allocated");
+    kvsim_test_assert_pool_ok(pool, "whole pool allocated");
     for (uint32_t i = 0; i < 8; i++)
         kp_done(pool, &seqs[i]);
-    kp_assert_check(pool, "after freeing everything");
+    kvsim_test_assert_pool_ok(pool, "after freeing everything");
     kvpool_destroy(pool);
 }
 
@@ -484,7 +455,7 @@ Test(kvpool, allocation_pops_blocks_from_the_front_of_the_free_queue)
     kp_admit(pool, &c);
     kp_assert_blocks(&c, (const kvpool_block_id[]){5, 6, 7, 2}, 4, "c takes the next four");
     kp_assert_fq(pool, (const kvpool_block_id[]){1}, 1, "after c");
-    kp_assert_check(pool, "after c");
+    kvsim_test_assert_pool_ok(pool, "after c");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &c);
@@ -515,7 +486,7 @@ Test(kvpool, free_with_caching_sends_unhashed_blocks_to_the_front_and_hashed_to_
 
     kvpool_free(pool, &x);
     kp_assert_fq(pool, (const kvpool_block_id[]){1, 4, 5, 6, 7, 3, 2}, 7, "after freeing x");
-    kp_assert_check(pool, "after frees");
+    kvsim_test_assert_pool_ok(pool, "after frees");
     kp_done(pool, &a);
     kp_done(pool, &x);
     kvpool_destroy(pool);
@@ -537,7 +508,7 @@ Test(kvpool, free_without_caching_sends_every_block_to_the_front_in_release_orde
     kp_assert_fq(pool, (const kvpool_block_id[]){1, 4, 3, 2, 5, 6, 7}, 7, "after freeing x");
     for (kvpool_block_id b = 1; b < 8; b++)
         kp_assert_unhashed(pool, b, "caching off");
-    kp_assert_check(pool, "after frees");
+    kvsim_test_assert_pool_ok(pool, "after frees");
     kp_done(pool, &a);
     kp_done(pool, &x);
     kvpool_destroy(pool);
@@ -582,7 +553,7 @@ Test(kvpool, cached_free_block_keeps_its_hash_until_an_allocation_pops_it)
     cr_assert_eq(kvpool_cache_find(pool, h1), -ENOENT, "evicted hash must be gone");
     cr_assert_eq(kp_hash_of(pool, 1), h0, "block 1 (not popped) keeps its hash");
     cr_assert_eq(kvpool_cache_find(pool, h0), 1, "block 1 still findable");
-    kp_assert_check(pool, "after eviction");
+    kvsim_test_assert_pool_ok(pool, "after eviction");
     kp_done(pool, &a);
     kp_done(pool, &x);
     kp_done(pool, &y);
@@ -796,13 +767,14 @@ Test(kvpool, duplicate_hashes_find_the_earliest_block_then_the_survivor)
     cr_assert_eq(kp_hash_of(pool, 5), h1, "block 5 cached under the same hash as block 2");
     cr_assert_eq(kvpool_cache_find(pool, h0), 1, "earliest-inserted block for hash 0");
     cr_assert_eq(kvpool_cache_find(pool, h1), 2, "earliest-inserted block for hash 1");
-    kp_assert_check(pool, "duplicates cached");
+    kvsim_test_assert_pool_ok(pool, "duplicates cached");
 
     kp_seq(pool, &d, 3, 1000, 33);
     kvpool_block_id ids[4];
     struct kvpool_hits hits;
     kvpool_lookup(pool, &d, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2, "lookup with dups");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2,
+                          "lookup with dups");
 
     kvpool_free(pool, &a);
     kvpool_free(pool, &b);
@@ -819,15 +791,17 @@ Test(kvpool, duplicate_hashes_find_the_earliest_block_then_the_survivor)
     cr_assert_eq(kvpool_cache_find(pool, h1), 5, "block 2 evicted: hash 1 now finds block 5");
     cr_assert_eq(kvpool_cache_find(pool, h0), 1, "hash 0 still finds block 1");
     kvpool_lookup(pool, &d, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 5}, 2, "lookup after 2");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 5}, 2,
+                          "lookup after 2");
     kp_seq(pool, &c3, 6, 6000, 1); /* pops 1 */
     kp_admit(pool, &c3);
     kp_assert_blocks(&c3, (const kvpool_block_id[]){1}, 1, "c3");
     cr_assert_eq(kvpool_cache_find(pool, h0), 4, "block 1 evicted: hash 0 now finds block 4");
     kvpool_lookup(pool, &d, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){4, 5}, 2, "lookup after 1");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){4, 5}, 2,
+                          "lookup after 1");
     cr_assert_eq(hits.num_evictable, 2, "both surviving duplicates are free");
-    kp_assert_check(pool, "after evictions");
+    kvsim_test_assert_pool_ok(pool, "after evictions");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &c1);
@@ -852,14 +826,16 @@ Test(kvpool, lookup_returns_the_longest_cached_prefix)
     struct kvpool_hits hits;
     kvpool_block_id ids[8];
     kvpool_lookup(pool, &d, &hits, ids, 8);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3, 4}, 4, "same tokens");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3, 4}, 4,
+                          "same tokens");
     cr_assert_eq(hits.num_tokens, 64, "4 hit blocks are 64 tokens, got %" PRIu64, hits.num_tokens);
     cr_assert_eq(hits.num_evictable, 0, "a still references every hit");
 
     kp_seq(pool, &e, 3, 1000, 48);
     kp_append(pool, &e, 7000, 22);
     kvpool_lookup(pool, &e, &hits, ids, 8);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3}, 3, "shares 3 blocks");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3}, 3,
+                          "shares 3 blocks");
     cr_assert_eq(hits.num_tokens, 48, "3 hit blocks are 48 tokens");
 
     /* ids_cap bounds what is written, not the hit count. */
@@ -928,10 +904,10 @@ Test(kvpool, lookup_stops_at_the_first_miss)
     struct kvpool_hits hits;
     kvpool_block_id ids[4];
     kvpool_lookup(pool, &d, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1}, 1,
-                  "lookup must stop at the first miss");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1}, 1,
+                          "lookup must stop at the first miss");
     cr_assert_eq(hits.num_evictable, 1, "block 1 is free");
-    kp_assert_check(pool, "after holds");
+    kvsim_test_assert_pool_ok(pool, "after holds");
     kp_done(pool, &a);
     kp_done(pool, &x);
     kp_done(pool, &d);
@@ -960,13 +936,14 @@ Test(kvpool, lookup_takes_no_references_and_changes_nothing)
     kvpool_block_id ids[4];
     for (int rep = 0; rep < 3; rep++) {
         kvpool_lookup(pool, &d, &hits, ids, 4);
-        kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3}, 3, "lookup d");
+        kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 3}, 3,
+                              "lookup d");
     }
     kp_capture(pool, &after);
     kp_assert_same_state(&before, &after, "after lookups");
     kp_assert_seq_unchanged(&d_before, &d, "after lookups");
     cr_assert_eq(kp_drain(pool, &log), 0, "lookup emits no events");
-    kp_assert_check(pool, "after lookups");
+    kvsim_test_assert_pool_ok(pool, "after lookups");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &d);
@@ -1074,7 +1051,7 @@ Test(kvpool, commit_touches_hits_then_allocates_fresh_blocks_then_caches)
     struct kvpool_hits hits;
     kvpool_block_id ids[4];
     kvpool_lookup(pool, &b, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2, "b's hits");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2, "b's hits");
     cr_assert_eq(hits.num_evictable, 2, "both hits are free");
     struct kvpool_alloc_args args = {.num_new_tokens = 17, .hits = &hits};
     struct kvpool_plan plan;
@@ -1106,7 +1083,7 @@ Test(kvpool, commit_touches_hits_then_allocates_fresh_blocks_then_caches)
     kp_assert_stored(&log.ev[2], true, b.hashes[1], (const kvpool_hash[]){b.hashes[2]}, 1,
                      "b's new block");
     cr_assert_eq(b.hashes[1], a.hashes[1], "the parent is the hit chain's last hash");
-    kp_assert_check(pool, "after commit");
+    kvsim_test_assert_pool_ok(pool, "after commit");
     kp_done(pool, &a);
     kp_done(pool, &f);
     kp_done(pool, &g);
@@ -1138,7 +1115,7 @@ Test(kvpool, running_allocation_caches_with_the_previous_block_as_parent)
     cr_assert_eq(kp_drain(pool, &log), 1, "growth stores once");
     kp_assert_stored(&log.ev[0], true, a.hashes[0], (const kvpool_hash[]){a.hashes[1], a.hashes[2]},
                      2, "running store");
-    kp_assert_check(pool, "after growth");
+    kvsim_test_assert_pool_ok(pool, "after growth");
     kp_done(pool, &a);
     kvpool_destroy(pool);
 }
@@ -1318,7 +1295,7 @@ Test(kvpool, evictable_hits_consume_free_capacity)
     cr_assert_eq(kvpool_commit(pool, &b2, &plan), 0, "commit");
     kp_assert_ref(pool, 1, 2, "shared hit");
     kp_assert_fq(pool, NULL, 0, "pool full");
-    kp_assert_check(pool, "after b2");
+    kvsim_test_assert_pool_ok(pool, "after b2");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &b_small);
@@ -1362,7 +1339,7 @@ Test(kvpool, shared_prefix_blocks_count_one_reference_per_sequence)
     static const uint32_t refs[] = {0, 2, 2, 1, 1, 0};
     for (kvpool_block_id i = 0; i < 6; i++)
         kp_assert_ref(pool, i, refs[i], "both running");
-    kp_assert_check(pool, "both running");
+    kvsim_test_assert_pool_ok(pool, "both running");
     kvpool_free(pool, &a);
     static const uint32_t refs_a[] = {0, 1, 1, 0, 1, 0};
     for (kvpool_block_id i = 0; i < 6; i++)
@@ -1370,7 +1347,7 @@ Test(kvpool, shared_prefix_blocks_count_one_reference_per_sequence)
     kp_assert_fq(pool, (const kvpool_block_id[]){3, 5, 6, 7, 8, 9, 10}, 7, "a freed");
     kvpool_free(pool, &b);
     kp_assert_fq(pool, (const kvpool_block_id[]){4, 3, 5, 6, 7, 8, 9, 10, 2, 1}, 10, "b freed");
-    kp_assert_check(pool, "both freed");
+    kvsim_test_assert_pool_ok(pool, "both freed");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kvpool_destroy(pool);
@@ -1439,7 +1416,7 @@ Test(kvpool, reset_prefix_cache_drops_every_hash_once_everything_is_free)
     struct kvpool_hits hits;
     kvpool_lookup(pool, &d, &hits, NULL, 0);
     cr_assert_eq(hits.num_blocks, 0, "lookups miss after reset, got %u hits", hits.num_blocks);
-    kp_assert_check(pool, "after reset");
+    kvsim_test_assert_pool_ok(pool, "after reset");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &d);
@@ -1462,13 +1439,13 @@ Test(kvpool, hold_takes_a_cached_free_block_out_of_the_queue_and_release_appends
     kp_assert_ref(pool, 2, 1, "held");
     kp_assert_fq(pool, (const kvpool_block_id[]){3, 4, 5, 6, 7, 1}, 6, "held block leaves queue");
     cr_assert_eq(kp_hash_of(pool, 2), h1, "a held block keeps its hash");
-    kp_assert_check(pool, "transfer hold");
+    kvsim_test_assert_pool_ok(pool, "transfer hold");
 
     cr_assert_eq(kvpool_release_hold(pool, 2), 0, "release");
     kp_assert_ref(pool, 2, 0, "released");
     kp_assert_fq(pool, (const kvpool_block_id[]){3, 4, 5, 6, 7, 1, 2}, 7,
                  "released block goes to the back");
-    kp_assert_check(pool, "after release");
+    kvsim_test_assert_pool_ok(pool, "after release");
 
     /* A hold on a referenced block adds a reference; releasing it leaves the owner's. */
     kp_seq(pool, &r, 2, 3000, 5);
@@ -1476,15 +1453,15 @@ Test(kvpool, hold_takes_a_cached_free_block_out_of_the_queue_and_release_appends
     kp_assert_blocks(&r, (const kvpool_block_id[]){3}, 1, "r");
     cr_assert_eq(kvpool_hold_block(pool, 3), 0, "hold a referenced block");
     kp_assert_ref(pool, 3, 2, "referenced + held");
-    kp_assert_check(pool, "referenced + held");
+    kvsim_test_assert_pool_ok(pool, "referenced + held");
     kvpool_free(pool, &r);
     kp_assert_ref(pool, 3, 1, "hold outlives the request");
-    kp_assert_check(pool, "held only");
+    kvsim_test_assert_pool_ok(pool, "held only");
     cr_assert_eq(kvpool_release_hold(pool, 3), 0, "release");
     kp_assert_ref(pool, 3, 0, "released");
     kp_assert_fq(pool, (const kvpool_block_id[]){3, 4, 5, 6, 7, 1, 2}, 7,
                  "an unhashed block returns to the front");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &r);
     kvpool_destroy(pool);
@@ -1515,7 +1492,7 @@ Test(kvpool, hold_and_release_reject_invalid_blocks)
     cr_assert_eq(kvpool_release_hold(pool, r.blocks[0]), -EINVAL,
                  "a request's reference is not a hold");
     kp_assert_ref(pool, r.blocks[0], 1, "request reference untouched");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &r);
     kvpool_destroy(pool);
@@ -1528,40 +1505,40 @@ Test(kvpool, check_passes_after_a_mix_of_operations)
     struct kvpool *pool = kp_pool(16, true, true, 0.0);
     struct kvpool_seq a, b, d;
     struct kp_evlog log;
-    kp_assert_check(pool, "fresh");
+    kvsim_test_assert_pool_ok(pool, "fresh");
     kp_seq(pool, &a, 1, 1000, 49);
     kp_admit(pool, &a);
-    kp_assert_check(pool, "a admitted");
+    kvsim_test_assert_pool_ok(pool, "a admitted");
     kp_seq(pool, &b, 2, 1000, 32);
     kp_append(pool, &b, 6000, 10);
     kp_admit(pool, &b);
-    kp_assert_check(pool, "b admitted with hits");
+    kvsim_test_assert_pool_ok(pool, "b admitted with hits");
     kp_append(pool, &a, 1049, 20);
     kp_extend(pool, &a, 49, 20);
-    kp_assert_check(pool, "a grown");
+    kvsim_test_assert_pool_ok(pool, "a grown");
     cr_assert_eq(kvpool_hold_block(pool, a.blocks[0]), 0, "hold");
-    kp_assert_check(pool, "hold");
+    kvsim_test_assert_pool_ok(pool, "hold");
     kp_seq(pool, &d, 99, 0, 0);
     d.owner = KVPOOL_OWNER_DEFERRED_FREE;
     cr_assert_eq(kvpool_seq_move_blocks(pool, &d, &b), 0, "move");
-    kp_assert_check(pool, "b moved to deferred free");
+    kvsim_test_assert_pool_ok(pool, "b moved to deferred free");
     kvpool_free(pool, &a);
-    kp_assert_check(pool, "a freed");
+    kvsim_test_assert_pool_ok(pool, "a freed");
     kp_append(pool, &b, 7000, 3);
     kp_admit(pool, &b);
-    kp_assert_check(pool, "b readmitted");
+    kvsim_test_assert_pool_ok(pool, "b readmitted");
     cr_assert_eq(kvpool_release_hold(pool, 1), 0, "release hold");
-    kp_assert_check(pool, "hold released");
+    kvsim_test_assert_pool_ok(pool, "hold released");
     kvpool_free(pool, &d);
     kvpool_free(pool, &b);
-    kp_assert_check(pool, "everything freed");
+    kvsim_test_assert_pool_ok(pool, "everything freed");
     kp_drain(pool, &log);
     cr_assert_eq(kvpool_reset_prefix_cache(pool), 0, "reset");
-    kp_assert_check(pool, "reset");
+    kvsim_test_assert_pool_ok(pool, "reset");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kp_done(pool, &d);
-    kp_assert_check(pool, "all detached");
+    kvsim_test_assert_pool_ok(pool, "all detached");
     kvpool_destroy(pool);
 }
 
@@ -1574,7 +1551,7 @@ Test(kvpool, check_reports_an_edited_block_table_entry_as_a_ref_count_violation)
     kp_seq(pool, &a, 42, 1000, 40);
     kp_admit(pool, &a); /* [2,3,4], 2 and 3 cached */
     kvpool_free(pool, &x);
-    kp_assert_check(pool, "before corruption");
+    kvsim_test_assert_pool_ok(pool, "before corruption");
 
     kvpool_block_id saved = a.blocks[2];
     a.blocks[2] = 1; /* claims free block 1 instead of its partial block 4 */
@@ -1590,7 +1567,7 @@ Test(kvpool, check_reports_an_edited_block_table_entry_as_a_ref_count_violation)
     cr_assert_eq(v.found, 0, "block 1's ref count is 0: found %" PRId64, v.found);
 
     a.blocks[2] = saved;
-    kp_assert_check(pool, "restored");
+    kvsim_test_assert_pool_ok(pool, "restored");
     kp_done(pool, &x);
     kp_done(pool, &a);
     kvpool_destroy(pool);
@@ -1614,7 +1591,7 @@ Test(kvpool, check_reports_a_forgotten_block_table_as_a_leak_with_owner_none)
     cr_assert_eq(v.expected, 0, "nobody references it: expected %" PRId64, v.expected);
     cr_assert_eq(v.found, 1, "its ref count is 1: found %" PRId64, v.found);
     l.num_blocks = 1;
-    kp_assert_check(pool, "restored");
+    kvsim_test_assert_pool_ok(pool, "restored");
     kp_done(pool, &l);
     kvpool_destroy(pool);
 }
@@ -1638,7 +1615,7 @@ Test(kvpool, check_reports_a_leaked_cached_block_with_owner_none)
     cr_assert_eq(v.found, 1, "found %" PRId64, v.found);
     l.num_blocks = 3;
     l.num_cached_blocks = 2;
-    kp_assert_check(pool, "restored");
+    kvsim_test_assert_pool_ok(pool, "restored");
     kp_done(pool, &l);
     kvpool_destroy(pool);
     cr_assert_eq(v.owner, KVPOOL_OWNER_NONE,
@@ -1681,7 +1658,7 @@ Test(kvpool, violation_format_names_the_block_and_the_owner_class)
     cr_assert_not_null(strstr(buf, kvpool_owner_class_name(KVPOOL_OWNER_NONE)),
                        "'%s' must name the owner class none", buf);
     l.num_blocks = 1;
-    kp_assert_check(pool, "restored");
+    kvsim_test_assert_pool_ok(pool, "restored");
     kp_done(pool, &x);
     kp_done(pool, &a);
     kp_done(pool, &l);
@@ -1701,10 +1678,11 @@ Test(kvpool, seq_fini_is_busy_while_the_sequence_holds_blocks)
     cr_assert_eq(kvpool_seq_fini(pool, &a), -EBUSY, "a holds 3 blocks");
     kp_assert_seq_unchanged(&before, &a, "after refused fini");
     cr_assert_eq(a.id, 1, "id kept");
-    kp_assert_check(pool, "a still attached"); /* its references are still accounted for */
+    /* its references are still accounted for */
+    kvsim_test_assert_pool_ok(pool, "a still attached");
     kvpool_free(pool, &a);
     cr_assert_eq(kvpool_seq_fini(pool, &a), 0, "fini after free");
-    kp_assert_check(pool, "a detached");
+    kvsim_test_assert_pool_ok(pool, "a detached");
     kvpool_destroy(pool);
 }
 
@@ -1732,7 +1710,7 @@ Test(kvpool, move_blocks_transfers_references_to_a_deferred_free_sequence)
     kp_assert_same_refs(&before, &after, "references moved, not copied or dropped");
     kp_assert_same_hashes(&before, &after, "move");
     kp_assert_same_fq(&before, &after, "move");
-    kp_assert_check(pool, "after move");
+    kvsim_test_assert_pool_ok(pool, "after move");
     /* The checker attributes d's references to d's owner class. */
     d.blocks[0] = 1; /* block 1 now counted twice, its ref count is 1 */
     struct kvpool_violation v;
@@ -1745,14 +1723,14 @@ Test(kvpool, move_blocks_transfers_references_to_a_deferred_free_sequence)
     cr_assert(v.expected == 2 && v.found == 1, "expected/found %" PRId64 "/%" PRId64, v.expected,
               v.found);
     d.blocks[0] = 4;
-    kp_assert_check(pool, "restored");
+    kvsim_test_assert_pool_ok(pool, "restored");
     cr_assert_eq(kvpool_seq_fini(pool, &a), 0, "a can detach");
     cr_assert_eq(kvpool_seq_fini(pool, &b), 0, "b can detach");
-    kp_assert_check(pool, "sources detached");
+    kvsim_test_assert_pool_ok(pool, "sources detached");
 
     kvpool_free(pool, &d); /* released 3, 2, 1, 4 */
     kp_assert_fq(pool, (const kvpool_block_id[]){3, 4, 5, 6, 7, 2, 1}, 7, "d freed tail first");
-    kp_assert_check(pool, "d freed");
+    kvsim_test_assert_pool_ok(pool, "d freed");
     kp_done(pool, &d);
     kvpool_destroy(pool);
 }
@@ -1782,7 +1760,7 @@ Test(kvpool, commit_with_caching_off_registers_no_hashes_and_records_no_events)
     cr_assert_eq(kp_drain(pool, &log), 0, "caching off records no events");
     kvpool_free(pool, &a);
     cr_assert_eq(kp_drain(pool, &log), 0, "caching off records no events on free");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kvpool_destroy(pool);
 }
@@ -1820,7 +1798,7 @@ Test(kvpool, cache_blocks_registers_later_blocks_with_the_right_parent)
     struct kvpool_hits hits;
     kvpool_lookup(pool, &d, &hits, NULL, 0);
     cr_assert_eq(hits.num_blocks, 2, "the late block is hittable, got %u", hits.num_blocks);
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &d);
     kvpool_destroy(pool);
@@ -1851,7 +1829,7 @@ Test(kvpool, delayed_caching_registers_nothing_until_cache_blocks)
                      "store from block 0");
     kvpool_lookup(pool, &d, &hits, NULL, 0);
     cr_assert_eq(hits.num_blocks, 2, "hittable now");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &d);
     kvpool_destroy(pool);
@@ -1928,10 +1906,10 @@ static void afx_setup(struct afx *fx)
     kp_seq_capture(&fx->g, &fx->g_before);
     kvpool_lookup(pool, &fx->s, &fx->s_hits, fx->s_ids, 4);
     kvpool_lookup(pool, &fx->o, &fx->o_hits, fx->o_ids, 4);
-    kp_assert_ids(fx->o_ids, fx->o_hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2,
-                  "fixture: o's hits");
+    kvsim_test_assert_ids(fx->o_ids, fx->o_hits.num_blocks, (const kvpool_block_id[]){1, 2}, 2,
+                          "fixture: o's hits");
     cr_assert_eq(fx->o_hits.num_evictable, 2, "fixture: both hits evictable");
-    kp_assert_check(pool, "fixture");
+    kvsim_test_assert_pool_ok(pool, "fixture");
 }
 
 /* Prepares s's admission and g's growth against the fixture state; both READY. */
@@ -1969,7 +1947,7 @@ static const char *afx_name(enum afx_end end) { return end == AFX_ABORT ? "abort
 
 static void afx_teardown(struct afx *fx)
 {
-    kp_assert_check(fx->pool, "teardown");
+    kvsim_test_assert_pool_ok(fx->pool, "teardown");
     kp_done(fx->pool, &fx->g);
     kp_done(fx->pool, &fx->s);
     kp_done(fx->pool, &fx->o);
@@ -1991,11 +1969,11 @@ static void afx_assert_cache_view(struct afx *fx, enum afx_end end)
     struct kvpool_hits hits;
     kvpool_block_id ids[4];
     kvpool_lookup(fx->pool, &fx->o, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, fx->o_ids, fx->o_hits.num_blocks, "o's hits");
+    kvsim_test_assert_ids(ids, hits.num_blocks, fx->o_ids, fx->o_hits.num_blocks, "o's hits");
     cr_assert_eq(hits.num_evictable, fx->o_hits.num_evictable, "%s: o's evictable hits %u -> %u",
                  what, fx->o_hits.num_evictable, hits.num_evictable);
     kvpool_lookup(fx->pool, &fx->s, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, fx->s_ids, fx->s_hits.num_blocks, "s's hits");
+    kvsim_test_assert_ids(ids, hits.num_blocks, fx->s_ids, fx->s_hits.num_blocks, "s's hits");
     cr_assert_eq(hits.num_evictable, fx->s_hits.num_evictable, "%s: s's evictable hits", what);
     for (int i = 0; i < AFX_PROBES; i++)
         cr_assert_eq(kvpool_cache_find(fx->pool, fx->probe[i]), fx->probe_found[i],
@@ -2085,7 +2063,8 @@ Test(kvpool_abort, control_committing_the_admission_plan_changes_every_observed_
     struct kvpool_hits hits;
     kvpool_block_id ids[4];
     kvpool_lookup(pool, &fx.o, &hits, ids, 4);
-    kp_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 5}, 3, "o after commit");
+    kvsim_test_assert_ids(ids, hits.num_blocks, (const kvpool_block_id[]){1, 2, 5}, 3,
+                          "o after commit");
     cr_assert_eq(hits.num_evictable, 0, "o's hits are all referenced now");
     cr_assert_eq(kvpool_cache_find(pool, fx.hf2), -ENOENT, "f's hash 2 evicted");
     cr_assert_eq(kvpool_cache_find(pool, fx.hf1), -ENOENT, "f's hash 1 evicted");
@@ -2322,7 +2301,7 @@ Test(kvpool, store_hook_sees_every_block_entering_the_cache_with_its_hash)
     kp_seq(pool, &a, 1, 1000, 40); /* 2 full blocks + a partial one */
     kp_admit(pool, &a);
     cr_assert_eq(st.calls, 1, "one Stored run for a's admission, got %u", st.calls);
-    kp_assert_ids(st.blocks, st.n, (const kvpool_block_id[]){1, 2}, 2, "stored blocks");
+    kvsim_test_assert_ids(st.blocks, st.n, (const kvpool_block_id[]){1, 2}, 2, "stored blocks");
     cr_assert_eq(st.hashes[0], a.hashes[0], "hash of block 0");
     cr_assert_eq(st.hashes[1], a.hashes[1], "hash of block 1");
     /* A full hit stores nothing new. */
@@ -2346,7 +2325,7 @@ static struct kvpool *kp_pool_with_held(struct kvpool_seq *a)
     kvpool_free(pool, a);
     cr_assert_eq(kvpool_num_free_blocks(pool), 5, "4 free + a's unheld block");
     cr_assert_eq(kvpool_num_held_only_blocks(pool), 3, "blocks 1..3 are held only");
-    kp_assert_check(pool, "held only");
+    kvsim_test_assert_pool_ok(pool, "held only");
     return pool;
 }
 
@@ -2388,7 +2367,7 @@ Test(kvpool, shortfall_covered_by_held_blocks_is_blocked_on_offload_and_changes_
     rc = kvpool_prepare(pool, &r, &args, &plan);
     cr_assert_eq(rc, KVPOOL_READY, "got %s", kvpool_outcome_name((enum kvpool_outcome)rc));
     cr_assert_eq(kvpool_commit(pool, &r, &plan), 0, "commit");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &r);
     kvpool_destroy(pool);
@@ -2402,7 +2381,7 @@ Test(kvpool, held_only_count_tracks_holds_refs_and_hits)
     kp_seq(pool, &b, 2, 1000, 40);
     kp_admit(pool, &b);
     cr_assert_eq(kvpool_num_held_only_blocks(pool), 1, "block 3 is still held only");
-    kp_assert_check(pool, "hit on held blocks");
+    kvsim_test_assert_pool_ok(pool, "hit on held blocks");
     kvpool_free(pool, &b);
     cr_assert_eq(kvpool_num_held_only_blocks(pool), 3, "held only again after b frees");
     cr_assert_eq(kvpool_hold_block(pool, 1), 0, "a second hold");
@@ -2412,7 +2391,7 @@ Test(kvpool, held_only_count_tracks_holds_refs_and_hits)
     cr_assert_eq(kvpool_num_held_only_blocks(pool), 1, "block 1 keeps one hold");
     cr_assert_eq(kvpool_release_hold(pool, 1), 0, "release the second hold");
     cr_assert_eq(kvpool_num_held_only_blocks(pool), 0, "none");
-    kp_assert_check(pool, "end");
+    kvsim_test_assert_pool_ok(pool, "end");
     kp_done(pool, &a);
     kp_done(pool, &b);
     kvpool_destroy(pool);
@@ -2429,7 +2408,7 @@ Test(kvpool, legacy_partial_commit_keeps_blocks_from_a_blocked_attempt)
     cr_assert_eq(kvpool_commit_partial_legacy(pool, &r, &plan), 5, "takes the 5 free blocks");
     cr_assert_eq(r.num_blocks, 5, "r keeps a partial allocation");
     cr_assert_eq(kvpool_num_free_blocks(pool), 0, "nothing free");
-    kp_assert_check(pool, "partial allocation is still owned");
+    kvsim_test_assert_pool_ok(pool, "partial allocation is still owned");
     struct kvpool_plan ready = {.outcome = KVPOOL_READY, .seq = &r};
     cr_assert_eq(kvpool_commit_partial_legacy(pool, &r, &ready), -EINVAL, "only blocked plans");
     kp_done(pool, &a);

@@ -15,6 +15,8 @@
 #include "kvpool/kvpool.h"
 #include "kvpool/kvpool_internal.h"
 
+#include "common.h"
+
 TestSuite(kvpool_scenarios);
 
 enum { SCN_MAX_TOKENS = 256, SCN_MAX_BLOCKS = 32, SCN_MAX_EVENTS = 16 };
@@ -174,38 +176,18 @@ static void scn_allocate_running(struct kvpool *pool, struct kvpool_seq *seq,
 
 /* ---- assertions ---------------------------------------------------------------------------- */
 
-static void scn_fmt_ids(char *buf, size_t len, const kvpool_block_id *ids, uint32_t n)
-{
-    size_t off = (size_t)snprintf(buf, len, "[");
-    for (uint32_t i = 0; i < n && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%d", i ? "," : "", ids[i]);
-    if (off < len)
-        snprintf(buf + off, len - off, "]");
-}
-
-static void scn_assert_ids(const kvpool_block_id *got, uint32_t gn, const kvpool_block_id *want,
-                           uint32_t wn, const char *what)
-{
-    char gbuf[256], wbuf[256];
-    scn_fmt_ids(gbuf, sizeof gbuf, got, gn);
-    scn_fmt_ids(wbuf, sizeof wbuf, want, wn);
-    cr_assert_eq(gn, wn, "%s: got %s, expected %s", what, gbuf, wbuf);
-    for (uint32_t i = 0; i < gn; i++)
-        cr_assert_eq(got[i], want[i], "%s: got %s, expected %s", what, gbuf, wbuf);
-}
-
 /* Fresh blocks of the last allocation. */
 static void scn_assert_new_blocks(const struct scn_alloc *a, const kvpool_block_id *want,
                                   uint32_t wn, const char *what)
 {
-    scn_assert_ids(a->new_ids, a->num_new, want, wn, what);
+    kvsim_test_assert_ids(a->new_ids, a->num_new, want, wn, what);
 }
 
 /* Hit blocks of the last lookup and their token count. */
 static void scn_assert_hits(const struct kvpool *pool, const struct scn_alloc *a,
                             const kvpool_block_id *want, uint32_t wn, const char *what)
 {
-    scn_assert_ids(a->hit_ids, a->hits.num_blocks, want, wn, what);
+    kvsim_test_assert_ids(a->hit_ids, a->hits.num_blocks, want, wn, what);
     uint64_t bs = kvpool_get_config(pool)->block_size;
     cr_assert_eq(a->hits.num_tokens, (uint64_t)wn * bs, "%s: %llu hit tokens, expected %llu", what,
                  (unsigned long long)a->hits.num_tokens, (unsigned long long)(wn * bs));
@@ -226,7 +208,7 @@ static void scn_assert_free_queue(const struct kvpool *pool, const kvpool_block_
 {
     kvpool_block_id got[SCN_MAX_BLOCKS];
     uint32_t n = scn_free_queue(pool, got, SCN_MAX_BLOCKS);
-    scn_assert_ids(got, n, want, wn, what);
+    kvsim_test_assert_ids(got, n, want, wn, what);
 }
 
 static void scn_assert_num_free(const struct kvpool *pool, uint32_t want, const char *what)
@@ -257,18 +239,6 @@ static void scn_assert_unhashed(const struct kvpool *pool, kvpool_block_id block
     kvpool_hash h = 0;
     cr_assert(!kvpool_block_hash(pool, block, &h), "%s: block %d still hashed (%#llx)", what, block,
               (unsigned long long)h);
-}
-
-/* kvpool_check must find every block reconciled with its owners. */
-static void scn_assert_pool_consistent(const struct kvpool *pool, const char *what)
-{
-    struct kvpool_violation v;
-    memset(&v, 0, sizeof v);
-    int rc = kvpool_check(pool, &v);
-    char buf[256] = "";
-    if (rc != 0)
-        kvpool_violation_format(&v, buf, sizeof buf);
-    cr_assert_eq(rc, 0, "%s: kvpool_check returned %d: %s", what, rc, buf);
 }
 
 /* Recomputes a sequence's chain of block hashes (vLLM hash_block_tokens) and compares. */
@@ -397,12 +367,12 @@ Test(kvpool_scenarios, sc19_sc20_test_prefill)
     cr_assert_eq(kvpool_cache_find(pool, req0.hashes[0]), -ENOENT,
                  "req0's block 0 hash must have been evicted");
 
-    scn_assert_pool_consistent(pool, "test_prefill");
+    kvsim_test_assert_pool_ok(pool, "test_prefill");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
     scn_seq_release(pool, &req3);
-    scn_assert_pool_consistent(pool, "test_prefill after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_prefill after teardown");
     kvpool_destroy(pool);
 }
 
@@ -476,11 +446,11 @@ Test(kvpool_scenarios, sc27_test_prefill_plp)
                      kvpool_cache_find(pool, req0_hashes[i]), i + 1);
     scn_assert_num_free(pool, 6, "after req2");
 
-    scn_assert_pool_consistent(pool, "test_prefill_plp");
+    kvsim_test_assert_pool_ok(pool, "test_prefill_plp");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
-    scn_assert_pool_consistent(pool, "test_prefill_plp after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_prefill_plp after teardown");
     kvpool_destroy(pool);
 }
 
@@ -529,11 +499,11 @@ Test(kvpool_scenarios, test_evict)
     scn_assert_free_queue(pool, (const kvpool_block_id[]){10, 5, 4, 3, 9, 8, 7}, 7,
                           "queue after req2");
 
-    scn_assert_pool_consistent(pool, "test_evict");
+    kvsim_test_assert_pool_ok(pool, "test_evict");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
-    scn_assert_pool_consistent(pool, "test_evict after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_evict after teardown");
     kvpool_destroy(pool);
 }
 
@@ -592,11 +562,11 @@ Test(kvpool_scenarios, sc21_test_computed_blocks_not_evicted)
               "stored event must carry req2's block 1 hash only");
     scn_assert_num_free(pool, 0, "after req2");
 
-    scn_assert_pool_consistent(pool, "test_computed_blocks_not_evicted");
+    kvsim_test_assert_pool_ok(pool, "test_computed_blocks_not_evicted");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
-    scn_assert_pool_consistent(pool, "test_computed_blocks_not_evicted after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_computed_blocks_not_evicted after teardown");
     kvpool_destroy(pool);
 }
 
@@ -629,10 +599,10 @@ Test(kvpool_scenarios, sc23_test_hash_block_correct_reuse)
     cr_assert_eq(kvpool_cache_find(pool, req0.hashes[0]), -ENOENT,
                  "req0's hash must be gone from the cache");
 
-    scn_assert_pool_consistent(pool, "test_hash_block_correct_reuse");
+    kvsim_test_assert_pool_ok(pool, "test_hash_block_correct_reuse");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &req1);
-    scn_assert_pool_consistent(pool, "test_hash_block_correct_reuse after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_hash_block_correct_reuse after teardown");
     kvpool_destroy(pool);
 }
 
@@ -681,11 +651,11 @@ Test(kvpool_scenarios, sc24_test_basic_prefix_caching_disabled)
     cr_assert_eq(req3.num_blocks, 0, "a failed allocation must give req3 no block");
     cr_assert_eq(kvpool_generation(pool), gen, "a failed allocation must change nothing");
 
-    scn_assert_pool_consistent(pool, "test_basic_prefix_caching_disabled");
+    kvsim_test_assert_pool_ok(pool, "test_basic_prefix_caching_disabled");
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
     scn_seq_release(pool, &req3);
-    scn_assert_pool_consistent(pool, "test_basic_prefix_caching_disabled after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_basic_prefix_caching_disabled after teardown");
     kvpool_destroy(pool);
 }
 
@@ -737,13 +707,13 @@ Test(kvpool_scenarios, sc26_test_cache_key_salting)
     scn_lookup(pool, &req3, &a);
     scn_assert_hits(pool, &a, NULL, 0, "unsalted lookup");
 
-    scn_assert_pool_consistent(pool, "test_cache_key_salting");
+    kvsim_test_assert_pool_ok(pool, "test_cache_key_salting");
     scn_seq_release(pool, &req0);
     scn_seq_release(pool, &unsalted);
     scn_seq_release(pool, &req1);
     scn_seq_release(pool, &req2);
     scn_seq_release(pool, &req3);
-    scn_assert_pool_consistent(pool, "test_cache_key_salting after teardown");
+    kvsim_test_assert_pool_ok(pool, "test_cache_key_salting after teardown");
     kvpool_destroy(pool);
 }
 
@@ -806,11 +776,11 @@ Test(kvpool_scenarios, sc29_hit_cap_and_duplicate_hashes)
     scn_assert_unhashed(pool, 4, "C's partial block");
     scn_assert_num_free(pool, 5, "after C");
 
-    scn_assert_pool_consistent(pool, "sc29");
+    kvsim_test_assert_pool_ok(pool, "sc29");
     scn_seq_release(pool, &seq_a);
     scn_seq_release(pool, &seq_b);
     scn_seq_release(pool, &seq_c);
-    scn_assert_pool_consistent(pool, "sc29 after teardown");
+    kvsim_test_assert_pool_ok(pool, "sc29 after teardown");
     kvpool_destroy(pool);
 }
 
@@ -855,9 +825,9 @@ Test(kvpool_scenarios, sc30_same_step_sharing)
         scn_assert_ref(pool, b, 2, "A and B share");
     scn_assert_num_free(pool, 4, "after B");
 
-    scn_assert_pool_consistent(pool, "sc30");
+    kvsim_test_assert_pool_ok(pool, "sc30");
     scn_seq_release(pool, &seq_a);
     scn_seq_release(pool, &seq_b);
-    scn_assert_pool_consistent(pool, "sc30 after teardown");
+    kvsim_test_assert_pool_ok(pool, "sc30 after teardown");
     kvpool_destroy(pool);
 }

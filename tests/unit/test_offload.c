@@ -15,6 +15,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,14 +26,7 @@
 
 #include "offload/offload.h"
 
-/* Criterion ignores LeakSanitizer's report, so tests ask for a leak check themselves. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define OF_LEAK_CHECK()                                                                            \
-    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "LeakSanitizer found leaks")
-#else
-#define OF_LEAK_CHECK() ((void)0)
-#endif
+#include "common.h"
 
 TestSuite(offload_bw, .timeout = 30);
 TestSuite(offload_lane, .timeout = 60);
@@ -82,7 +76,7 @@ Test(offload_bw, single_transfer)
     bw_expect(l, 1 * MS, 1, (uint64_t[]){1}, (int64_t[]){1 * MS});
     cr_assert_eq(offload_bw_active(l), 0);
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, two_concurrent_take_twice_as_long)
@@ -94,7 +88,7 @@ Test(offload_bw, two_concurrent_take_twice_as_long)
     /* same instant: ordered by id */
     bw_expect(l, 5 * MS, 2, (uint64_t[]){3, 7}, (int64_t[]){2 * MS, 2 * MS});
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, staggered_arrivals)
@@ -110,7 +104,7 @@ Test(offload_bw, staggered_arrivals)
     bw_expect(l, 3 * MS / 2, 1, (uint64_t[]){1}, (int64_t[]){3 * MS / 2});
     bw_expect(l, 2 * MS, 1, (uint64_t[]){2}, (int64_t[]){2 * MS});
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, late_arrival_inherits_full_bandwidth)
@@ -121,7 +115,7 @@ Test(offload_bw, late_arrival_inherits_full_bandwidth)
     cr_assert_eq(offload_bw_start(l, 5 * MS, MB, 2), 0);
     bw_expect(l, 10 * MS, 1, (uint64_t[]){2}, (int64_t[]){6 * MS});
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, zero_and_negative_bandwidth_are_instant)
@@ -141,7 +135,31 @@ Test(offload_bw, zero_and_negative_bandwidth_are_instant)
     bw_expect(l, 0, 1, (uint64_t[]){2}, (int64_t[]){0});
     bw_expect(l, 1 * MS, 1, (uint64_t[]){1}, (int64_t[]){1 * MS});
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
+}
+
+/* The link keeps the rate it was created with, and that rate sets a lone transfer's time:
+ * bytes * 1e9 / rate ns (instant at a rate <= 0), whatever it has carried or dropped. */
+Test(offload_bw, bandwidth_is_the_rate_a_lone_transfer_moves_at)
+{
+    static const int64_t rates[] = {GBPS, 2 * GBPS, 4000, 0, -5};
+    static const int64_t times[] = {1 * MS, MS / 2, 250 * INT64_C(1000000000), 0, 0};
+    for (int i = 0; i < 5; i++) {
+        struct offload_bw *l = bw_new(rates[i]);
+        cr_assert_eq(offload_bw_bandwidth(l), rates[i], "created at %lld B/s, reports %lld",
+                     (long long)rates[i], (long long)offload_bw_bandwidth(l));
+        cr_assert_eq(offload_bw_start(l, 2 * MS, MB, 1), 0);
+        int64_t d;
+        cr_assert_eq(offload_bw_deadline_of(l, 1, &d), 0);
+        cr_assert_eq(d, 2 * MS + times[i], "1 MB at %lld B/s ends at %lld", (long long)rates[i],
+                     (long long)d);
+        bw_expect(l, 2 * MS + times[i], 1, (uint64_t[]){1}, (int64_t[]){2 * MS + times[i]});
+        cr_assert_eq(offload_bw_start(l, 3 * MS + times[i], MB, 2), 0);
+        offload_bw_clear(l);
+        cr_assert_eq(offload_bw_bandwidth(l), rates[i], "the rate survives transfers and clear");
+        offload_bw_destroy(l);
+    }
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, ten_simultaneous_finish_at_ten_times)
@@ -157,7 +175,7 @@ Test(offload_bw, ten_simultaneous_finish_at_ten_times)
     bw_expect(l, 10 * MS - 1, 0, NULL, NULL);
     bw_expect(l, 10 * MS, 10, ids, times);
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, time_never_runs_backwards)
@@ -170,7 +188,7 @@ Test(offload_bw, time_never_runs_backwards)
     cr_assert_eq(offload_bw_now(l), 5 * MS);
     bw_expect(l, 6 * MS, 1, (uint64_t[]){1}, (int64_t[]){6 * MS});
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /*
@@ -212,7 +230,7 @@ Test(offload_bw, stepping_never_changes_results)
                       (unsigned long long)ref[i].id, (long long)ref[i].time);
     }
     cr_assert_eq(ref[0].id, 1, "the 1-byte transfer finishes first");
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, deadlines_predict_completions)
@@ -247,14 +265,14 @@ Test(offload_bw, deadlines_predict_completions)
     cr_assert_eq(predicted[2], 3 * MS);
     cr_assert_eq(predicted[0], 7 * MS / 2);
     offload_bw_destroy(l);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(offload_bw, block_bytes)
 {
     cr_assert_eq(offload_block_bytes(131072, 16), UINT64_C(2097152));
     cr_assert_eq(offload_block_bytes(UINT64_MAX / 2, 3), 0);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- lanes: fixtures ------------------------------------------------------------------------ */
@@ -384,7 +402,7 @@ static void harness_free(struct harness *h)
     cr_assert_eq(offload_pipeline_destroy(h->p), 0);
     cr_assert_eq(offload_pool_destroy(h->pool), 0);
     free(h);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 static struct offload_token enq(struct harness *h, enum offload_lane lane, uint32_t nblocks,
@@ -1004,5 +1022,75 @@ Test(offload_exec, pool_attach_limits)
     cfg.lanes[OFFLOAD_LANE_G1_G2].permits = 8; /* 2 * 11 permits >= 16 ring slots */
     cr_assert_eq(offload_pipeline_create(&cfg, pool, &p2), -EINVAL);
     cr_assert_eq(offload_pool_destroy(pool), 0);
-    OF_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
+}
+
+/* Threads of this process (the entries of /proc/self/task). */
+static long num_tasks(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d, "cannot list /proc/self/task");
+    long n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+struct worker_seen {
+    _Atomic uint32_t runs;
+    _Atomic uint32_t max_worker; /* the largest worker index seen */
+};
+
+static int record_worker(void *arg, const struct offload_work *w)
+{
+    struct worker_seen *s = arg;
+    atomic_fetch_add(&s->runs, 1);
+    uint32_t m = atomic_load(&s->max_worker);
+    while ((m == UINT32_MAX || w->worker > m) &&
+           !atomic_compare_exchange_weak(&s->max_worker, &m, w->worker))
+        ;
+    return 0;
+}
+
+/* offload_pool_threads is the number of worker threads the pool runs: the configured count (2
+ * by default), threads the process gained, and every batch runs on a worker below it. */
+Test(offload_exec, pool_threads_is_the_number_of_workers)
+{
+    struct offload_pool_config pc;
+    offload_pool_config_default(&pc);
+    struct offload_pool *pool;
+    cr_assert_eq(offload_pool_create(&pc, &pool), 0);
+    cr_assert_eq(offload_pool_threads(pool), 2, "the default pool has 2 workers");
+    cr_assert_eq(offload_pool_destroy(pool), 0);
+    for (uint32_t threads = 1; threads <= 3; threads++) {
+        long before = num_tasks();
+        offload_pool_config_default(&pc);
+        pc.threads = threads;
+        cr_assert_eq(offload_pool_create(&pc, &pool), 0);
+        cr_assert_eq(offload_pool_threads(pool), threads);
+        cr_assert_eq(num_tasks() - before, (long)threads, "%u workers started %ld threads", threads,
+                     num_tasks() - before);
+        struct worker_seen seen = {0, UINT32_MAX};
+        struct offload_config cfg;
+        test_config(&cfg, NULL, 2);
+        cfg.work = record_worker;
+        cfg.work_arg = &seen;
+        cfg.complete = NULL;
+        cfg.debug_yield = NULL;
+        struct offload_pipeline *p;
+        cr_assert_eq(offload_pipeline_create(&cfg, pool, &p), 0);
+        offload_block_id b = 1;
+        for (uint64_t k = 0; k < 16; k++)
+            cr_assert_eq(offload_enqueue(p, OFFLOAD_LANE_G1_G2, &b, 1, k, NULL), 0);
+        while (offload_next_deadline(p) != OFFLOAD_NEVER)
+            cr_assert_geq(offload_advance_to(p, offload_next_deadline(p)), 0);
+        cr_assert_eq(atomic_load(&seen.runs), 16, "every batch ran once");
+        cr_assert_lt(atomic_load(&seen.max_worker), offload_pool_threads(pool),
+                     "worker %u of a pool of %u", atomic_load(&seen.max_worker),
+                     offload_pool_threads(pool));
+        cr_assert_eq(offload_pipeline_destroy(p), 0);
+        cr_assert_eq(offload_pool_destroy(pool), 0);
+    }
+    KVSIM_TEST_LEAK_CHECK();
 }

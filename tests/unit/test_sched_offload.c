@@ -15,6 +15,8 @@
 
 #include "sched/sched.h"
 
+#include "common.h"
+
 TestSuite(sched_offload);
 
 enum { BS = 4 };
@@ -84,23 +86,6 @@ static struct sched *make(struct fake_tiers *t, bool legacy)
     return s;
 }
 
-static struct sched_request *add(struct sched *s, uint64_t id, kvpool_token first, uint32_t n,
-                                 uint32_t max_tokens)
-{
-    kvpool_token p[64];
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = first + i;
-    struct sched_request_params rp = {.id = id,
-                                      .prompt = p,
-                                      .num_prompt_tokens = n,
-                                      .max_tokens = max_tokens,
-                                      .eos_token_id = -1,
-                                      .arrival = (double)id};
-    struct sched_request *r = NULL;
-    cr_assert_eq(sched_add(s, &rp, &r), 0, "sched_add %llu", (unsigned long long)id);
-    return r;
-}
-
 static struct sched_step *schedule(struct sched *s)
 {
     int err = 0;
@@ -144,7 +129,7 @@ static bool scheduled(const struct sched_step *st, const struct sched_request *r
  * are free and 4 are held only by the copies. */
 static void leave_held_blocks(struct sched *s, struct fake_tiers *t)
 {
-    struct sched_request *x = add(s, 100, 1000, 16, 1);
+    struct sched_request *x = kvsim_test_add_request(s, 100, 1000, 16, 1);
     struct sched_step *st = schedule(s);
     cr_assert(scheduled(st, x), "x runs");
     for (uint32_t i = 0; i < 4; i++) {
@@ -161,7 +146,8 @@ Test(sched_offload, blocked_on_offload_never_preempts_unrelated_running_work)
     struct fake_tiers t = {0};
     struct sched *s = make(&t, false);
     leave_held_blocks(s, &t);
-    struct sched_request *a = add(s, 1, 2000, 7, 20), *c = add(s, 2, 3000, 7, 20);
+    struct sched_request *a = kvsim_test_add_request(s, 1, 2000, 7, 20),
+                         *c = kvsim_test_add_request(s, 2, 3000, 7, 20);
     struct sched_step *st = schedule(s); /* 2 blocks each: nothing free */
     cr_assert(scheduled(st, a) && scheduled(st, c), "both admitted");
     output(s, st);
@@ -204,8 +190,9 @@ Test(sched_offload, blocked_admission_keeps_its_place_and_leaves_the_pool_untouc
     kvpool_block_id before[16], after[16];
     uint32_t nb = kvpool_free_queue_snapshot(t.pool, before, 16);
     uint64_t gen = kvpool_generation(t.pool);
-    struct sched_request *b = add(s, 1, 2000, 20, 1); /* 5 blocks: 1 short */
-    struct sched_request *d = add(s, 2, 3000, 3, 1);  /* would fit, but b is ahead */
+    struct sched_request *b = kvsim_test_add_request(s, 1, 2000, 20, 1); /* 5 blocks: 1 short */
+    struct sched_request *d =
+        kvsim_test_add_request(s, 2, 3000, 3, 1); /* would fit, but b is ahead */
     struct sched_step *st = schedule(s);
     struct sched_offload_status os;
     sched_offload_status(s, &os);
@@ -229,7 +216,7 @@ Test(sched_offload, retry_now_needs_evidence_and_happens_once_per_attempt)
     struct fake_tiers t = {0};
     struct sched *s = make(&t, false);
     leave_held_blocks(s, &t);
-    struct sched_request *b = add(s, 1, 2000, 24, 1); /* 6 blocks: 2 short */
+    struct sched_request *b = kvsim_test_add_request(s, 1, 2000, 24, 1); /* 6 blocks: 2 short */
     /* A relief that releases nothing: no retry. */
     struct sched_step *st = schedule(s);
     struct sched_offload_counters oc;
@@ -261,7 +248,8 @@ Test(sched_offload, onboarding_parks_then_promotes_with_loaded_tokens)
 {
     struct fake_tiers t = {.lookup_blocks = 3};
     struct sched *s = make(&t, false);
-    struct sched_request *b = add(s, 1, 2000, 14, 2); /* 3 full blocks + 2 tokens */
+    struct sched_request *b =
+        kvsim_test_add_request(s, 1, 2000, 14, 2); /* 3 full blocks + 2 tokens */
     struct sched_step *st = schedule(s);
     cr_assert_eq(t.loads, 1, "a load started");
     cr_assert_eq(t.loading, b, "for b");
@@ -288,7 +276,7 @@ Test(sched_offload, failed_onboarding_falls_back_to_recompute_once)
 {
     struct fake_tiers t = {.lookup_blocks = 3};
     struct sched *s = make(&t, false);
-    struct sched_request *b = add(s, 1, 2000, 14, 2);
+    struct sched_request *b = kvsim_test_add_request(s, 1, 2000, 14, 2);
     struct sched_step *st = schedule(s);
     output(s, st);
     cr_assert_eq(sched_load_finished(s, b, false), 0, "load failed");
@@ -304,7 +292,7 @@ Test(sched_offload, failed_onboarding_falls_back_to_recompute_once)
     output(s, st);
     /* A load that cannot even start fails at once the same way. */
     t.load_rc = -EIO;
-    struct sched_request *c = add(s, 2, 5000, 14, 1);
+    struct sched_request *c = kvsim_test_add_request(s, 2, 5000, 14, 1);
     st = schedule(s);
     cr_assert_eq(c->status, SCHED_WAITING_FOR_REMOTE_KVS, "parked");
     output(s, st);
@@ -319,10 +307,11 @@ Test(sched_offload, legacy_partial_alloc_keeps_blocks_and_preempts_for_a_blocked
     struct fake_tiers t = {0};
     struct sched *s = make(&t, true);
     leave_held_blocks(s, &t);
-    struct sched_request *a = add(s, 1, 2000, 3, 20); /* 1 block, running */
+    struct sched_request *a = kvsim_test_add_request(s, 1, 2000, 3, 20); /* 1 block, running */
     struct sched_step *st = schedule(s);
     output(s, st);
-    struct sched_request *b = add(s, 2, 3000, 20, 1); /* 5 blocks: 2 short, 4 held */
+    struct sched_request *b =
+        kvsim_test_add_request(s, 2, 3000, 20, 1); /* 5 blocks: 2 short, 4 held */
     st = schedule(s);
     cr_assert_eq(b->status, SCHED_WAITING, "b still waits");
     cr_assert_eq(b->kv.num_blocks, 3, "but keeps the 3 free blocks it got");

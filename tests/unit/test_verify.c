@@ -1,8 +1,8 @@
 /*
- * test_soak.c - the soak and minimization machinery: ddmin's core, removing requests from a
- * scenario, the in-process scenario runner's verdicts (kinds, steps, lenient replays), the
- * liveness and progress rules on the conformance scenarios (no false alarms), and that a soak
- * seed is deterministic and its recorded scenario replays exactly what ran.
+ * test_verify.c - the soak and minimization machinery (runtime/verify/): ddmin's core, removing
+ * requests from a scenario, the in-process scenario runner's verdicts (kinds, steps, lenient
+ * replays), the liveness and progress rules on the conformance scenarios (no false alarms), and
+ * that a soak seed is deterministic and its recorded scenario replays exactly what ran.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>

@@ -1,11 +1,11 @@
 /*
- * test_trace.c - request input: Mooncake JSONL and Azure CSV loading, and the synthetic workload.
+ * test_input.c - request input (runtime/input/): Mooncake JSONL and Azure CSV loading, and the
+ * synthetic workload.
  *
  * Small fixtures live in tests/inputs/ (good files) and tests/inputs/bad/ (one malformed-input
  * class per file); every field of the good ones is checked, and every bad one must give its
- * exact one-line message naming the file, the line and the field. The real traces are read in
- * place from ../shared/traces/ (never copied into the repository); those tests are skipped when
- * that directory is absent.
+ * exact one-line message naming the file, the line and the field. The real traces are loaded by
+ * test_input_traces.c.
  */
 #include <criterion/criterion.h>
 
@@ -15,30 +15,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "runtime/input/input.h"
 
+#include "input_util.h"
+
 #ifndef KVSIM_SOURCE_DIR
-#error "KVSIM_SOURCE_DIR must be defined (the source tree, for tests/inputs and ../shared/traces)"
+#error "KVSIM_SOURCE_DIR must be defined (the source tree, for tests/inputs)"
 #endif
 
-#define INPUTS     KVSIM_SOURCE_DIR "/tests/inputs/"
-#define BAD        INPUTS "bad/"
-#define TRACES_DIR KVSIM_SOURCE_DIR "/../shared/traces/"
-#define MS         INT64_C(1000000)
+#define INPUTS KVSIM_SOURCE_DIR "/tests/inputs/"
+#define BAD    INPUTS "bad/"
+#define MS     INT64_C(1000000)
 
 TestSuite(trace, .timeout = 60);
 
 /* ---- helpers ----------------------------------------------------------------------------- */
-
-static void load_ok(const char *path, const struct kvsim_trace_opts *opts, struct kvsim_trace *t)
-{
-    char err[512] = "unset";
-    int rc = kvsim_trace_load(path, opts, t, err, sizeof err);
-    cr_assert_eq(rc, 0, "loading %s failed (%d): %s", path, rc, err);
-    cr_assert_str_empty(err, "err must be empty on success, is '%s'", err);
-}
 
 /* Loading path must fail with rc and exactly the message "<path><suffix>". */
 static void expect_error(const char *path, const struct kvsim_trace_opts *opts, int want_rc,
@@ -101,54 +93,12 @@ static void expect_req(const struct kvsim_trace *t, size_t i, struct want_req w)
     cr_assert_eq(r->clamped, w.clamped, "reqs[%zu] (line %u).clamped", i, r->line);
 }
 
-/* Properties every trace must have, whatever its source. */
-static void check_invariants(const struct kvsim_trace *t)
-{
-    cr_assert_gt(t->num_reqs, 0);
-    cr_assert_eq(t->reqs[0].arrival_ns, 0, "the first arrival must be 0");
-    size_t clamped = 0;
-    for (size_t i = 0; i < t->num_reqs; i++) {
-        const struct kvsim_req_spec *r = &t->reqs[i];
-        if (i > 0) {
-            const struct kvsim_req_spec *p = &t->reqs[i - 1];
-            cr_assert(p->arrival_ns < r->arrival_ns ||
-                          (p->arrival_ns == r->arrival_ns && p->line <= r->line),
-                      "reqs[%zu] out of order", i);
-        }
-        cr_assert_geq(r->input_len, 1);
-        cr_assert_geq(r->output_len, 1);
-        clamped += r->clamped;
-        if (r->num_hashes) {
-            cr_assert_gt(t->block_size, 0);
-            cr_assert_eq(r->num_hashes, (r->input_len + t->block_size - 1) / t->block_size,
-                         "reqs[%zu]: %u hashes for %u tokens", i, r->num_hashes, r->input_len);
-            cr_assert_leq((size_t)r->hash_off + r->num_hashes, t->num_hash_ids);
-        }
-        if (r->session < 0) {
-            cr_assert_eq(r->prev_turn, -1);
-            cr_assert_eq(r->delay_ns, 0);
-        } else {
-            cr_assert_lt((uint32_t)r->session, t->num_sessions);
-        }
-        if (r->prev_turn >= 0) {
-            cr_assert_lt((size_t)r->prev_turn, i, "reqs[%zu]: previous turn sorts later", i);
-            const struct kvsim_req_spec *p = &t->reqs[r->prev_turn];
-            cr_assert_eq(p->session, r->session);
-            cr_assert_geq(r->delay_ns, 0);
-            cr_assert_eq(r->arrival_ns, p->arrival_ns + r->delay_ns);
-        } else {
-            cr_assert_eq(r->delay_ns, 0, "reqs[%zu]: a first turn has no delay", i);
-        }
-    }
-    cr_assert_eq(clamped, t->num_clamped);
-}
-
 /* ---- Mooncake: good files ---------------------------------------------------------------- */
 
 Test(trace, mooncake_small_every_field)
 {
     struct kvsim_trace t;
-    load_ok(INPUTS "mooncake_small.jsonl", NULL, &t);
+    input_load_ok(INPUTS "mooncake_small.jsonl", NULL, &t);
     cr_assert_eq(t.format, KVSIM_TRACE_MOONCAKE);
     cr_assert_eq(t.block_size, 512);
     cr_assert_eq(t.num_reqs, 4);
@@ -169,7 +119,7 @@ Test(trace, mooncake_small_every_field)
     cr_assert_eq(t.reqs[3].hash_off, 2);
     cr_assert_eq(t.reqs[1].hash_off, 3);
     cr_assert_eq(t.reqs[2].hash_off, 6);
-    check_invariants(&t);
+    input_check_invariants(&t);
     kvsim_trace_free(&t);
     kvsim_trace_free(&t); /* freeing twice is harmless */
     cr_assert_null(t.reqs);
@@ -181,14 +131,14 @@ Test(trace, mooncake_clamping_follows_trace_block_size)
     kvsim_trace_opts_default(&o);
     o.trace_block_size = 256;
     struct kvsim_trace t;
-    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    input_load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
     cr_assert_eq(t.block_size, 256);
     cr_assert_eq(t.num_clamped, 3);
     expect_req(&t, 0, (struct want_req){1, 0, 512, 10, 2, -1, -1, 0, true});
     expect_req(&t, 1, (struct want_req){4, 200 * MS, 768, 7, 3, -1, -1, 0, true});
     expect_req(&t, 2, (struct want_req){5, 200 * MS, 1, 3, 1, -1, -1, 0, false});
     expect_req(&t, 3, (struct want_req){2, 500500000, 256, 1, 1, -1, -1, 0, true});
-    check_invariants(&t);
+    input_check_invariants(&t);
     kvsim_trace_free(&t);
 
     /* With 1024-token blocks, line 1's two ids are more than 1000 tokens need. */
@@ -201,7 +151,7 @@ Test(trace, mooncake_clamping_follows_trace_block_size)
 Test(trace, mooncake_sessions_sorted_with_prev_turn_fixed_up)
 {
     struct kvsim_trace t;
-    load_ok(INPUTS "mooncake_sessions.jsonl", NULL, &t);
+    input_load_ok(INPUTS "mooncake_sessions.jsonl", NULL, &t);
     cr_assert_eq(t.num_reqs, 7);
     cr_assert_eq(t.num_sessions, 3, "\"a\", 7 and \"7\" are three sessions");
     cr_assert_eq(t.num_clamped, 0);
@@ -219,7 +169,7 @@ Test(trace, mooncake_sessions_sorted_with_prev_turn_fixed_up)
     expect_req(&t, 6, (struct want_req){7, 6000 * MS, 50, 2, 1, 2, -1, 0, false});
     expect_hashes(&t, 2, (uint64_t[]){8, 9}, 2);
     expect_hashes(&t, 5, (uint64_t[]){1, 2, 3}, 3);
-    check_invariants(&t);
+    input_check_invariants(&t);
     kvsim_trace_free(&t);
 }
 
@@ -229,7 +179,7 @@ Test(trace, arrival_speedup_divides_gaps_and_delays)
     kvsim_trace_opts_default(&o);
     o.arrival_speedup = 2.0;
     struct kvsim_trace t;
-    load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
+    input_load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
     expect_req(&t, 0, (struct want_req){2, 0, 100, 5, 1, -1, -1, 0, false});
     expect_req(&t, 1, (struct want_req){3, 500 * MS, 100, 5, 1, 1, -1, 0, false});
     expect_req(&t, 2, (struct want_req){5, 750 * MS, 700, 5, 2, 1, 1, 250 * MS, false});
@@ -237,17 +187,17 @@ Test(trace, arrival_speedup_divides_gaps_and_delays)
     expect_req(&t, 4, (struct want_req){4, 1125 * MS, 1200, 5, 3, 0, 3, 125 * MS, false});
     expect_req(&t, 5, (struct want_req){6, 1125 * MS, 1300, 5, 3, 0, 4, 0, false});
     expect_req(&t, 6, (struct want_req){7, 3000 * MS, 50, 2, 1, 2, -1, 0, false});
-    check_invariants(&t);
+    input_check_invariants(&t);
     kvsim_trace_free(&t);
 
     o.arrival_speedup = 4.0;
-    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    input_load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
     cr_assert_eq(t.reqs[1].arrival_ns, 50 * MS);
     cr_assert_eq(t.reqs[3].arrival_ns, 125125000, "500.5 ms / 4 = 125.125 ms");
     kvsim_trace_free(&t);
 
     o.arrival_speedup = 0.5; /* a slowdown works too */
-    load_ok(INPUTS "azure_small.csv", &o, &t);
+    input_load_ok(INPUTS "azure_small.csv", &o, &t);
     cr_assert_eq(t.reqs[1].arrival_ns, 2 * 479960000);
     kvsim_trace_free(&t);
 }
@@ -258,7 +208,7 @@ Test(trace, max_requests_keeps_the_first_rows_of_the_file)
     kvsim_trace_opts_default(&o);
     o.max_requests = 3;
     struct kvsim_trace t;
-    load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
+    input_load_ok(INPUTS "mooncake_sessions.jsonl", &o, &t);
     cr_assert_eq(t.num_reqs, 3);
     cr_assert_eq(t.num_sessions, 2);
     expect_req(&t, 0, (struct want_req){2, 0, 100, 5, 1, -1, -1, 0, false});
@@ -269,21 +219,21 @@ Test(trace, max_requests_keeps_the_first_rows_of_the_file)
 
     /* Blank lines do not count as rows; rows after the N-th are not even read. */
     o.max_requests = 2;
-    load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
+    input_load_ok(INPUTS "mooncake_small.jsonl", &o, &t);
     cr_assert_eq(t.num_reqs, 2);
     cr_assert_eq(t.reqs[0].line, 1);
     cr_assert_eq(t.reqs[1].line, 2);
     kvsim_trace_free(&t);
-    load_ok(BAD "wrong_type.jsonl", &o, &t); /* its bad row is the third */
+    input_load_ok(BAD "wrong_type.jsonl", &o, &t); /* its bad row is the third */
     cr_assert_eq(t.num_reqs, 2);
     kvsim_trace_free(&t);
 
     o.max_requests = 1000;
-    load_ok(INPUTS "azure_small.csv", &o, &t);
+    input_load_ok(INPUTS "azure_small.csv", &o, &t);
     cr_assert_eq(t.num_reqs, 5);
     kvsim_trace_free(&t);
     o.max_requests = 2;
-    load_ok(INPUTS "azure_small.csv", &o, &t);
+    input_load_ok(INPUTS "azure_small.csv", &o, &t);
     cr_assert_eq(t.num_reqs, 2);
     cr_assert_eq(t.reqs[1].arrival_ns, 420040000, "18:17:04.4 - 18:17:03.97996");
     kvsim_trace_free(&t);
@@ -294,7 +244,7 @@ Test(trace, max_requests_keeps_the_first_rows_of_the_file)
 Test(trace, azure_small_every_field)
 {
     struct kvsim_trace t;
-    load_ok(INPUTS "azure_small.csv", NULL, &t);
+    input_load_ok(INPUTS "azure_small.csv", NULL, &t);
     cr_assert_eq(t.format, KVSIM_TRACE_AZURE);
     cr_assert_eq(t.num_reqs, 5);
     cr_assert_eq(t.num_hash_ids, 0);
@@ -312,7 +262,7 @@ Test(trace, azure_small_every_field)
     expect_req(&t, 3, (struct want_req){6, INT64_C(3908575623456789), 1, 1, 0, -1, -1, 0, false});
     expect_req(&t, 4, (struct want_req){7, INT64_C(9092576500000000), 2, 3, 0, -1, -1, 0, false});
     cr_assert_null(kvsim_trace_hashes(&t, &t.reqs[0]));
-    check_invariants(&t);
+    input_check_invariants(&t);
     kvsim_trace_free(&t);
 }
 
@@ -322,7 +272,7 @@ Test(trace, explicit_format_overrides_the_extension)
     kvsim_trace_opts_default(&o);
     o.format = KVSIM_TRACE_AZURE;
     struct kvsim_trace t;
-    load_ok(INPUTS "azure_small.csv", &o, &t);
+    input_load_ok(INPUTS "azure_small.csv", &o, &t);
     cr_assert_eq(t.num_reqs, 5);
     kvsim_trace_free(&t);
     o.format = KVSIM_TRACE_MOONCAKE;
@@ -459,58 +409,6 @@ Test(trace, file_level_problems)
     cr_assert_eq(kvsim_trace_load(BAD "missing_field.jsonl", NULL, &t, NULL, 0), -EINVAL);
 }
 
-/* ---- the real traces, read in place ------------------------------------------------------ */
-
-struct real_trace {
-    const char *name;
-    size_t num_reqs, num_hash_ids;
-    int64_t span_ms; /* last arrival, ms (rounded down) */
-};
-
-static void load_real(const struct real_trace *w)
-{
-    struct stat st;
-    if (stat(TRACES_DIR, &st) != 0 || !S_ISDIR(st.st_mode))
-        cr_skip_test("the shared traces are not at %s", TRACES_DIR);
-    char path[1024];
-    snprintf(path, sizeof path, "%s%s", TRACES_DIR, w->name);
-    struct kvsim_trace t;
-    load_ok(path, NULL, &t);
-    cr_assert_eq(t.num_reqs, w->num_reqs, "%s: %zu requests, expected %zu", w->name, t.num_reqs,
-                 w->num_reqs);
-    cr_assert_eq(t.num_hash_ids, w->num_hash_ids, "%s: %zu hash ids, expected %zu", w->name,
-                 t.num_hash_ids, w->num_hash_ids);
-    cr_assert_eq(t.num_clamped, 0);
-    cr_assert_eq(t.num_sessions, 0);
-    cr_assert_eq(t.reqs[t.num_reqs - 1].arrival_ns / MS, w->span_ms, "%s: span %" PRId64 " ms",
-                 w->name, t.reqs[t.num_reqs - 1].arrival_ns / MS);
-    check_invariants(&t);
-    kvsim_trace_free(&t);
-}
-
-Test(trace, real_conversation_trace)
-{
-    load_real(&(struct real_trace){"conversation_trace.jsonl", 12031, 288500, 3536999});
-}
-Test(trace, real_mooncake_trace_1000)
-{
-    load_real(&(struct real_trace){"mooncake_trace_1000.jsonl", 1000, 19686, 177098});
-}
-Test(trace, real_synthetic_trace)
-{
-    load_real(&(struct real_trace){"synthetic_trace.jsonl", 3993, 121877, 1022025});
-}
-Test(trace, real_azure_code)
-{
-    /* 2023-11-16 18:17:03.9799600 .. 19:14:19.9280160 */
-    load_real(&(struct real_trace){"AzureLLMInferenceTrace_code.csv", 8819, 0, 3435948});
-}
-Test(trace, real_azure_conv)
-{
-    /* 2023-11-16 18:15:46.6805900 .. 19:14:08.4025270 */
-    load_real(&(struct real_trace){"AzureLLMInferenceTrace_conv.csv", 19366, 0, 3501721});
-}
-
 /* ---- the synthetic workload -------------------------------------------------------------- */
 
 static void synth_ok(const struct kvsim_synth_opts *o, struct kvsim_trace *t)
@@ -565,7 +463,7 @@ Test(trace, synthetic_defaults_counts_and_shape)
     cr_assert_eq(t.num_sessions, 300);
     cr_assert_eq(t.num_clamped, 0);
     cr_assert_eq(t.num_reqs, 1050, "documented: 1,050 requests with seed 1, got %zu", t.num_reqs);
-    check_invariants(&t);
+    input_check_invariants(&t);
 
     uint32_t turns[300] = {0};
     double sum_in = 0;
@@ -674,7 +572,7 @@ Test(trace, synthetic_sessions_and_groups_share_prefixes)
     o.mean_think_s = 0;
     synth_ok(&o, &t);
     cr_assert_eq(t.block_size, 64);
-    check_invariants(&t);
+    input_check_invariants(&t);
     check_synthetic_prefixes(&o, &t);
     for (size_t i = 0; i < t.num_reqs; i++)
         cr_assert_eq(t.reqs[i].delay_ns, 0, "no think time");
@@ -683,7 +581,7 @@ Test(trace, synthetic_sessions_and_groups_share_prefixes)
     /* No system prompt at all: nothing is shared between sessions. */
     o.system_prompt_len = 0;
     synth_ok(&o, &t);
-    check_invariants(&t);
+    input_check_invariants(&t);
     check_synthetic_prefixes(&o, &t);
     kvsim_trace_free(&t);
 }

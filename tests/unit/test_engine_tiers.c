@@ -1,7 +1,7 @@
 /*
- * test_tiers.c - the engine's offload policy (runtime/tiers.h) driving a real scheduler, G1
- * pool and pipeline in virtual time: write-through with source holds (G2 only and with G3),
- * onboarding from G2 and staged from G3 into a destination reservation, failure fallback,
+ * test_engine_tiers.c - the engine's offload policy (runtime/engine/tiers.h) driving a real
+ * scheduler, G1 pool and pipeline in virtual time: write-through with source holds (G2 only and
+ * with G3), onboarding from G2 and staged from G3 into a destination reservation, failure fallback,
  * speculative-size reservations waiting on held capacity, and the transfer bijection check.
  *
  * 4-token blocks of 1000 bytes; G1<->G2 at 1 MB/s (1 ms per block alone), G2<->G3 at 0.5 MB/s.
@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "runtime/engine/tiers.h"
+
+#include "common.h"
 
 TestSuite(tiers, .timeout = 30);
 
@@ -83,23 +85,6 @@ static void advance(struct rig *g, int64_t to)
     rig_check(g, "after advance");
 }
 
-static struct sched_request *add(struct rig *g, uint64_t id, kvpool_token first, uint32_t n,
-                                 uint32_t max_tokens)
-{
-    kvpool_token p[64];
-    for (uint32_t i = 0; i < n; i++)
-        p[i] = first + i;
-    struct sched_request_params rp = {.id = id,
-                                      .prompt = p,
-                                      .num_prompt_tokens = n,
-                                      .max_tokens = max_tokens,
-                                      .eos_token_id = -1,
-                                      .arrival = (double)id};
-    struct sched_request *r = NULL;
-    cr_assert_eq(sched_add(g->s, &rp, &r), 0, "sched_add");
-    return r;
-}
-
 /* One schedule + flush + output at g->now; returns the tokens scheduled for r (0 if not). */
 static uint32_t step(struct rig *g, const struct sched_request *r)
 {
@@ -141,7 +126,8 @@ Test(tiers, g2_only_write_through_holds_sources_until_drained_and_hands_permits_
 {
     struct rig g;
     rig_init(&g, 32, 64, 0, 0.0, 1);
-    struct sched_request *a = add(&g, 1, 100, 16, 1); /* 4 full blocks: 2 batches of 2 */
+    struct sched_request *a =
+        kvsim_test_add_request(g.s, 1, 100, 16, 1); /* 4 full blocks: 2 batches of 2 */
     cr_assert_eq(step(&g, a), 16, "a prefills and finishes");
     cr_assert_eq(kvpool_num_held_only_blocks(g.pool), 4, "a's 4 blocks are held by the copies");
     struct kvsim_tiers_stats s = stats(&g);
@@ -162,7 +148,7 @@ Test(tiers, g2_only_write_through_holds_sources_until_drained_and_hands_permits_
     cr_assert_eq(kvsim_tiers_pending(g.t), 0, "nothing pending");
     cr_assert_eq(kvsim_tiers_next_deadline(g.t), OFFLOAD_NEVER, "idle");
     /* The same prefix stored again is filtered, not copied twice. */
-    struct sched_request *b = add(&g, 2, 100, 17, 1);
+    struct sched_request *b = kvsim_test_add_request(g.s, 2, 100, 17, 1);
     step(&g, b);
     s = stats(&g);
     cr_assert_eq(s.lanes[OFFLOAD_LANE_G1_G2].enqueued, 2, "no new copy for blocks G2 holds");
@@ -173,7 +159,8 @@ Test(tiers, g2_only_write_through_holds_sources_until_drained_and_hands_permits_
 static void evict_g1(struct rig *g, uint32_t n_reqs, kvpool_token base)
 {
     for (uint32_t i = 0; i < n_reqs; i++) {
-        struct sched_request *x = add(g, 100 + base + i, 10000 + 1000 * (base + i), 16, 1);
+        struct sched_request *x =
+            kvsim_test_add_request(g->s, 100 + base + i, 10000 + 1000 * (base + i), 16, 1);
         step(g, x);
         advance(g, g->now + 20 * MS);
     }
@@ -183,11 +170,12 @@ Test(tiers, onboarding_from_g2_reserves_destination_then_loads_instead_of_recomp
 {
     struct rig g;
     rig_init(&g, 9, 64, 0, 0.0, 2); /* 8 usable G1 blocks */
-    struct sched_request *a = add(&g, 1, 100, 16, 1);
+    struct sched_request *a = kvsim_test_add_request(g.s, 1, 100, 16, 1);
     step(&g, a);
     advance(&g, 10 * MS);
     evict_g1(&g, 2, 0);
-    struct sched_request *b = add(&g, 2, 100, 18, 3); /* a's 4 blocks + 2 tokens */
+    struct sched_request *b =
+        kvsim_test_add_request(g.s, 2, 100, 18, 3); /* a's 4 blocks + 2 tokens */
     cr_assert_eq(step(&g, b), 0, "b waits for its load");
     cr_assert_eq(b->status, SCHED_WAITING_FOR_REMOTE_KVS, "parked");
     cr_assert_eq(b->kv.owner, KVPOOL_OWNER_DEST_RESERVATION, "destination reservation");
@@ -211,7 +199,7 @@ Test(tiers, g3_blocks_are_staged_through_g2_in_two_hops)
 {
     struct rig g;
     rig_init(&g, 9, 4, 64, 0.0, 2); /* G2 holds 4 blocks: older ones go on to G3 */
-    struct sched_request *a = add(&g, 1, 100, 16, 1);
+    struct sched_request *a = kvsim_test_add_request(g.s, 1, 100, 16, 1);
     step(&g, a);
     advance(&g, 50 * MS);
     struct kvsim_tiers_stats s = stats(&g);
@@ -219,7 +207,7 @@ Test(tiers, g3_blocks_are_staged_through_g2_in_two_hops)
     evict_g1(&g, 2, 0);
     s = stats(&g);
     cr_assert_eq(s.written_g3, 8, "8 newer blocks pushed 8 out of G2 into G3");
-    struct sched_request *b = add(&g, 2, 100, 18, 3);
+    struct sched_request *b = kvsim_test_add_request(g.s, 2, 100, 18, 3);
     step(&g, b);
     cr_assert_eq(b->status, SCHED_WAITING_FOR_REMOTE_KVS, "parked");
     struct kvsim_tiers_stats s2 = stats(&g);
@@ -242,7 +230,7 @@ Test(tiers, failed_transfers_release_holds_and_requests_recompute)
 {
     struct rig g;
     rig_init(&g, 9, 64, 0, 1.0, 2); /* every batch fails */
-    struct sched_request *a = add(&g, 1, 100, 16, 1);
+    struct sched_request *a = kvsim_test_add_request(g.s, 1, 100, 16, 1);
     step(&g, a);
     advance(&g, 10 * MS);
     cr_assert_eq(kvpool_num_held_only_blocks(g.pool), 0, "failed copies released their sources");
@@ -257,7 +245,7 @@ Test(tiers, failed_transfers_release_holds_and_requests_recompute)
     struct sched_request *r[12];
     uint32_t finished = 0;
     for (uint32_t i = 0; i < 12; i++) {
-        r[i] = add(&g, 10 + i, 100 + 1000 * (i % 3), 16, 2);
+        r[i] = kvsim_test_add_request(g.s, 10 + i, 100 + 1000 * (i % 3), 16, 2);
         for (int k = 0; k < 40 && r[i]->status != SCHED_FINISHED_LENGTH_CAPPED; k++) {
             uint32_t nu = sched_num_unfinished(g.s);
             step(&g, NULL);
@@ -282,7 +270,7 @@ Test(tiers, speculative_size_reservation_waits_on_held_capacity_without_preempti
 {
     struct rig g;
     rig_init(&g, 9, 64, 0, 0.0, 1);
-    struct sched_request *a = add(&g, 1, 100, 16, 1);
+    struct sched_request *a = kvsim_test_add_request(g.s, 1, 100, 16, 1);
     step(&g, a); /* 4 blocks held by copies, 4 free */
     struct kvpool_seq seq;
     cr_assert_eq(kvpool_seq_init(g.pool, &seq, 77, NULL, 0), 0, "seq");

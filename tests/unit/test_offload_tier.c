@@ -1,5 +1,6 @@
 /*
- * test_tier.c - the G2/G3 tier store (offload.h, "G2/G3 tier store") against its contract.
+ * test_offload_tier.c - the G2/G3 tier store (offload/tier.c; offload.h, "G2/G3 tier store")
+ * against its contract.
  *
  * Suite tier: LRU eviction order, touch, presence filtering (-EEXIST and the batch filter),
  * pins (never evicted, all pinned -> -ENOSPC, nesting, remove refused), remove and reinsert,
@@ -14,14 +15,7 @@
 
 #include "offload/offload.h"
 
-/* Criterion ignores LeakSanitizer's report, so tests ask for a leak check themselves. */
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define TIER_LEAK_CHECK()                                                                          \
-    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "LeakSanitizer found leaks")
-#else
-#define TIER_LEAK_CHECK() ((void)0)
-#endif
+#include "common.h"
 
 TestSuite(tier, .timeout = 60);
 
@@ -70,7 +64,7 @@ Test(tier, create_arguments)
     cr_assert_eq(offload_tier_pinned(t), 0);
     cr_assert_not(offload_tier_peek_lru(t, NULL));
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, lru_eviction_order)
@@ -94,7 +88,7 @@ Test(tier, lru_eviction_order)
     cr_assert_eq(offload_tier_insert(t, 80, NULL, NULL), 0);
     cr_assert_not(offload_tier_contains(t, 50));
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, touch_moves_to_mru)
@@ -119,7 +113,7 @@ Test(tier, touch_moves_to_mru)
     ins(t, 5, 0, true, 1);
     expect_lru(t, (uint64_t[]){4, 3, 5}, 3);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, duplicates_filtered)
@@ -145,7 +139,7 @@ Test(tier, duplicates_filtered)
     cr_assert_eq(c.inserts, 3);
     cr_assert_eq(c.evictions, 0);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, pinned_survive_eviction)
@@ -185,7 +179,7 @@ Test(tier, pinned_survive_eviction)
     ins(t, 9, 0, true, 7);
     ins(t, 10, 0, true, 1);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, all_pinned_full_enospc)
@@ -215,7 +209,7 @@ Test(tier, all_pinned_full_enospc)
     ins(u, 2, 0, false, 0);
     offload_tier_destroy(u);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, remove_then_reinsert)
@@ -246,7 +240,7 @@ Test(tier, remove_then_reinsert)
     ins(t, 7, 0, false, 0);
     ins(t, 8, 0, true, 5);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, batch_filter_order)
@@ -277,7 +271,7 @@ Test(tier, batch_filter_order)
     offload_tier_counters(t, &c);
     cr_assert_eq(c.filtered, 4 + 4 + 2);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(tier, counters)
@@ -314,7 +308,7 @@ Test(tier, counters)
     cr_assert_arr_eq(&c, &zero, sizeof(c));
     cr_assert_eq(offload_tier_size(t), 2); /* contents unchanged */
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- randomized test against a reference model ---------------------------------------------- */
@@ -537,7 +531,7 @@ Test(tier, random_vs_reference_model)
     random_run(1, UINT64_C(0x5eed0002));
     random_run(4, UINT64_C(0x5eed0003));
     random_run(200, UINT64_C(0x5eed0004));
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* A large tier filled, churned and emptied: the hash table stays consistent at scale. */
@@ -555,5 +549,5 @@ Test(tier, large_churn)
         cr_assert_eq(offload_tier_contains(t, h * 4096), (h & 1) != 0);
     cr_assert_eq(offload_tier_size(t), cap / 2);
     offload_tier_destroy(t);
-    TIER_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }

@@ -1,5 +1,5 @@
 /*
- * test_registry.c - the shared block registry (kvpool/registry.h) against its contract.
+ * test_kvpool_registry.c - the shared block registry (kvpool/registry.h) against its contract.
  *
  * Suite registry: presence intervals at virtual times, duplicates (writers, tiers, intervals),
  * skipped re-registrations and removals, watermark monotonicity and the -EINVAL rules, the
@@ -20,13 +20,7 @@
 
 #include "kvpool/kvpool.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define RT_LEAK_CHECK()                                                                            \
-    cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "LeakSanitizer found leaks")
-#else
-#define RT_LEAK_CHECK() ((void)0)
-#endif
+#include "common.h"
 
 static void rt_init(void) { kvpool_registry_thread_register(); }
 static void rt_fini(void) { kvpool_registry_thread_unregister(); }
@@ -99,7 +93,7 @@ Test(registry, empty_registry_contains_nothing)
     cr_assert_eq(kvpool_registry_min_watermark_acquire(reg), KVPOOL_VTIME_NEVER,
                  "no writers: the minimum over an empty set is 'never'");
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, create_rejects_bad_arguments)
@@ -128,7 +122,7 @@ Test(registry, registered_entry_is_present_from_its_time_until_removal)
     rt_expect(reg, KVPOOL_TIER_G2, 7, 20, 25, false);
     cr_assert_eq(kvpool_registry_size_rcu(reg), 1, "removal is logical: the entry stays");
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, tiers_are_independent)
@@ -150,7 +144,7 @@ Test(registry, tiers_are_independent)
     cr_assert_eq(kvpool_registry_contains_rcu(reg, (enum kvpool_tier)3, 5, 3), false,
                  "a bad tier contains nothing");
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, same_hash_from_two_writers_is_two_entries)
@@ -170,7 +164,7 @@ Test(registry, same_hash_from_two_writers_is_two_entries)
     rt_pub(b, 101);
     rt_expect(reg, KVPOOL_TIER_G2, 99, 101, 101, false);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, a_writer_reregistering_after_removal_gets_a_second_interval)
@@ -189,7 +183,7 @@ Test(registry, a_writer_reregistering_after_removal_gets_a_second_interval)
     rt_expect(reg, KVPOOL_TIER_G1, 3, 20, 29, false);
     rt_expect(reg, KVPOOL_TIER_G1, 3, 30, 50, true);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, live_duplicates_of_one_writer_are_skipped)
@@ -210,7 +204,7 @@ Test(registry, live_duplicates_of_one_writer_are_skipped)
     rt_expect(reg, KVPOOL_TIER_G2, 3, 5, 6, false);
     cr_assert_eq(kvpool_registry_register_batch(w, KVPOOL_TIER_G2, NULL, 0, 7), 0);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, same_time_register_and_remove_is_never_present)
@@ -222,7 +216,7 @@ Test(registry, same_time_register_and_remove_is_never_present)
     rt_pub(w, 5);
     rt_expect(reg, KVPOOL_TIER_G3, 11, 0, 5, false);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- watermarks ------------------------------------------------------------------------------ */
@@ -258,7 +252,7 @@ Test(registry, virtual_time_never_decreases)
     rt_pub(w, 121);
     rt_expect(reg, KVPOOL_TIER_G1, 1, 121, 121, false);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, min_watermark_is_the_slowest_open_writer)
@@ -282,7 +276,7 @@ Test(registry, min_watermark_is_the_slowest_open_writer)
     cr_assert_eq(kvpool_registry_writer_create(reg, KVPOOL_VTIME_NEVER, &d), -EINVAL);
     (void)c;
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- batch presence -------------------------------------------------------------------------- */
@@ -326,7 +320,7 @@ Test(registry, presence_batch_matches_contains)
     cr_assert_eq(kvpool_registry_presence_rcu(reg, KVPOOL_TIER_G1, NULL, 1, 40, p), -EINVAL);
     cr_assert_eq(kvpool_registry_presence_rcu(reg, KVPOOL_TIER_G1, NULL, 0, 40, NULL), 0);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- reclamation ----------------------------------------------------------------------------- */
@@ -370,7 +364,7 @@ Test(registry, reclaim_deletes_only_entries_removed_at_or_before_the_horizon)
     rt_pub(a, 31);
     rt_expect(reg, KVPOOL_TIER_G2, 1, 31, 31, true);
     kvpool_registry_destroy(reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 Test(registry, destroy_frees_live_removed_and_reclaimed_entries)
@@ -390,7 +384,7 @@ Test(registry, destroy_frees_live_removed_and_reclaimed_entries)
     rt_pub(w, 4);
     cr_assert_eq(kvpool_registry_size_rcu(reg), (size_t)(N - N / 2 + N / 2));
     kvpool_registry_destroy(reg); /* live, removed-unreclaimed and pending-free entries */
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }
 
 /* ---- threads --------------------------------------------------------------------------------- */
@@ -472,5 +466,5 @@ Test(registry, reader_at_the_watermark_sees_every_published_batch)
     cr_assert_eq(kvpool_registry_watermark_acquire(sh.w), sh.steps);
     rt_expect(sh.reg, KVPOOL_TIER_G2, (kvpool_hash)(sh.steps - 1), sh.steps, sh.steps, true);
     kvpool_registry_destroy(sh.reg);
-    RT_LEAK_CHECK();
+    KVSIM_TEST_LEAK_CHECK();
 }

@@ -1,5 +1,6 @@
 /*
- * test_metrics.c - the replay metrics: ITL sketch, percentiles, records, report and writers.
+ * test_report.c - the replay metrics (runtime/report/): ITL sketch, percentiles, records, report
+ * and writers.
  *
  * The sketch is checked against exact quantiles of seeded log-normal samples and against
  * itself (merge = one sketch fed everything). A hand-built 3-request replay pins every report
@@ -18,7 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kvpool/base.h"
 #include "runtime/report/report.h"
+
+#include "common.h"
 
 TestSuite(metrics);
 
@@ -26,22 +30,13 @@ TestSuite(metrics);
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* splitmix64: a tiny seeded generator. */
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1). */
+/* Uniform in (0, 1), from the splitmix64 stream of *s (kvpool/base.h). */
 static double rng_unit(uint64_t *s)
 {
-    return ((double)(rng_next(s) >> 11) + 0.5) / 9007199254740992.0;
+    return ((double)(base_splitmix64_next(s) >> 11) + 0.5) / 9007199254740992.0;
 }
 
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return rng_next(s) % n; }
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return base_splitmix64_next(s) % n; }
 
 /* Log-normal: exp(mu + sigma * N(0, 1)), Box-Muller. */
 static double rng_lognormal(uint64_t *s, double mu, double sigma)
@@ -90,28 +85,6 @@ static void remove_tmpdir(const char *const *names, size_t n)
     rmdir(tmpdir);
 }
 
-/* Reads a whole file into a NUL-terminated buffer (caller frees). */
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 1024 > cap)
-            buf = realloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (len != NULL)
-        *len = n;
-    return buf;
-}
-
 /* ---- the sketch ----------------------------------------------------------------------------- */
 
 Test(metrics, sketch_key_math)
@@ -128,7 +101,7 @@ Test(metrics, sketch_key_math)
     /* Bucket k holds (gamma^(k-1), gamma^k]: every value is within a of its bucket's value. */
     uint64_t seed = 1;
     for (int i = 0; i < 100000; i++) {
-        int64_t v = (int64_t)(rng_next(&seed) >> (rng_next(&seed) % 63));
+        int64_t v = (int64_t)(base_splitmix64_next(&seed) >> (base_splitmix64_next(&seed) % 63));
         if (v < 1)
             v = 1;
         int32_t k = kvsim_sketch_key(v);
@@ -635,7 +608,7 @@ Test(metrics, json_report_and_jsonl_reread)
 
     /* JSONL: three lines in index order, each a JSON object; pin one byte for byte. */
     size_t len;
-    char *text = slurp(lpath, &len);
+    char *text = kvsim_test_read_file(lpath, &len);
     char *lines[4] = {0};
     int n = 0;
     for (char *save, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
@@ -703,7 +676,7 @@ Test(metrics, jsonl_sub_ms_and_negative_times)
     char path[256], err[512];
     tmp_path(path, sizeof path, "r.jsonl");
     cr_assert_eq(kvsim_metrics_write_requests(path, m, err, sizeof err), 0, "%s", err);
-    char *text = slurp(path, NULL);
+    char *text = kvsim_test_read_file(path, NULL);
     cr_assert_not_null(strstr(text, "\"status\":\"pending\""), "%s", text);
     cr_assert_not_null(strstr(text, "\"arrival_ms\":-1.500001,"), "%s", text);
     cr_assert_not_null(strstr(text, "\"first_sched_ms\":0.000007,"), "%s", text);
@@ -734,15 +707,23 @@ Test(metrics, unwritable_paths)
     cr_assert_not_null(strstr(err, tmpdir), "%s", err);
     remove_tmpdir(NULL, 0);
 
-    /* A full device fails on flush: the error is still reported. */
-    if (access("/dev/full", W_OK) == 0) {
-        cr_assert_eq(kvsim_report_write_json("/dev/full", &r, err, sizeof err), -ENOSPC, "%s", err);
-        cr_assert_not_null(strstr(err, "/dev/full"), "%s", err);
-        cr_assert_eq(kvsim_metrics_write_requests("/dev/full", m, err, sizeof err), -ENOSPC, "%s",
-                     err);
-    }
     /* err may be NULL. */
     cr_assert_eq(kvsim_metrics_write_requests(missing, m, NULL, 0), -ENOENT);
+    kvsim_metrics_destroy(m);
+}
+
+/* A full device fails on flush: the error is still reported. */
+Test(metrics, full_device)
+{
+    if (access("/dev/full", W_OK) != 0)
+        cr_skip_test("/dev/full is not writable here");
+    struct kvsim_metrics *m = hand_replay();
+    struct kvsim_report r;
+    cr_assert_eq(kvsim_metrics_summarize(m, NULL, &r), 0);
+    char err[512] = "";
+    cr_assert_eq(kvsim_report_write_json("/dev/full", &r, err, sizeof err), -ENOSPC, "%s", err);
+    cr_assert_not_null(strstr(err, "/dev/full"), "%s", err);
+    cr_assert_eq(kvsim_metrics_write_requests("/dev/full", m, err, sizeof err), -ENOSPC, "%s", err);
     kvsim_metrics_destroy(m);
 }
 
@@ -888,8 +869,8 @@ static void outputs(struct kvsim_metrics *m, const char *tag, uint32_t run_threa
     tmp_path(lpath, sizeof lpath, name);
     cr_assert_eq(kvsim_report_write_json(jpath, &r, err, sizeof err), 0, "%s", err);
     cr_assert_eq(kvsim_metrics_write_requests(lpath, m, err, sizeof err), 0, "%s", err);
-    *json_full = slurp(jpath, NULL);
-    *jsonl = slurp(lpath, NULL);
+    *json_full = kvsim_test_read_file(jpath, NULL);
+    *jsonl = kvsim_test_read_file(lpath, NULL);
     json_error_t jerr;
     json_t *root = json_loads(*json_full, 0, &jerr);
     cr_assert_not_null(root, "%s", jerr.text);

@@ -1,0 +1,170 @@
+/*
+ * test_engine.c - one simulated engine (runtime/engine/engine.c) in virtual time, driven through
+ * kvsim_engine_admit and kvsim_engine_advance: its clock (kvsim_engine_next_event: the running
+ * step's end) and its counters of steps, unfinished requests and preemptions.
+ *
+ * Step model of tests/inputs/step_model.json: a 100-token prefill takes (1 + 5) / 2 = 3 ms, a
+ * decode step 2 / 2 = 1 ms.
+ */
+#include <criterion/criterion.h>
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime/engine/engine.h"
+
+#include "common.h"
+
+#define INPUTS KVSIM_SOURCE_DIR "/tests/inputs/"
+#define MS     INT64_C(1000000)
+
+TestSuite(engine, .timeout = 30);
+
+struct rig {
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_engine *e;
+};
+
+/* An engine with 16-token blocks, num_blocks blocks and max_model_len tokens over the trace
+ * file, with the step model of model_path (NULL: the default). */
+static void rig_init(struct rig *g, const char *trace_path, uint32_t num_blocks,
+                     uint32_t max_model_len, const char *model_path)
+{
+    memset(g, 0, sizeof *g);
+    char err[512];
+    cr_assert_eq(kvsim_trace_load(trace_path, NULL, &g->trace, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_metrics_create((uint32_t)g->trace.num_reqs, 1, &g->metrics), 0);
+    struct kvsim_engine_config c = {.id = 0, .trace = &g->trace, .metrics = g->metrics};
+    sched_config_default(&c.sched);
+    c.sched.num_blocks = num_blocks;
+    c.sched.max_model_len = max_model_len;
+    c.sched.check_invariants = true;
+    kvsim_step_model_default(&c.model);
+    if (model_path)
+        cr_assert_eq(kvsim_step_model_load(model_path, &c.model, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_engine_create(&c, &g->e), 0, "kvsim_engine_create");
+}
+
+static void rig_fini(struct rig *g)
+{
+    kvsim_engine_destroy(g->e);
+    kvsim_metrics_destroy(g->metrics);
+    kvsim_trace_free(&g->trace);
+}
+
+static void advance(struct rig *g, int64_t until)
+{
+    int rc = kvsim_engine_advance(g->e, until);
+    cr_assert_eq(rc, 0, "advance to %" PRId64 ": %d %s", until, rc, kvsim_engine_error(g->e));
+}
+
+/* The engine's clock and counters after each step of one request (100 prompt tokens, 3 output
+ * tokens): a step starts when the engine is advanced with work and ends when its duration
+ * says; next_event is that end until the last step is done, then INT64_MAX. */
+Test(engine, next_event_is_the_running_steps_end_and_steps_count_them)
+{
+    struct rig g;
+    rig_init(&g, INPUTS "one_request.jsonl", 64, 4096, INPUTS "step_model.json");
+    cr_assert_eq(kvsim_engine_next_event(g.e), INT64_MAX, "an idle engine has nothing to do");
+    cr_assert_eq(kvsim_engine_steps(g.e), 0);
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
+
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 1, "an admitted request is unfinished");
+    cr_assert_eq(kvsim_engine_steps(g.e), 0, "admission alone starts no step");
+    cr_assert_eq(kvsim_engine_next_event(g.e), INT64_MAX, "no step runs before an advance");
+
+    advance(&g, 0); /* the prefill step starts at 0 */
+    cr_assert_eq(kvsim_engine_steps(g.e), 1);
+    cr_assert_eq(kvsim_engine_next_event(g.e), 3 * MS, "the prefill ends at 3 ms, not %" PRId64,
+                 kvsim_engine_next_event(g.e));
+    advance(&g, 3 * MS - 1); /* nothing ends before 3 ms */
+    cr_assert_eq(kvsim_engine_steps(g.e), 1);
+    cr_assert_eq(kvsim_engine_next_event(g.e), 3 * MS);
+
+    /* Each decode step starts when the previous one ends and lasts 1 ms. */
+    static const int64_t ends[] = {4 * MS, 5 * MS};
+    for (int k = 0; k < 2; k++) {
+        advance(&g, kvsim_engine_next_event(g.e));
+        cr_assert_eq(kvsim_engine_steps(g.e), (uint64_t)k + 2);
+        cr_assert_eq(kvsim_engine_next_event(g.e), ends[k], "decode step %d ends at %" PRId64, k,
+                     kvsim_engine_next_event(g.e));
+        cr_assert_eq(kvsim_engine_unfinished(g.e), 1);
+    }
+    advance(&g, 5 * MS); /* the third token: the request finishes */
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 0, "the finished request is not unfinished");
+    cr_assert_eq(kvsim_engine_steps(g.e), 3, "one prefill and two decode steps");
+    cr_assert_eq(kvsim_engine_next_event(g.e), INT64_MAX, "nothing left to do");
+    uint32_t n;
+    const struct kvsim_engine_done *done = kvsim_engine_take_done(g.e, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(done[0].req, 0);
+    cr_assert_eq(done[0].finish_ns, 5 * MS);
+    advance(&g, 100 * MS); /* an idle engine stays idle */
+    cr_assert_eq(kvsim_engine_steps(g.e), 3);
+    cr_assert_eq(kvsim_engine_preemptions(g.e), 0, "one request never preempts");
+    rig_fini(&g);
+}
+
+/* A request that can never run is rejected at admission: done at once, never unfinished, no
+ * step. */
+Test(engine, a_rejected_request_is_never_unfinished)
+{
+    struct rig g;
+    rig_init(&g, INPUTS "one_request.jsonl", 64, 50, NULL); /* 100 prompt tokens > 50 */
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 2 * MS), 0);
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
+    uint32_t n;
+    const struct kvsim_engine_done *done = kvsim_engine_peek_done(g.e, &n);
+    cr_assert_eq(n, 1, "a rejection finishes the request for its session");
+    cr_assert_eq(done[0].finish_ns, 2 * MS);
+    advance(&g, 2 * MS);
+    cr_assert_eq(kvsim_engine_steps(g.e), 0);
+    cr_assert_eq(kvsim_engine_next_event(g.e), INT64_MAX);
+    cr_assert_str_eq(kvsim_metrics_record(g.metrics, 0)->reject_reason, "prompt_too_long");
+    rig_fini(&g);
+}
+
+/*
+ * Two requests of 31 prompt and 40 output tokens (5 blocks each at the end) in 5 usable blocks:
+ * both are admitted (2 blocks each), and when they grow one of them must be preempted, again and
+ * again until one finishes. kvsim_engine_preemptions counts the preemptions the metrics saw
+ * request by request; each advance to next_event ends one step; both requests finish.
+ */
+Test(engine, preemptions_count_every_preempted_request)
+{
+    struct rig g;
+    rig_init(&g, INPUTS "engine_preempt.jsonl", 6, 4096, NULL);
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    cr_assert_eq(kvsim_engine_admit(g.e, 1, 0), 0);
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 2);
+    advance(&g, 0);
+    cr_assert_eq(kvsim_engine_preemptions(g.e), 0, "both prompts fit");
+    uint64_t advances = 1, last = 0;
+    int64_t t;
+    while ((t = kvsim_engine_next_event(g.e)) != INT64_MAX) {
+        cr_assert_lt(advances, 1000, "the two requests never finish");
+        advance(&g, t);
+        advances++;
+        uint64_t p = kvsim_engine_preemptions(g.e);
+        cr_assert_geq(p, last, "the preemption count went back from %" PRIu64 " to %" PRIu64, last,
+                      p);
+        last = p;
+    }
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
+    cr_assert_eq(kvsim_metrics_record(g.metrics, 0)->num_output_tokens, 40);
+    cr_assert_eq(kvsim_metrics_record(g.metrics, 1)->num_output_tokens, 40);
+    uint64_t seen = (uint64_t)kvsim_metrics_record(g.metrics, 0)->num_preemptions +
+                    kvsim_metrics_record(g.metrics, 1)->num_preemptions;
+    cr_assert_gt(kvsim_engine_preemptions(g.e), 0, "5 blocks cannot hold both requests");
+    cr_assert_eq(kvsim_engine_preemptions(g.e), seen,
+                 "the engine counts %" PRIu64 " preemptions, the requests saw %" PRIu64,
+                 kvsim_engine_preemptions(g.e), seen);
+    /* The first advance started the first step; every later one ended a step and started the
+     * next, except the last. */
+    cr_assert_eq(kvsim_engine_steps(g.e), advances - 1, "%" PRIu64 " steps in %" PRIu64 " advances",
+                 kvsim_engine_steps(g.e), advances);
+    rig_fini(&g);
+}

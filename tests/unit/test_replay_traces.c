@@ -1,0 +1,116 @@
+/*
+ * test_replay_traces.c - the multi-engine replay (runtime/replay/) on every shared trace: every
+ * router completes or rejects every request, results are bit-identical for 1 and 2 threads,
+ * the event-fed KV indexer decides as the pools do, and the offload replay of the conversation
+ * trace is identical for either executor. These tests need the shared traces (common.h):
+ * without them they are skipped, and ctest reports this executable as Skipped (with
+ * KVSIM_REQUIRE_TRACES=1 they fail).
+ */
+#include <criterion/criterion.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/replay/replay.h"
+
+#include "common.h"
+#include "replay_util.h"
+
+/* The same replay at 1 and 2 threads: identical report and per-request records. */
+static void check_deterministic(const char *trace, enum kvsim_router_policy router, bool events)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, trace);
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    c.router = router;
+    c.kv_index_events = events;
+    struct kvsim_report r1 = replay_run(&c, 1, "t1");
+    struct kvsim_report r2 = replay_run(&c, 2, "t2");
+    cr_assert_eq(r1.completed + r1.rejected, r1.num_requests,
+                 "%s/%s: every request completes or is rejected", trace,
+                 kvsim_router_policy_name(router));
+    cr_assert_eq(r1.completed, r2.completed);
+    replay_assert_same_files("t1", "t2", "json");
+    replay_assert_same_files("t1", "t2", "jsonl");
+}
+
+Test(replay_determinism, conversation_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, conversation_least_loaded_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_LEAST_LOADED, false);
+}
+Test(replay_determinism, conversation_round_robin_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_ROUND_ROBIN, false);
+}
+Test(replay_determinism, synthetic_trace_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("synthetic_trace.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, mooncake_1000_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("mooncake_trace_1000.jsonl", KVSIM_ROUTER_KV, false);
+}
+Test(replay_determinism, azure_code_least_loaded_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("AzureLLMInferenceTrace_code.csv", KVSIM_ROUTER_LEAST_LOADED, false);
+}
+Test(replay_determinism, azure_conv_kv_1_vs_2_threads, .timeout = 300)
+{
+    check_deterministic("AzureLLMInferenceTrace_conv.csv", KVSIM_ROUTER_KV, false);
+}
+
+/* The event-fed indexer and the pool queries see the same blocks at every boundary. */
+Test(replay_determinism, kv_index_events_equals_pool_queries, .timeout = 300)
+{
+    const char *trace = "mooncake_trace_1000.jsonl";
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, trace);
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    replay_run(&c, 2, "pool");
+    c.kv_index_events = true;
+    replay_run(&c, 2, "events");
+    replay_assert_same_files("pool", "events", "json");
+    replay_assert_same_files("pool", "events", "jsonl");
+}
+
+/* Every shared trace replays with every router: all requests complete or are rejected. */
+Test(replay, every_trace_with_every_router, .timeout = 600)
+{
+    static const char *traces[] = {"conversation_trace.jsonl", "synthetic_trace.jsonl",
+                                   "mooncake_trace_1000.jsonl", "AzureLLMInferenceTrace_code.csv",
+                                   "AzureLLMInferenceTrace_conv.csv"};
+    static const size_t sizes[] = {12031, 3993, 1000, 8819, 19366};
+    for (size_t t = 0; t < 5; t++) {
+        char path[512];
+        kvsim_test_trace_path(path, sizeof path, traces[t]);
+        for (int p = KVSIM_ROUTER_ROUND_ROBIN; p <= KVSIM_ROUTER_KV; p++) {
+            struct kvsim_replay_config c;
+            replay_base_config(&c, path);
+            c.router = (enum kvsim_router_policy)p;
+            struct kvsim_report r = replay_run(&c, 2, "all");
+#ifndef KVSIM_SANITIZED
+            cr_assert_eq(r.num_requests, sizes[t], "%s", traces[t]);
+#else
+            cr_assert_eq(r.num_requests, sizes[t] < 1500 ? sizes[t] : 1500, "%s", traces[t]);
+#endif
+            cr_assert_eq(r.completed + r.rejected, r.num_requests, "%s with %s: %lu incomplete",
+                         traces[t], kvsim_router_policy_name(c.router),
+                         (unsigned long)r.incomplete);
+            cr_assert_gt(r.completed, 0);
+        }
+    }
+    replay_remove_outputs("all");
+}
+
+Test(replay_offload, conversation_identical_for_both_executors_and_threads, .timeout = 600)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "conversation_trace.jsonl");
+    replay_check_offload_deterministic(path);
+}

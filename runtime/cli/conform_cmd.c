@@ -23,8 +23,11 @@ static bool run_file(const char *path, bool trace, bool lenient)
         rc = -EINVAL;
         memset(&res, 0, sizeof res);
         res.verdict = KVSIM_CONFORM_INVALID;
-        snprintf(res.message, sizeof res.message, "line %d, column %d: %s", jerr.line, jerr.column,
-                 jerr.text);
+        if (jerr.line > 0)
+            snprintf(res.message, sizeof res.message, "line %d, column %d: %s", jerr.line,
+                     jerr.column, jerr.text);
+        else /* jansson's text names the file and the system error */
+            snprintf(res.message, sizeof res.message, "%s", jerr.text);
     } else {
         json_t *n = json_object_get(root, "name");
         if (json_is_string(n))

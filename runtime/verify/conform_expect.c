@@ -215,7 +215,7 @@ int conform__check_expect(struct kvsim_conform_runner *c, json_t *ex, const char
                 if (!t) {
                     json_decref(norm);
                     json_decref(w);
-                    return -1;
+                    return conform__failed(c);
                 }
                 json_object_set_new(norm, id, t);
             }
@@ -225,7 +225,7 @@ int conform__check_expect(struct kvsim_conform_runner *c, json_t *ex, const char
         json_t *got = observe(c, key, w, op, where);
         if (!got) {
             json_decref(w);
-            return -1;
+            return conform__failed(c);
         }
         bool is_set = !strcmp(key, "new") || !strcmp(key, "resumed") || !strcmp(key, "preempted") ||
                       !strcmp(key, "finished");
@@ -246,7 +246,7 @@ int conform__check_expect(struct kvsim_conform_runner *c, json_t *ex, const char
             free(gs);
             json_decref(w);
             json_decref(got);
-            return -1;
+            return conform__failed(c);
         }
         json_decref(w);
         json_decref(got);

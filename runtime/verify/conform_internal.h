@@ -15,6 +15,8 @@
 
 #include "runtime/engine/tiers.h"
 #include "runtime/verify/verify.h"
+
+#include <errno.h>
 #include "sched/sched.h"
 
 struct creq {
@@ -64,6 +66,13 @@ struct kvsim_conform_runner {
     bool running; /* past parsing: failures are about behaviour, not the file */
     bool failed;
 };
+
+/* The code of the runner's recorded failure: -EINVAL while the document is being validated
+ * (it is malformed), KVSIM_ESCENARIO once it runs (something did not hold). */
+static inline int conform__failed(const struct kvsim_conform_runner *c)
+{
+    return c->running ? KVSIM_ESCENARIO : -EINVAL;
+}
 
 /* conform_schema.c */
 int conform__check_keys(struct kvsim_conform_runner *c, json_t *obj, const char *const *allowed,

@@ -41,12 +41,12 @@ int conform__op_add(struct kvsim_conform_runner *c, json_t *st, const char *wher
     kvpool_token *prompt = NULL, *stops = NULL;
     size_t n = 0, cap = 0, ns = 0, caps = 0;
     if (conform__tokens_parse(c, json_object_get(st, "prompt"), &prompt, &n, &cap, where))
-        return -1;
+        return conform__failed(c);
     json_t *v;
     if ((v = json_object_get(st, "stop_token_ids")) &&
         conform__tokens_parse(c, v, &stops, &ns, &caps, where)) {
         free(prompt);
-        return -1;
+        return conform__failed(c);
     }
     char *name = strdup(id);
     struct creq *na = NULL;
@@ -225,7 +225,7 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
         }
         size_t cnt = 0, cap = 0;
         if (conform__tokens_parse(c, v, &owned[i], &cnt, &cap, where)) {
-            rc = -1;
+            rc = conform__failed(c);
             break;
         }
         toks[i] = owned[i];
@@ -284,7 +284,7 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
                 break;
             }
             if (!q) {
-                rc = -1;
+                rc = conform__failed(c);
                 break;
             }
             recv[nrecv++] = q->r;
@@ -299,7 +299,7 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
             if (conform__need_req(c, json_string_value(v), where))
                 continue;
             if (!c->lenient) {
-                rc = -1;
+                rc = conform__failed(c);
                 break;
             }
             drop_from_list(eff, "finished_sending", json_string_value(v));
@@ -348,7 +348,7 @@ int conform__op_abort(struct kvsim_conform_runner *c, json_t *st, json_t *eff, c
             continue;
         }
         if (!q) {
-            rc = -1;
+            rc = conform__failed(c);
             break;
         }
         nknown++;
@@ -376,7 +376,7 @@ int conform__op_kv_lookup(struct kvsim_conform_runner *c, json_t *st, const char
 {
     struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
     if (!q)
-        return c->lenient ? OP_SKIPPED : -1;
+        return c->lenient ? OP_SKIPPED : conform__failed(c);
     uint32_t cap = q->r->kv.num_hashes + 1;
     kvpool_block_id *ids = malloc(cap * sizeof *ids);
     if (!ids)
@@ -396,7 +396,7 @@ int conform__op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const ch
 {
     struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
     if (!q)
-        return c->lenient ? OP_SKIPPED : -1;
+        return c->lenient ? OP_SKIPPED : conform__failed(c);
     json_t *uh = json_object_get(st, "use_hits");
     bool use_hits = !uh || json_is_true(uh);
     struct kvpool_alloc_args args = {

@@ -27,7 +27,7 @@ static int vfail(struct kvsim_conform_runner *c, const char *kind, const char *f
         vsnprintf(c->err, sizeof c->err, fmt, ap);
         snprintf(c->kind, sizeof c->kind, "%s", kind ? kind : c->running ? "error" : "invalid");
     }
-    return -1;
+    return conform__failed(c);
 }
 
 /* A failure whose kind is "error" while running, "invalid" while parsing. */
@@ -37,7 +37,7 @@ int conform__fail(struct kvsim_conform_runner *c, const char *fmt, ...)
     va_start(ap, fmt);
     vfail(c, NULL, fmt, ap);
     va_end(ap);
-    return -1;
+    return conform__failed(c);
 }
 
 int conform__fail_kind(struct kvsim_conform_runner *c, const char *kind, const char *fmt, ...)
@@ -46,7 +46,7 @@ int conform__fail_kind(struct kvsim_conform_runner *c, const char *kind, const c
     va_start(ap, fmt);
     vfail(c, kind, fmt, ap);
     va_end(ap);
-    return -1;
+    return conform__failed(c);
 }
 
 /* ---- extension rules ------------------------------------------------------------------------ */
@@ -189,13 +189,13 @@ static int check_rules(struct kvsim_conform_runner *c, const char *op, const cha
         if (sched_check(c->s, &v) != 0)
             return conform__violation_fail(c, where, &v);
         if (check_tiers(c, where))
-            return -1;
+            return conform__failed(c);
     }
     bool is_sched = !strcmp(op, "schedule");
     if (is_sched && check_futile(c, where))
-        return -1;
+        return conform__failed(c);
     if (is_sched && c->check_liveness && check_liveness(c, where))
-        return -1;
+        return conform__failed(c);
     return 0;
 }
 
@@ -265,7 +265,7 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         if (q)
             kvpool_free(sched_pool(c->s), &q->r->kv);
         else
-            rc = c->lenient ? OP_SKIPPED : -1;
+            rc = c->lenient ? OP_SKIPPED : conform__failed(c);
     }
     if (rc == OP_SKIPPED) {
         json_decref(eff);
@@ -355,7 +355,7 @@ static int runner_start(struct kvsim_conform_runner *c, json_t *config)
     struct kvsim_tiers_config tc;
     bool offload;
     if (conform__parse_config(c, config, &sc, &tc, &offload))
-        return -1;
+        return conform__failed(c);
     /* With the check after every op, the scheduler's own boundary checks would only repeat it
      * on the same state (and report the same violation at the same step). */
     sc.check_invariants = !c->check_invariants && c->scheduler_checks;
@@ -386,11 +386,12 @@ int kvsim_conform_runner_create(json_t *config, const char *name,
         return -ENOMEM;
     runner_init(c, name, opt);
     if (runner_start(c, config)) {
+        int rc = conform__failed(c);
         c->failed = true;
         fill_result(c, res);
         runner_fini(c);
         free(c);
-        return -1;
+        return rc;
     }
     fill_result(c, res);
     *out = c;
@@ -401,7 +402,7 @@ int kvsim_conform_runner_step(struct kvsim_conform_runner *c, json_t *step,
                               struct kvsim_conform_result *res)
 {
     size_t k = c->nsteps;
-    int rc = -1;
+    int rc = KVSIM_ESCENARIO; /* a failed runner runs nothing more */
     if (!c->failed) {
         /* Validation failures count as "invalid" even mid-run: the op itself is malformed. */
         c->running = false;
@@ -419,7 +420,7 @@ int kvsim_conform_runner_step(struct kvsim_conform_runner *c, json_t *step,
         c->nsteps++;
     }
     fill_result(c, res);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 void kvsim_conform_runner_destroy(struct kvsim_conform_runner *c)
@@ -500,7 +501,7 @@ static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **s
     json_t *src = json_object_get(root, "source");
     *steps = json_object_get(root, "steps");
     if (conform__check_keys(c, root, top_keys, "top level"))
-        return -1;
+        return conform__failed(c);
     if (!json_is_string(name))
         return conform__fail(c, "top level: key 'name' must be a string");
     if (src && !json_is_string(src))
@@ -511,14 +512,14 @@ static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **s
     struct kvsim_tiers_config tc;
     bool offload;
     if (conform__parse_config(c, json_object_get(root, "config"), &sc, &tc, &offload))
-        return -1;
+        return conform__failed(c);
     size_t k;
     json_t *st;
     json_array_foreach(*steps, k, st)
     {
         if (conform__validate_step(c, st, k)) {
             mark_failed(c, (long)k, st);
-            return -1;
+            return conform__failed(c);
         }
     }
     return 0;
@@ -542,7 +543,7 @@ int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
             int r = run_step(&c, st, k);
             if (r != 0 && r != OP_SKIPPED) {
                 mark_failed(&c, (long)k, st);
-                rc = -1;
+                rc = r;
                 break;
             }
         }
@@ -552,5 +553,5 @@ int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
     if (stats)
         *stats = c.stats;
     runner_fini(&c);
-    return rc ? -1 : 0;
+    return rc;
 }

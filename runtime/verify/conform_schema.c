@@ -101,7 +101,7 @@ int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_toke
         json_array_foreach(cat, i, e)
         {
             if (conform__tokens_parse(c, e, out, n, cap, where))
-                return -1;
+                return conform__failed(c);
         }
         return 0;
     }
@@ -197,7 +197,7 @@ static int parse_offload(struct kvsim_conform_runner *c, json_t *o, struct kvsim
     if (!json_is_object(o))
         return conform__fail(c, "config: key 'offload' must be an object");
     if (conform__check_keys(c, o, offload_keys, "config: offload"))
-        return -1;
+        return conform__failed(c);
     if (!json_object_get(o, "g2_blocks"))
         return conform__fail(c, "config: offload: missing key 'g2_blocks'");
     uint64_t g2 = 0, g3 = 0, bytes = tc->pipe.block_bytes, seed = tc->pipe.seed;
@@ -208,7 +208,7 @@ static int parse_offload(struct kvsim_conform_runner *c, json_t *o, struct kvsim
         offload_uint(c, o, "permits", 1, MAX_LANE_PERMITS, &permits) ||
         offload_uint(c, o, "max_blocks", 1, 64, &max_blocks) ||
         offload_uint(c, o, "seed", 0, INT64_MAX, &seed))
-        return -1;
+        return conform__failed(c);
     json_t *v = json_object_get(o, "g3_write_through");
     if (v && !json_is_boolean(v))
         return conform__fail(c, "config: offload: key 'g3_write_through' must be a boolean");
@@ -259,7 +259,7 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sc
     if (!json_is_object(cfg))
         return conform__fail(c, "config: must be an object");
     if (conform__check_keys(c, cfg, config_keys, "config"))
-        return -1;
+        return conform__failed(c);
     if (cfg_uint(c, cfg, "block_size", &sc->block_size) ||
         cfg_uint(c, cfg, "num_blocks", &sc->num_blocks) ||
         cfg_uint(c, cfg, "max_num_seqs", &sc->max_num_seqs) ||
@@ -273,7 +273,7 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sc
         cfg_bool(c, cfg, "defer_block_free", &sc->defer_block_free) ||
         cfg_bool(c, cfg, "preempted_victim_guard", &sc->preempted_victim_guard) ||
         cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc))
-        return -1;
+        return conform__failed(c);
     json_t *p = json_object_get(cfg, "policy");
     if (p) {
         if (json_is_string(p) && strcmp(json_string_value(p), "fcfs") == 0)
@@ -292,11 +292,11 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sc
     if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants) ||
         cfg_bool(c, cfg, "check_liveness", &c->check_liveness) ||
         cfg_bool(c, cfg, "scheduler_checks", &c->scheduler_checks))
-        return -1;
+        return conform__failed(c);
     json_t *off = json_object_get(cfg, "offload");
     if (off) {
         if (parse_offload(c, off, tc))
-            return -1;
+            return conform__failed(c);
         *offload = true;
     }
     json_t *mf = json_object_get(cfg, "max_futile_preemptions");
@@ -453,7 +453,7 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
     if (!json_is_object(ex))
         return conform__fail(c, "%s: key 'expect' must be an object", where);
     if (conform__check_keys(c, ex, expect_keys, where))
-        return -1;
+        return conform__failed(c);
     const char *k;
     json_t *v;
     json_object_foreach(ex, k, v)
@@ -522,7 +522,7 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
                              json_string_value(op));
     snprintf(where, sizeof where, "step %zu (%s)", k, sc->op);
     if (conform__check_keys(c, st, sc->keys, where))
-        return -1;
+        return conform__failed(c);
     for (size_t i = 0; sc->required[i]; i++)
         if (!json_object_get(st, sc->required[i]))
             return conform__fail(c, "%s: missing key '%s'", where, sc->required[i]);
@@ -535,7 +535,7 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
             continue;
         if (!strcmp(key, "expect")) {
             if (validate_expect(c, v, where))
-                return -1;
+                return conform__failed(c);
             continue;
         }
         if (!strcmp(key, "id") || !strcmp(key, "cache_salt"))
@@ -564,7 +564,7 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
             ok = t != NULL;
             json_decref(t);
             if (!ok)
-                return -1;
+                return conform__failed(c);
         } else if (!strcmp(key, "external")) {
             static const char *const ext_keys[] = {"tokens", "async", NULL};
             ok = json_is_object(v) && conform__check_keys(c, v, ext_keys, where) == 0 &&
@@ -572,7 +572,7 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
                  json_integer_value(json_object_get(v, "tokens")) <= UINT32_MAX &&
                  (!json_object_get(v, "async") || json_is_boolean(json_object_get(v, "async")));
             if (!ok && c->err[0])
-                return -1;
+                return conform__failed(c);
         }
         if (!ok)
             return conform__fail(c, "%s: key '%s' has the wrong type", where, key);

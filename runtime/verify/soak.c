@@ -543,7 +543,7 @@ static int emit(struct soak *s, json_t *op)
     json_array_append_new(s->steps, op);
     if (kvsim_conform_runner_step(s->run, op, &s->res) != 0)
         s->failed = true;
-    return s->failed ? -1 : 0;
+    return s->failed ? KVSIM_ESCENARIO : 0;
 }
 
 static struct sched *sch(struct soak *s) { return kvsim_conform_runner_sched(s->run); }
@@ -750,7 +750,7 @@ static int drive(struct soak *s)
         else if (work && nout < depth)
             rc = gen_schedule(s);
         else if (nout > 0)
-            rc = gen_time_for_output(s) ? -1 : gen_output(s, false);
+            rc = (rc = gen_time_for_output(s)) != 0 ? rc : gen_output(s, false);
         else if (!all_added)
             rc = gen_add(s); /* an idle engine: the next arrival comes now */
         else
@@ -806,11 +806,12 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
         rc = -ENOMEM;
     if (rc == 0) {
         rc = kvsim_conform_runner_create(cfg, name, NULL, &s.run, &s.res);
-        if (rc == -1)
-            s.failed = true; /* an invalid configuration: reported like any failure */
+        bool invalid = rc == -EINVAL; /* an invalid configuration: reported like any failure */
+        if (invalid)
+            s.failed = true;
         else if (rc == 0 && drive(&s) != 0 && !s.failed)
             rc = -ENOMEM;
-        if (rc == -1)
+        if (invalid)
             rc = 0;
     }
     if (res)

@@ -101,14 +101,15 @@ struct kvsim_conform_runner;
 
 /*
  * kvsim_conform_run_json - validate the whole document, then run it step by step until the
- * first failure. stats (optional) receives what ran. Returns 0 (pass) or -1 (res says why).
+ * first failure. stats (optional) receives what ran. Returns 0 (pass), KVSIM_ESCENARIO (it ran
+ * and something did not hold) or -EINVAL (the document is malformed); res says why.
  */
 int kvsim_conform_run_json(json_t *doc, const struct kvsim_conform_options *opt,
                            struct kvsim_conform_result *res, struct kvsim_conform_stats *stats);
 
 /*
  * kvsim_conform_runner_create - a runner for a scenario built op by op: config is the scenario's
- * `config` object (NULL = defaults), name labels --trace lines. Returns 0, or -1 with res
+ * `config` object (NULL = defaults), name labels --trace lines. Returns 0, -EINVAL with res
  * filled (invalid config), or -ENOMEM.
  */
 int kvsim_conform_runner_create(json_t *config, const char *name,
@@ -116,7 +117,8 @@ int kvsim_conform_runner_create(json_t *config, const char *name,
                                 struct kvsim_conform_runner **out,
                                 struct kvsim_conform_result *res);
 /* Validates and runs the next step (its index is the number of steps run so far). Returns 0,
- * or -1 with res filled; after a failure the runner only accepts destroy. */
+ * or KVSIM_ESCENARIO / -EINVAL (a malformed step) with res filled; after a failure the runner
+ * only accepts destroy. */
 int kvsim_conform_runner_step(struct kvsim_conform_runner *r, json_t *step,
                               struct kvsim_conform_result *res);
 void kvsim_conform_runner_destroy(struct kvsim_conform_runner *r);

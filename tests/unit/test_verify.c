@@ -158,7 +158,7 @@ Test(runner, the_pinned_dead_end_fails_with_its_kind_and_shape)
 {
     json_t *doc = load("tests/regressions/known-dead-end-priority-async-load.json");
     struct kvsim_conform_result res;
-    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_eq(res.verdict, KVSIM_CONFORM_FAIL);
     cr_assert_str_eq(res.kind, "dead_end");
     cr_assert_eq(res.step, 4);
@@ -175,7 +175,7 @@ Test(runner, check_invariants_fails_the_op_that_broke_one)
 {
     json_t *doc = load("tests/soak/invariant-waiting-holds-blocks.json");
     struct kvsim_conform_result res;
-    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "invariant:waiting_holds_no_blocks");
     cr_assert_eq(res.step, 10);
     cr_assert_str_eq(res.op, "kv_allocate");
@@ -200,7 +200,7 @@ Test(runner, futile_preemptions_are_counted_and_bounded)
     cr_assert_eq(st.max_futile_in_one_schedule, 2);
     cr_assert_eq(st.zero_progress_schedules, 1);
     json_object_set_new(json_object_get(off, "config"), "max_futile_preemptions", json_integer(0));
-    cr_assert_eq(kvsim_conform_run_json(off, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(off, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "futile_preemption");
     cr_assert_eq(res.step, 3);
     cr_assert(strstr(res.message, "preempted [R1,R0], 2 of them"), "%s", res.message);
@@ -241,11 +241,12 @@ Test(runner, no_false_alarms_on_the_conformance_scenarios)
         int rc = kvsim_conform_run_json(doc, NULL, &res, NULL);
         /* SC-10b withholds a sampled token on purpose: the liveness rule refuses that. */
         if (strstr(rel, "SC-10b"))
-            cr_assert(rc == -1 && !strcmp(res.kind, "error"), "%s: %s", rel, res.message);
+            cr_assert(rc == KVSIM_ESCENARIO && !strcmp(res.kind, "error"), "%s: %s", rel,
+                      res.message);
         /* OFF-03 runs the legacy partial allocation: the invariant check catches it at once. */
         else if (strstr(rel, "OFF-03"))
-            cr_assert(rc == -1 && !strcmp(res.kind, "invariant:waiting_holds_no_blocks") &&
-                          res.step == 7,
+            cr_assert(rc == KVSIM_ESCENARIO &&
+                          !strcmp(res.kind, "invariant:waiting_holds_no_blocks") && res.step == 7,
                       "%s: [%s] step %ld %s", rel, res.kind, res.step, res.message);
         else
             cr_assert_eq(rc, 0, "%s: [%s] %s", rel, res.kind, res.message);
@@ -400,7 +401,7 @@ Test(offload, advance_moves_virtual_time_and_applies_transfers_that_end_by_then)
     const char *back = "{\"name\":\"t\",\"steps\":[{\"op\":\"advance\",\"to_ns\":50},"
                        "{\"op\":\"advance\",\"to_ns\":49},"
                        "{\"op\":\"check\",\"expect\":{\"now_ns\":50}}]}";
-    cr_assert_eq(run_text(back, NULL, &res, NULL), -1);
+    cr_assert_eq(run_text(back, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "error");
     cr_assert_eq(res.step, 1);
     cr_assert(strstr(res.message, "key 'to_ns': 49 is before now (50)"), "%s", res.message);
@@ -418,7 +419,7 @@ Test(offload, advance_moves_virtual_time_and_applies_transfers_that_end_by_then)
     cr_assert_eq(run_text("{\"name\":\"t\",\"steps\":[{\"op\":\"check\",\"expect\":{\"offload\":"
                           "{\"loads\":0}}}]}",
                           NULL, &res, NULL),
-                 -1);
+                 KVSIM_ESCENARIO);
     cr_assert(strstr(res.message, "only observable with offload tiers"), "%s", res.message);
 }
 
@@ -454,7 +455,7 @@ Test(offload, the_format_is_strict_about_the_offload_object_and_advance)
         char text[1024];
         snprintf(text, sizeof text, "{\"name\":\"bad\",%s}", bad[i].cfg_or_step);
         struct kvsim_conform_result res;
-        cr_assert_eq(run_text(text, NULL, &res, NULL), -1, "%s", text);
+        cr_assert_eq(run_text(text, NULL, &res, NULL), -EINVAL, "%s", text);
         cr_assert_eq(res.verdict, KVSIM_CONFORM_INVALID, "%s: %s", text, res.message);
         cr_assert(strstr(res.message, bad[i].message), "%s: got '%s'", text, res.message);
     }
@@ -478,7 +479,7 @@ Test(offload, a_parked_onboarding_with_a_pending_transfer_is_not_a_dead_end)
     cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "[%s] %s", res.kind,
                  res.message);
     json_array_append_new(cut, json_pack("{s:s,s:[s]}", "op", "output", "finished_recving", "b"));
-    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "error");
     cr_assert(strstr(res.message, "'b' is loading from the offload tiers"), "%s", res.message);
     json_decref(doc);
@@ -507,7 +508,7 @@ Test(offload, the_legacy_regression_fails_with_its_shape_and_passes_transactiona
 {
     json_t *doc = load("tests/regressions/legacy/legacy-partial-alloc-dead-end.json");
     struct kvsim_conform_result res;
-    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "dead_end");
     cr_assert_eq(res.step, 9);
     cr_assert(
@@ -517,7 +518,7 @@ Test(offload, the_legacy_regression_fails_with_its_shape_and_passes_transactiona
     /* With every invariant check on, the partial allocation itself is what fails. */
     json_t *cfg = json_object_get(doc, "config");
     json_object_set_new(cfg, "check_invariants", json_true());
-    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), -1);
+    cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "invariant:waiting_holds_no_blocks", "%s", res.message);
     cr_assert_eq(res.step, 7, "the schedule that committed the partial allocation");
     cr_assert(strstr(res.message, "id='r5'"), "%s", res.message);

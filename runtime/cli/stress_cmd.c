@@ -241,12 +241,12 @@ int cli_stress(const char *prog, int parts, int argc, char **argv)
         fflush(stdout);
         int rc = kvsim_stress_offload_run(&po, stdout, &res);
         summary(stdout, prog, "pipeline", rc, &res);
-        failed |= rc;
+        failed |= rc != 0;
     }
     if (parts & KVSIM_STRESS_REGISTRY) {
         int rc = kvsim_stress_registry_run(&ro, stdout, &res);
         summary(stdout, prog, "registry", rc, &res);
-        failed |= rc;
+        failed |= rc != 0;
     }
     printf("%s: %s\n", prog, failed ? "FAILED" : "ok");
     return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;

@@ -683,8 +683,9 @@ static int wind_down(struct soak *s)
         if (added_unfinished(&s->reqs[i]))
             json_array_append_new(ids, json_string(s->reqs[i].id));
     if (json_array_size(ids)) {
-        if (emit(s, json_pack("{s:s,s:o}", "op", "abort", "ids", ids)))
-            return -1;
+        int rc = emit(s, json_pack("{s:s,s:o}", "op", "abort", "ids", ids));
+        if (rc)
+            return rc;
     } else {
         json_decref(ids);
     }
@@ -693,8 +694,9 @@ static int wind_down(struct soak *s)
         size_t nout = kvsim_conform_runner_outstanding(s->run, &outs);
         if (nout == 0 && s->npend == 0)
             break;
-        if (nout == 0 ? gen_schedule(s) : gen_output(s, true))
-            return -1;
+        int rc = nout == 0 ? gen_schedule(s) : gen_output(s, true);
+        if (rc)
+            return rc;
     }
     /* Every transfer drains: holds go back, aborted onboardings free their blocks. */
     for (int k = 0; k < WIND_DOWN_LIMIT; k++) {
@@ -702,8 +704,9 @@ static int wind_down(struct soak *s)
         if (d == INT64_MAX)
             break;
         int64_t now = kvsim_conform_runner_now(s->run);
-        if (emit_advance_to(s, d > now ? d : now))
-            return -1;
+        int rc = emit_advance_to(s, d > now ? d : now);
+        if (rc)
+            return rc;
     }
     uint32_t usable = (uint32_t)s->v[KVSIM_DIM_NUM_BLOCKS] - 1;
     json_t *ex = json_pack("{s:I}", "free_blocks", (json_int_t)usable);

@@ -436,7 +436,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
         opt.workers == 0 || opt.batches > SECONDS_CAP || (!opt.batches && !(opt.seconds > 0)) ||
         opt.guard_ms <= 0) {
         fprintf(stderr, "%s: pipeline: invalid options\n", opt.prog);
-        return 1;
+        return -EINVAL;
     }
     guard_ns = opt.guard_ms * 1000000;
     atomic_store(&violations, 0);
@@ -458,13 +458,13 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     int rc = offload_pool_create(&pc, &pool);
     if (rc) {
         fprintf(stderr, "%s: offload_pool_create: %s\n", opt.prog, kvsim_strerror(rc));
-        return 1;
+        return rc;
     }
     struct owner *owners = calloc(opt.threads, sizeof *owners);
     if (!owners) {
         fprintf(stderr, "%s: out of memory\n", opt.prog);
         offload_pool_destroy(pool);
-        return 1;
+        return -ENOMEM;
     }
     /* Pipelines are created on the calling thread and used by their owner thread only: thread
      * creation orders the handover. */
@@ -484,7 +484,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
         }
         free(owners);
         offload_pool_destroy(pool);
-        return 1;
+        return rc;
     }
     char mode[64];
     if (opt.batches)
@@ -589,5 +589,5 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     uint64_t v = atomic_load(&violations);
     if (res)
         *res = (struct kvsim_stress_result){.ops = ops, .elapsed_s = t_main, .violations = v};
-    return v ? 1 : 0;
+    return v ? KVSIM_EINVARIANT : 0;
 }

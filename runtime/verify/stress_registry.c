@@ -439,7 +439,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
     if (o->writers == 0 || o->writers > 64 || o->readers > 64 || o->steps == 0 ||
         o->steps > KVSIM_STRESS_UNBOUNDED_STEPS) {
         fprintf(stderr, "%s: registry: invalid options\n", prog);
-        return 1;
+        return -EINVAL;
     }
     pthread_mutex_init(&g.msg_lock, NULL);
     int nw = g.opt.writers, nr = g.opt.readers;
@@ -447,7 +447,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
     if (rc != 0) {
         fprintf(stderr, "%s: kvpool_registry_create: %s\n", prog, kvsim_strerror(rc));
         pthread_mutex_destroy(&g.msg_lock);
-        return 1;
+        return rc;
     }
     g.writers = calloc((size_t)nw, sizeof *g.writers);
     g.readers = calloc((size_t)nr + 1, sizeof *g.readers);
@@ -458,7 +458,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
         kvpool_registry_destroy(g.reg);
         free(th);
         free_run();
-        return 1;
+        return -ENOMEM;
     }
     for (int w = 0; w < nw; w++) {
         g.writers[w].id = w;
@@ -468,7 +468,7 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
             kvpool_registry_destroy(g.reg);
             free(th);
             free_run();
-            return 1;
+            return rc;
         }
     }
     for (int r = 0; r < nr; r++) {
@@ -555,5 +555,5 @@ int kvsim_stress_registry_run(const struct kvsim_stress_opts *o, FILE *out,
                                             .elapsed_s = elapsed,
                                             .violations = (uint64_t)nv};
     free_run();
-    return nv ? 1 : 0;
+    return nv ? KVSIM_EINVARIANT : 0;
 }

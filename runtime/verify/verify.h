@@ -305,7 +305,8 @@ int kvsim_minimize_scenario(json_t *doc, const char *name, uint64_t max_runs,
 /*
  * The harnesses behind `kvsim stress` and the stress_offload / stress_registry executables.
  *
- * Two parts, each a self-checking run that prints what it did and returns 0 (no violation) or 1:
+ * Two parts, each a self-checking run that prints what it did and returns 0 (no violation),
+ * KVSIM_EINVARIANT (a violation) or a negative errno (it could not run):
  *  - the offload pipeline (stress_offload.c): owner threads hammering pipelines on one shared
  *    thread pool; checks permits, exactly-once completion, settlement and liveness;
  *  - the block registry (stress_registry.c): writers, readers and a reclaimer on one registry;
@@ -350,7 +351,8 @@ struct kvsim_stress_result {
 /*
  * kvsim_stress_offload_run / kvsim_stress_registry_run - run one part with o, print its report
  * to out (violations to stderr) and fill *res if non-NULL. Returns 0 when nothing was violated,
- * 1 otherwise (including a setup failure, reported on stderr).
+ * KVSIM_EINVARIANT when something was, or a negative errno when it could not run (reported on
+ * stderr).
  */
 int kvsim_stress_offload_run(const struct kvsim_stress_opts *o, FILE *out,
                              struct kvsim_stress_result *res);

@@ -180,6 +180,7 @@ const char *kvpool_owner_class_name(enum kvpool_owner_class cls)
     case KVPOOL_OWNER_DEST_RESERVATION: return "destination_reservation";
     case KVPOOL_OWNER_TRANSFER_HOLD: return "transfer_hold";
     case KVPOOL_OWNER_DEFERRED_FREE: return "deferred_free";
+    case KVPOOL_OWNER_HANDOFF_SOURCE: return "handoff_source";
     }
     return "?";
 }

@@ -77,6 +77,7 @@ enum kvpool_owner_class {
     KVPOOL_OWNER_DEST_RESERVATION, /* destination of an async load or a disaggregated handoff */
     KVPOOL_OWNER_TRANSFER_HOLD,    /* source of an in-flight copy (kvpool_hold_block) */
     KVPOOL_OWNER_DEFERRED_FREE,    /* detached blocks waiting for a deferred-free fence */
+    KVPOOL_OWNER_HANDOFF_SOURCE,   /* a finished prefill's blocks pinned for a remote decode */
 };
 KVSIM_EXTERN const char *kvpool_owner_class_name(enum kvpool_owner_class cls);
 

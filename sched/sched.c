@@ -33,6 +33,10 @@ struct sched {
     size_t num_pending_preempted;
     struct sched_request **last_finished;
     uint32_t num_last_finished;
+    struct sched_pin *pins; /* live source pins (kv_producer requests that finished) */
+    uint32_t num_pins, num_pinned_blocks;
+    struct sched_pin **last_pinned; /* pins made by the last update / abort */
+    uint32_t num_last_pinned;
     size_t cap_reqs;            /* capacity reserved in every per-request array */
     struct sched_request *live; /* every unreleased request */
     size_t num_live;
@@ -157,6 +161,7 @@ static void free_step(struct sched_step *st)
     free(st->new_reqs);
     free(st->resumed);
     free(st->preempted);
+    free(st->parked);
     free(st);
 }
 
@@ -179,6 +184,8 @@ void sched_destroy(struct sched *s)
         s->live = r->next_live;
         request_free(s, r);
     }
+    while (s->pins)
+        sched_release_pin(s, s->pins);
     while (s->deferred_head) {
         struct deferred_free *d = s->deferred_head;
         s->deferred_head = d->next;
@@ -197,6 +204,7 @@ void sched_destroy(struct sched *s)
     free(s->tmp_skipped);
     free(s->pending_preempted);
     free(s->last_finished);
+    free(s->last_pinned);
     kvpool_destroy(s->pool);
     free(s);
 }
@@ -220,6 +228,10 @@ static int reserve_requests(struct sched *s, size_t n)
             return -ENOMEM;
         *arrays[i] = na;
     }
+    struct sched_pin **np = realloc(s->last_pinned, nc * sizeof *np);
+    if (!np)
+        return -ENOMEM;
+    s->last_pinned = np;
     if (sched__rq_reserve(&s->waiting, nc) || sched__rq_reserve(&s->skipped, nc))
         return -ENOMEM;
     s->cap_reqs = nc;
@@ -261,6 +273,7 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
     r->stop_reason = -1;
     r->external_tokens = p->external_tokens;
     r->external_async = p->external_async;
+    r->kv_producer = p->kv_producer;
     r->last_transition = SCHED_T_ADDED;
     r->last_transition_step = s->step_index;
     if (p->num_stop_token_ids) {
@@ -436,7 +449,46 @@ static int preempt(struct sched *s, struct sched_request *r)
     return rc;
 }
 
-/* Marks a request finished and releases (or parks) its blocks. */
+/*
+ * A disaggregated prefill that finished normally keeps its blocks for the remote decode
+ * (vLLM's NixlConnector request_finished: delay_free_blocks when the request holds blocks and
+ * finished stopped or length capped; an abort frees at once). The pin takes them over, so the
+ * request itself holds none. Returns 0 or -ENOMEM (nothing moved: the caller frees instead).
+ */
+static int pin_blocks(struct sched *s, struct sched_request *r)
+{
+    struct sched_pin *pin = calloc(1, sizeof *pin);
+    if (!pin)
+        return -ENOMEM;
+    int rc = kvpool_seq_init(s->pool, &pin->kv, r->id, NULL, 0);
+    if (rc == 0) {
+        pin->kv.owner = KVPOOL_OWNER_HANDOFF_SOURCE;
+        rc = kvpool_seq_move_blocks(s->pool, &pin->kv, &r->kv);
+    }
+    if (rc) {
+        kvpool_seq_fini(s->pool, &pin->kv);
+        free(pin);
+        return rc;
+    }
+    pin->id = r->id;
+    pin->num_tokens = r->num_computed_tokens;
+    pin->next = s->pins;
+    if (s->pins)
+        s->pins->prev = pin;
+    s->pins = pin;
+    s->num_pins++;
+    s->num_pinned_blocks += pin->kv.num_blocks;
+    s->last_pinned[s->num_last_pinned++] = pin;
+    return 0;
+}
+
+static bool pins_at_finish(const struct sched_request *r, enum sched_status st)
+{
+    return r->kv_producer && r->kv.num_blocks > 0 &&
+           (st == SCHED_FINISHED_STOPPED || st == SCHED_FINISHED_LENGTH_CAPPED);
+}
+
+/* Marks a request finished and releases (or parks, or pins) its blocks. */
 static int finish(struct sched *s, struct sched_request *r, enum sched_status st)
 {
     int rc = 0;
@@ -451,7 +503,7 @@ static int finish(struct sched *s, struct sched_request *r, enum sched_status st
         r->free_delayed = true; /* the load still writes these blocks (§5.1) */
         transition(s, r, SCHED_T_FREE_DELAYED);
     } else {
-        rc = free_request_blocks(s, r);
+        rc = pins_at_finish(r, st) ? pin_blocks(s, r) : free_request_blocks(s, r);
         transition(s, r, SCHED_T_FINISHED);
     }
     r->status = st;
@@ -474,6 +526,7 @@ static int step_reserve(struct sched_step *st, size_t n)
         {(void **)&st->new_reqs, &st->cap_new, sizeof *st->new_reqs},
         {(void **)&st->resumed, &st->cap_resumed, sizeof *st->resumed},
         {(void **)&st->preempted, &st->cap_preempted, sizeof *st->preempted},
+        {(void **)&st->parked, &st->cap_parked, sizeof *st->parked},
     };
     if (n > UINT32_MAX)
         return -EOVERFLOW;
@@ -509,7 +562,7 @@ static struct sched_step *step_acquire(struct sched *s, int *err)
         *err = -ENOMEM;
         return NULL;
     }
-    st->num_scheduled = st->num_new = st->num_resumed = st->num_preempted = 0;
+    st->num_scheduled = st->num_new = st->num_resumed = st->num_preempted = st->num_parked = 0;
     st->total_tokens = 0;
     return st;
 }
@@ -665,11 +718,14 @@ struct sched_request *sched_waiting_head(const struct sched *s)
  * again, recomputing what it could not load. */
 static void promote(struct sched *s, struct sched_request *r)
 {
-    if (r->offload_load && r->load_failed) {
+    if (r->load_failed) {
         kvpool_free(s->pool, &r->kv);
         inflight_remove(s, r);
         r->num_computed_tokens = 0;
-        r->onboard_disabled = true;
+        if (r->offload_load)
+            r->onboard_disabled = true;
+        else
+            r->external_tokens = 0; /* the connector's KV is gone: compute the prompt here */
     } else {
         if (r->offload_load) {
             uint64_t t = (uint64_t)r->onboard_blocks * s->cfg.block_size;
@@ -691,12 +747,13 @@ static void promote(struct sched *s, struct sched_request *r)
 
 int sched_load_finished(struct sched *s, struct sched_request *r, bool ok)
 {
-    if (!r->offload_load)
+    if (!r->offload_load && !r->external_async)
         return -EINVAL;
     if (r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) {
         r->recv_finished = true;
         r->load_failed = !ok;
-        s->offload_counters.load_failures += !ok;
+        if (r->offload_load)
+            s->offload_counters.load_failures += !ok;
         return 0;
     }
     if (r->free_delayed) { /* finished while loading: the blocks were waiting for this */
@@ -868,9 +925,11 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         if (load_async) {
             r->status = SCHED_WAITING_FOR_REMOTE_KVS;
             r->num_computed_tokens = computed;
+            r->loading_tokens = external;
             r->kv.owner = KVPOOL_OWNER_DEST_RESERVATION;
             inflight_add(s, r);
             s->tmp_skipped[nskipped++] = r;
+            st->parked[st->num_parked++] = r;
             transition(s, r, SCHED_T_PARKED);
             if (onboard) {
                 r->offload_load = true;
@@ -1009,6 +1068,7 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
     s->num_outstanding--;
     st->outstanding = false;
     s->num_last_finished = 0;
+    s->num_last_pinned = 0;
     int rc = 0;
     if (s->cfg.defer_block_free && st->total_tokens > 0) {
         s->processed_step_seq++;
@@ -1067,6 +1127,7 @@ struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t
 int sched_abort(struct sched *s, struct sched_request *req)
 {
     s->num_last_finished = 0;
+    s->num_last_pinned = 0;
     if (sched_status_is_finished(req->status))
         return -EALREADY;
     int rc = finish(s, req, SCHED_FINISHED_ABORTED);
@@ -1118,6 +1179,31 @@ uint32_t sched_waiting_snapshot(const struct sched *s, struct sched_request **ou
     }
     return (uint32_t)total;
 }
+
+struct sched_pin *const *sched_last_pinned(const struct sched *s, uint32_t *n)
+{
+    *n = s->num_last_pinned;
+    return s->last_pinned;
+}
+
+int sched_release_pin(struct sched *s, struct sched_pin *pin)
+{
+    if (pin->prev)
+        pin->prev->next = pin->next;
+    else
+        s->pins = pin->next;
+    if (pin->next)
+        pin->next->prev = pin->prev;
+    s->num_pins--;
+    s->num_pinned_blocks -= pin->kv.num_blocks;
+    kvpool_free(s->pool, &pin->kv); /* tail first, as _free_blocks after finished_sending */
+    kvpool_seq_fini(s->pool, &pin->kv);
+    free(pin);
+    return 0;
+}
+
+uint32_t sched_num_pins(const struct sched *s) { return s->num_pins; }
+uint32_t sched_num_pinned_blocks(const struct sched *s) { return s->num_pinned_blocks; }
 
 uint32_t sched_num_unfinished(const struct sched *s) { return (uint32_t)s->num_unfinished; }
 uint64_t sched_num_preemptions(const struct sched *s) { return s->num_preemptions; }
@@ -1229,6 +1315,19 @@ int sched_check(struct sched *s, struct sched_violation *v)
     if (unfinished != s->num_unfinished)
         return req_violation(v, "unfinished_count", NULL, (int64_t)s->num_unfinished,
                              (int64_t)unfinished);
+    uint64_t pinned = 0;
+    for (const struct sched_pin *p = s->pins; p; p = p->next) {
+        if (p->kv.owner != KVPOOL_OWNER_HANDOFF_SOURCE || p->kv.num_blocks == 0) {
+            req_violation(v, "pin_is_handoff_source", NULL, 1, 0);
+            v->request_id = p->id;
+            v->owner = p->kv.owner;
+            return -EUCLEAN;
+        }
+        pinned += p->kv.num_blocks;
+    }
+    if (pinned != s->num_pinned_blocks)
+        return req_violation(v, "pinned_block_count", NULL, (int64_t)s->num_pinned_blocks,
+                             (int64_t)pinned);
     return 0;
 }
 

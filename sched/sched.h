@@ -129,6 +129,10 @@ struct sched_request_params {
     bool prompt_logprobs;     /* never reads the prefix cache (still writes it) */
     uint32_t external_tokens; /* tokens a KV connector reports on lookup (0 = none) */
     bool external_async;      /* ... loaded asynchronously (WAITING_FOR_REMOTE_KVS) */
+    /* A disaggregated prefill (vLLM's do_remote_decode): when it finishes normally (stopped or
+     * length capped) its blocks are not freed but pinned for the remote decode that will read
+     * them (sched_last_pinned), until sched_release_pin. */
+    bool kv_producer;
 };
 
 /*
@@ -157,6 +161,8 @@ struct sched_request {
     uint32_t num_preemptions;
     uint32_t external_tokens;
     bool external_async;
+    bool kv_producer;          /* a disaggregated prefill: its blocks are pinned at finish */
+    uint64_t loading_tokens;   /* tokens the pending (or last) async load brings in */
     bool offload_load;         /* the pending async load is an onboarding from G2/G3 */
     uint32_t onboard_blocks;   /* blocks of the pending onboarding */
     uint64_t onboarded_tokens; /* tokens loaded from G2/G3 instead of recomputed (total) */
@@ -213,7 +219,10 @@ struct sched_step {
     uint32_t num_resumed;
     struct sched_request **preempted; /* preempted since the previous schedule */
     uint32_t num_preempted;
-    uint32_t cap_scheduled, cap_new, cap_resumed, cap_preempted;
+    struct sched_request **parked; /* admitted as async loads (WAITING_FOR_REMOTE_KVS): their
+                                    * destination reservations were made by this schedule */
+    uint32_t num_parked;
+    uint32_t cap_scheduled, cap_new, cap_resumed, cap_preempted, cap_parked;
     bool outstanding; /* scheduled, output not applied yet */
 };
 
@@ -265,10 +274,39 @@ KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
 KVSIM_EXTERN struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
 
 /*
- * sched_load_finished - an onboarding started by the start_load hook has ended (ok: its blocks
- * hold the data; otherwise the request recomputes them). The request is promoted by the next
- * schedule (vLLM delivers this as finished_recving with the next model output; the engine here
- * may also be idle). Owner thread. Returns 0, -EINVAL (no load in flight for r).
+ * A source pin: the blocks of a finished disaggregated prefill (kv_producer), kept for the
+ * remote decode that reads them (vLLM's delay_free_blocks: the connector's request_finished
+ * asked for a delayed free). The blocks belong to the pin, not the request (owner class
+ * HANDOFF_SOURCE): they stay cached and count against the pool's capacity until the pin is
+ * released. Read-only for callers; owned by the scheduler until sched_release_pin.
+ */
+struct sched_pin {
+    uint64_t id;                   /* the finished request's id */
+    uint64_t num_tokens;           /* tokens whose KV the blocks hold (vLLM's remote_num_tokens) */
+    struct kvpool_seq kv;          /* the pinned blocks */
+    struct sched_pin *next, *prev; /* private: the scheduler's list of live pins */
+};
+/* Pins made by the last sched_update / sched_abort call (a producer that finished normally and
+ * held blocks), in finishing order. */
+KVSIM_EXTERN struct sched_pin *const *sched_last_pinned(const struct sched *s, uint32_t *n);
+/*
+ * sched_release_pin - the remote decode is done with the pin's blocks (it read them, or the
+ * handoff was aborted): free them, tail first (they stay in the prefix cache as evictable
+ * blocks), and forget the pin. Returns 0.
+ */
+KVSIM_EXTERN int sched_release_pin(struct sched *s, struct sched_pin *pin);
+/* Live pins and the blocks they hold (O(1)). */
+KVSIM_EXTERN uint32_t sched_num_pins(const struct sched *s);
+KVSIM_EXTERN uint32_t sched_num_pinned_blocks(const struct sched *s);
+
+/*
+ * sched_load_finished - an async load has ended: an onboarding started by the start_load hook,
+ * or a KV-connector load (external_async; e.g. a disaggregated decode's transfer). ok: its
+ * blocks hold the data, the request is promoted by the next schedule (vLLM delivers this as
+ * finished_recving with the next model output; the engine here may also be idle); otherwise the
+ * request gives the blocks back and recomputes (vLLM's default kv_load_failure_policy). For a
+ * request that finished (was aborted) while loading, the blocks it kept for the load are freed
+ * now. Owner thread. Returns 0, -EINVAL (no load in flight for r).
  */
 KVSIM_EXTERN int sched_load_finished(struct sched *s, struct sched_request *r, bool ok);
 

@@ -60,6 +60,10 @@ struct kvpool {
     uint64_t generation;
     uint64_t capacity_generation;
     uint32_t num_held_only; /* blocks referenced only by transfer holds (ref == holds > 0) */
+    /* Handoff source pins (disaggregated prefills): pins[b] counts the references of
+     * HANDOFF_SOURCE sequences to block b (part of ref); allocated at the first pin. */
+    uint32_t *pins, *scratch_pins;
+    uint32_t num_pinned_only; /* blocks referenced only by pins (ref == pins > 0) */
     kvpool_store_fn store_hook;
     void *store_ctx;
     struct kvpool_seq *seqs; /* attached sequences (for kvpool_check) */
@@ -72,6 +76,12 @@ struct kvpool {
     uint32_t *scratch_ref;
     const struct kvpool_seq **scratch_owner;
 };
+
+/* A block whose every reference is a handoff source pin's: stranded until the pin goes. */
+static inline bool pinned_only(const struct kvpool *p, kvpool_block_id b)
+{
+    return p->pins && p->pins[b] && p->blk[b].ref == p->pins[b];
+}
 
 /* ---- free queue ---------------------------------------------------------------------------- */
 
@@ -264,6 +274,8 @@ void kvpool_destroy(struct kvpool *pool)
     free(pool->bk);
     free(pool->scratch_ref);
     free(pool->scratch_owner);
+    free(pool->pins);
+    free(pool->scratch_pins);
     kvpool__fq_fini(&pool->fq);
     free(pool->events);
     free(pool->event_hashes);
@@ -647,6 +659,7 @@ int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_pla
     for (uint32_t i = 0; i < plan->num_hit_blocks; i++) {
         kvpool_block_id b = map_find(pool, seq->hashes[i]);
         pool->num_held_only -= held_only(&pool->blk[b]);
+        pool->num_pinned_only -= pinned_only(pool, b);
         if (pool->blk[b].ref++ == 0)
             kvpool__fq_remove(&pool->fq, b);
         seq->blocks[seq->num_blocks++] = b;
@@ -696,6 +709,7 @@ static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_
         kvpool_block_id b = ids[i];
         if (--p->blk[b].ref != 0) {
             p->num_held_only += held_only(&p->blk[b]);
+            p->num_pinned_only += pinned_only(p, b);
             continue;
         }
         freed = true;
@@ -713,6 +727,13 @@ static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_
 void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq)
 {
     uint32_t n = seq->num_blocks;
+    if (seq->owner == KVPOOL_OWNER_HANDOFF_SOURCE && pool->pins) {
+        for (uint32_t i = 0; i < n; i++) { /* the pin's references stop being pins first */
+            kvpool_block_id b = seq->blocks[i];
+            pool->num_pinned_only -= pinned_only(pool, b);
+            pool->pins[b]--;
+        }
+    }
     /* Tail first: reverse in place, release, then forget the table. */
     for (uint32_t i = 0; i < n / 2; i++) {
         kvpool_block_id t = seq->blocks[i];
@@ -725,10 +746,34 @@ void kvpool_free(struct kvpool *pool, struct kvpool_seq *seq)
     pool->generation++;
 }
 
+/* The pin counters, allocated at the first pin. Returns 0 or -ENOMEM. */
+static int pins_ready(struct kvpool *p)
+{
+    if (p->pins)
+        return 0;
+    p->pins = calloc(p->num_blocks, sizeof *p->pins);
+    p->scratch_pins = calloc(p->num_blocks, sizeof *p->scratch_pins);
+    if (p->pins && p->scratch_pins)
+        return 0;
+    free(p->pins);
+    free(p->scratch_pins);
+    p->pins = p->scratch_pins = NULL;
+    return -ENOMEM;
+}
+
 int kvpool_seq_move_blocks(struct kvpool *pool, struct kvpool_seq *dst, struct kvpool_seq *src)
 {
-    if (seq_reserve_blocks(dst, (uint64_t)dst->num_blocks + src->num_blocks) != 0)
+    if (src->owner == KVPOOL_OWNER_HANDOFF_SOURCE)
+        return -EINVAL; /* a pin's blocks only ever go back to the pool */
+    bool pin = dst->owner == KVPOOL_OWNER_HANDOFF_SOURCE;
+    if ((pin && pins_ready(pool) != 0) ||
+        seq_reserve_blocks(dst, (uint64_t)dst->num_blocks + src->num_blocks) != 0)
         return -ENOMEM;
+    for (uint32_t i = 0; pin && i < src->num_blocks; i++) {
+        kvpool_block_id b = src->blocks[i];
+        pool->pins[b]++; /* the reference stays, it becomes the pin's */
+        pool->num_pinned_only += pinned_only(pool, b);
+    }
     memcpy(dst->blocks + dst->num_blocks, src->blocks, src->num_blocks * sizeof *src->blocks);
     dst->num_blocks += src->num_blocks;
     dst->num_cached_blocks = 0; /* dst's blocks are not a chain of its own hashes */
@@ -750,6 +795,7 @@ int kvpool_hold_block(struct kvpool *pool, kvpool_block_id block)
         kvpool__fq_remove(&pool->fq, block);
     }
     pool->num_held_only -= held_only(&pool->blk[block]);
+    pool->num_pinned_only -= pinned_only(pool, block);
     pool->blk[block].ref++;
     pool->blk[block].holds++;
     pool->num_held_only += held_only(&pool->blk[block]);
@@ -772,6 +818,7 @@ int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
 
 uint32_t kvpool_num_free_blocks(const struct kvpool *pool) { return pool->fq.count; }
 uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool) { return pool->num_held_only; }
+uint32_t kvpool_num_pinned_only_blocks(const struct kvpool *pool) { return pool->num_pinned_only; }
 
 void kvpool_set_store_hook(struct kvpool *pool, kvpool_store_fn fn, void *ctx)
 {
@@ -868,7 +915,14 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
     uint32_t n = p->num_blocks;
     memset(p->scratch_ref, 0, n * sizeof *p->scratch_ref);
     memset(p->scratch_owner, 0, n * sizeof *p->scratch_owner);
+    if (p->pins)
+        memset(p->scratch_pins, 0, n * sizeof *p->scratch_pins);
     for (const struct kvpool_seq *s = p->seqs; s; s = s->next) {
+        if (s->owner == KVPOOL_OWNER_HANDOFF_SOURCE && !p->pins && s->num_blocks)
+            return violation(v, s->blocks[0], s->owner, s->id, "pin_count", 1, 0);
+        for (uint32_t i = 0; s->owner == KVPOOL_OWNER_HANDOFF_SOURCE && i < s->num_blocks; i++)
+            if (s->blocks[i] > 0 && (uint32_t)s->blocks[i] < n)
+                p->scratch_pins[s->blocks[i]]++;
         if (s->num_cached_blocks > s->num_blocks)
             return violation(v, -1, s->owner, s->id, "seq_cached_blocks", s->num_blocks,
                              s->num_cached_blocks);
@@ -886,7 +940,7 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
     }
     if (p->blk[0].ref != 0 || kvpool__fq_contains(&p->fq, 0) || (p->blk[0].flags & BLOCK_HASHED))
         return violation(v, 0, KVPOOL_OWNER_NONE, 0, "null_block", 0, 1);
-    uint32_t hashed = 0, held = 0;
+    uint32_t hashed = 0, held = 0, pinned = 0;
     for (uint32_t b = 1; b < n; b++) {
         const struct kvpool_seq *o = p->scratch_owner[b];
         /* A referenced block nobody claims is a leak (NONE), hashed or not: only an
@@ -909,7 +963,14 @@ int kvpool_check(const struct kvpool *pool, struct kvpool_violation *v)
         if (p->blk[b].flags & BLOCK_HASHED)
             hashed++;
         held += held_only(&p->blk[b]);
+        if (p->pins && p->pins[b] != p->scratch_pins[b])
+            return violation(v, (kvpool_block_id)b, KVPOOL_OWNER_HANDOFF_SOURCE, oid, "pin_count",
+                             p->scratch_pins[b], p->pins[b]);
+        pinned += pinned_only(p, (kvpool_block_id)b);
     }
+    if (pinned != p->num_pinned_only)
+        return violation(v, -1, KVPOOL_OWNER_HANDOFF_SOURCE, 0, "pinned_only_count", pinned,
+                         p->num_pinned_only);
     if (held != p->num_held_only)
         return violation(v, -1, KVPOOL_OWNER_TRANSFER_HOLD, 0, "held_only_count", held,
                          p->num_held_only);

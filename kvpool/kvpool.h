@@ -277,6 +277,9 @@ KVSIM_EXTERN int kvpool_release_hold(struct kvpool *pool, kvpool_block_id block)
 KVSIM_EXTERN uint32_t kvpool_num_free_blocks(const struct kvpool *pool); /* null block excluded */
 /* Blocks referenced only by transfer source holds: free once their copies end. */
 KVSIM_EXTERN uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
+/* Blocks every reference of which belongs to handoff source pins (sequences of owner class
+ * HANDOFF_SOURCE): the capacity a disaggregated prefill engine strands for remote decodes. O(1). */
+KVSIM_EXTERN uint32_t kvpool_num_pinned_only_blocks(const struct kvpool *pool);
 KVSIM_EXTERN uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
 KVSIM_EXTERN double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
 KVSIM_EXTERN uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);

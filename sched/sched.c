@@ -34,7 +34,7 @@ struct sched {
     struct sched_request **last_finished;
     uint32_t num_last_finished;
     struct sched_pin *pins; /* live source pins (kv_producer requests that finished) */
-    uint32_t num_pins, num_pinned_blocks;
+    uint32_t num_pins;
     struct sched_pin **last_pinned; /* pins made by the last update / abort */
     uint32_t num_last_pinned;
     size_t cap_reqs;            /* capacity reserved in every per-request array */
@@ -274,6 +274,7 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
     r->external_tokens = p->external_tokens;
     r->external_async = p->external_async;
     r->kv_producer = p->kv_producer;
+    r->external_once = p->external_once;
     r->last_transition = SCHED_T_ADDED;
     r->last_transition_step = s->step_index;
     if (p->num_stop_token_ids) {
@@ -477,7 +478,6 @@ static int pin_blocks(struct sched *s, struct sched_request *r)
         s->pins->prev = pin;
     s->pins = pin;
     s->num_pins++;
-    s->num_pinned_blocks += pin->kv.num_blocks;
     s->last_pinned[s->num_last_pinned++] = pin;
     return 0;
 }
@@ -917,6 +917,8 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         rc = kvpool_commit(s->pool, &r->kv, &plan);
         if (rc)
             break;
+        if (r->external_once)
+            r->external_tokens = 0; /* update_state_after_alloc: one transfer per request */
         if (r->num_cached_tokens < 0)
             r->num_cached_tokens = (int64_t)(hits.num_tokens + external);
         if (c->offload && r->num_computed_tokens == 0)
@@ -1195,7 +1197,6 @@ int sched_release_pin(struct sched *s, struct sched_pin *pin)
     if (pin->next)
         pin->next->prev = pin->prev;
     s->num_pins--;
-    s->num_pinned_blocks -= pin->kv.num_blocks;
     kvpool_free(s->pool, &pin->kv); /* tail first, as _free_blocks after finished_sending */
     kvpool_seq_fini(s->pool, &pin->kv);
     free(pin);
@@ -1203,7 +1204,10 @@ int sched_release_pin(struct sched *s, struct sched_pin *pin)
 }
 
 uint32_t sched_num_pins(const struct sched *s) { return s->num_pins; }
-uint32_t sched_num_pinned_blocks(const struct sched *s) { return s->num_pinned_blocks; }
+uint32_t sched_num_pinned_blocks(const struct sched *s)
+{
+    return kvpool_num_pinned_only_blocks(s->pool);
+}
 
 uint32_t sched_num_unfinished(const struct sched *s) { return (uint32_t)s->num_unfinished; }
 uint64_t sched_num_preemptions(const struct sched *s) { return s->num_preemptions; }
@@ -1315,7 +1319,6 @@ int sched_check(struct sched *s, struct sched_violation *v)
     if (unfinished != s->num_unfinished)
         return req_violation(v, "unfinished_count", NULL, (int64_t)s->num_unfinished,
                              (int64_t)unfinished);
-    uint64_t pinned = 0;
     for (const struct sched_pin *p = s->pins; p; p = p->next) {
         if (p->kv.owner != KVPOOL_OWNER_HANDOFF_SOURCE || p->kv.num_blocks == 0) {
             req_violation(v, "pin_is_handoff_source", NULL, 1, 0);
@@ -1323,11 +1326,7 @@ int sched_check(struct sched *s, struct sched_violation *v)
             v->owner = p->kv.owner;
             return -EUCLEAN;
         }
-        pinned += p->kv.num_blocks;
     }
-    if (pinned != s->num_pinned_blocks)
-        return req_violation(v, "pinned_block_count", NULL, (int64_t)s->num_pinned_blocks,
-                             (int64_t)pinned);
     return 0;
 }
 

@@ -129,6 +129,9 @@ struct sched_request_params {
     bool prompt_logprobs;     /* never reads the prefix cache (still writes it) */
     uint32_t external_tokens; /* tokens a KV connector reports on lookup (0 = none) */
     bool external_async;      /* ... loaded asynchronously (WAITING_FOR_REMOTE_KVS) */
+    bool external_once;       /* ... for the first admission only (vLLM's NixlConnector clears
+                               * do_remote_prefill after it: one transfer per request, so a
+                               * preempted decode recomputes) */
     /* A disaggregated prefill (vLLM's do_remote_decode): when it finishes normally (stopped or
      * length capped) its blocks are not freed but pinned for the remote decode that will read
      * them (sched_last_pinned), until sched_release_pin. */
@@ -161,6 +164,7 @@ struct sched_request {
     uint32_t num_preemptions;
     uint32_t external_tokens;
     bool external_async;
+    bool external_once;        /* external_tokens are dropped after the first admission */
     bool kv_producer;          /* a disaggregated prefill: its blocks are pinned at finish */
     uint64_t loading_tokens;   /* tokens the pending (or last) async load brings in */
     bool offload_load;         /* the pending async load is an onboarding from G2/G3 */
@@ -295,7 +299,8 @@ KVSIM_EXTERN struct sched_pin *const *sched_last_pinned(const struct sched *s, u
  * blocks), and forget the pin. Returns 0.
  */
 KVSIM_EXTERN int sched_release_pin(struct sched *s, struct sched_pin *pin);
-/* Live pins and the blocks they hold (O(1)). */
+/* Live pins, and the blocks only pins hold (a block shared with a running request, or with
+ * two pins, counts once: kvpool_num_pinned_only_blocks). O(1). */
 KVSIM_EXTERN uint32_t sched_num_pins(const struct sched *s);
 KVSIM_EXTERN uint32_t sched_num_pinned_blocks(const struct sched *s);
 

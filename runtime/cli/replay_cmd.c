@@ -55,6 +55,25 @@ static void replay_usage(FILE *out)
             "  --kv-bytes-per-token N     KV bytes per token, all layers (131072)\n"
             "  --g1-g2-gbps X             GPU<->host bandwidth per direction, GB/s (14)\n"
             "  --g2-g3-gbps X             host<->disk bandwidth per direction, GB/s (7)\n"
+            "disaggregated serving (off unless --prefill-engines is given):\n"
+            "  --prefill-engines P        prefill engines (instead of --engines)\n"
+            "  --decode-engines D         decode engines\n"
+            "  --prefill-engine-args F    vLLM engine arguments of the prefill pool (JSON:\n"
+            "                             block_size, num_gpu_blocks_override, max_num_seqs,\n"
+            "                             max_num_batched_tokens, max_model_len, ...), over\n"
+            "                             the engine options above\n"
+            "  --decode-engine-args F     the same for the decode pool\n"
+            "  --prefill-router POLICY    round-robin | least-loaded | kv (kv)\n"
+            "  --decode-router POLICY     round-robin | least-loaded | kv (kv)\n"
+            "  --kv-transfer-gbps X       prefill->decode link bandwidth, GB/s (25)\n"
+            "  --kv-transfer-latency-us X fixed cost of one KV transfer (0)\n"
+            "  --kv-transfer-abort-timeout-ms X  a pinned source is freed this long after\n"
+            "                             the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT;\n"
+            "                             0: never)\n"
+            "  --handoff-release pinned|immediate  keep the source until the decode read it\n"
+            "                             (pinned, vLLM) or free it when the prefill ends\n"
+            "                             (immediate: a what-if without stranding)\n"
+            "  --handoff-events FILE      one JSON line per handoff lifecycle event\n"
             "output:\n"
             "  --report FILE              JSON report\n"
             "  --requests-out FILE        per-request records (JSONL)\n"
@@ -93,6 +112,17 @@ enum {
     O_G12BW,
     O_G23BW,
     O_G3SHARED,
+    O_PENGINES,
+    O_DENGINES,
+    O_PARGS,
+    O_DARGS,
+    O_PROUTER,
+    O_DROUTER,
+    O_XGBPS,
+    O_XLAT,
+    O_XABORT,
+    O_HRELEASE,
+    O_HEVENTS,
 };
 
 static const struct option replay_opts[] = {
@@ -126,6 +156,17 @@ static const struct option replay_opts[] = {
     {"g1-g2-gbps", required_argument, NULL, O_G12BW},
     {"g2-g3-gbps", required_argument, NULL, O_G23BW},
     {"g3-shared", no_argument, NULL, O_G3SHARED},
+    {"prefill-engines", required_argument, NULL, O_PENGINES},
+    {"decode-engines", required_argument, NULL, O_DENGINES},
+    {"prefill-engine-args", required_argument, NULL, O_PARGS},
+    {"decode-engine-args", required_argument, NULL, O_DARGS},
+    {"prefill-router", required_argument, NULL, O_PROUTER},
+    {"decode-router", required_argument, NULL, O_DROUTER},
+    {"kv-transfer-gbps", required_argument, NULL, O_XGBPS},
+    {"kv-transfer-latency-us", required_argument, NULL, O_XLAT},
+    {"kv-transfer-abort-timeout-ms", required_argument, NULL, O_XABORT},
+    {"handoff-release", required_argument, NULL, O_HRELEASE},
+    {"handoff-events", required_argument, NULL, O_HEVENTS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -135,6 +176,9 @@ struct replay_args {
     struct kvsim_replay_config cfg;
     const char *report_path, *config_path;
     const char *offload_opt; /* an offload option that needs --g2-blocks, or NULL */
+    const char *disagg_opt;  /* a disaggregation option that needs --prefill-engines, or NULL */
+    bool engines_given;
+    const char *prefill_args, *decode_args; /* engine-args files */
 };
 
 /* Input, cluster and engine options. Returns 0, -EINVAL (reported), or 1 (not one of them). */
@@ -155,7 +199,7 @@ static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
     case O_SPEEDUP: return cli_double(p, 0, true, 1e12, &cfg->trace_opts.arrival_speedup);
     case O_MAXREQ: return cli_u64(p, 1, UINT32_MAX, &cfg->trace_opts.max_requests);
     case O_SEED: return cli_u64(p, 0, UINT64_MAX, &cfg->seed);
-    case O_ENGINES: return cli_u32(p, 1, 4096, &cfg->num_engines);
+    case O_ENGINES: a->engines_given = true; return cli_u32(p, 1, 4096, &cfg->num_engines);
     case O_THREADS: return cli_u32(p, 1, 1024, &cfg->num_threads);
     case O_ROUTER:
         rc = cli_choice(p, routers, 3, &choice);
@@ -217,6 +261,84 @@ static int parse_offload_option(struct cli_parser *p, int c, struct replay_args 
     return rc;
 }
 
+/* Disaggregated serving options (docs/disagg.md). Returns 0, -EINVAL (reported), or 1. */
+static int parse_disagg_option(struct cli_parser *p, int c, struct replay_args *a)
+{
+    static const char *const routers[] = {"round-robin", "least-loaded", "kv"};
+    static const char *const releases[] = {"pinned", "immediate"};
+    struct kvsim_disagg_config *d = &a->cfg.disagg;
+    int choice = 0, rc = 0;
+    double x = 0;
+    switch (c) {
+    case O_PENGINES: return cli_u32(p, 1, 4096, &d->prefill_engines);
+    case O_DENGINES: rc = cli_u32(p, 1, 4096, &d->decode_engines); break;
+    case O_PARGS: a->prefill_args = p->arg; break;
+    case O_DARGS: a->decode_args = p->arg; break;
+    case O_PROUTER:
+    case O_DROUTER:
+        rc = cli_choice(p, routers, 3, &choice);
+        *(c == O_PROUTER ? &d->prefill_router : &d->decode_router) =
+            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[choice]);
+        break;
+    case O_XGBPS: rc = cli_double(p, 0, true, 1e6, &d->transfer.gbps); break;
+    case O_XLAT:
+        rc = cli_double(p, 0, false, 1e9, &x);
+        d->transfer.latency_ns = (int64_t)(x * 1e3 + 0.5);
+        break;
+    case O_XABORT:
+        rc = cli_double(p, 0, false, 1e12, &x);
+        d->abort_timeout_ns = (int64_t)(x * 1e6 + 0.5);
+        break;
+    case O_HRELEASE:
+        rc = cli_choice(p, releases, 2, &choice);
+        d->release_immediately = choice == 1;
+        break;
+    case O_HEVENTS: d->events_path = p->arg; break;
+    default: return 1;
+    }
+    a->disagg_opt = p->long_name;
+    return rc;
+}
+
+/* The pools' engine settings: the engine options, then each pool's engine-args file. Returns 0
+ * or -EINVAL (reported). */
+static int pool_settings(struct cli_parser *p, struct replay_args *a)
+{
+    struct kvsim_disagg_config *d = &a->cfg.disagg;
+    d->prefill_sched = d->decode_sched = a->cfg.sched;
+    char err[512];
+    if (a->prefill_args &&
+        kvsim_engine_args_load(a->prefill_args, &d->prefill_sched, err, sizeof err) != 0)
+        return cli_error(p, "--prefill-engine-args %s", err);
+    if (a->decode_args &&
+        kvsim_engine_args_load(a->decode_args, &d->decode_sched, err, sizeof err) != 0)
+        return cli_error(p, "--decode-engine-args %s", err);
+    return 0;
+}
+
+/* The checks of disaggregated serving. Returns 0 or -EINVAL (reported). */
+static int check_disagg_args(struct cli_parser *p, struct replay_args *a)
+{
+    const struct kvsim_disagg_config *d = &a->cfg.disagg;
+    if (!d->prefill_engines) {
+        if (a->disagg_opt)
+            return cli_error(p,
+                             "option --%s needs --prefill-engines (disaggregated serving is "
+                             "off)",
+                             a->disagg_opt);
+        return 0;
+    }
+    if (!d->decode_engines)
+        return cli_error(p, "option --prefill-engines needs --decode-engines");
+    if (a->engines_given)
+        return cli_error(p, "options --engines and --prefill-engines exclude each other (the "
+                            "engines are the prefill and the decode ones)");
+    if (a->cfg.offload)
+        return cli_error(p, "offload tiers (--g2-blocks) and disaggregated serving do not "
+                            "combine yet");
+    return pool_settings(p, a);
+}
+
 /* The checks that need every option. Returns 0 or -EINVAL (reported). */
 static int check_replay_args(struct cli_parser *p, struct replay_args *a)
 {
@@ -234,7 +356,7 @@ static int check_replay_args(struct cli_parser *p, struct replay_args *a)
         replay_usage(stderr);
         return -EINVAL;
     }
-    return 0;
+    return check_disagg_args(p, a);
 }
 
 int cli_replay_main(int argc, char **argv)
@@ -252,6 +374,8 @@ int cli_replay_main(int argc, char **argv)
         int rc = parse_run_option(&p, c, &a);
         if (rc == 1)
             rc = parse_offload_option(&p, c, &a);
+        if (rc == 1)
+            rc = parse_disagg_option(&p, c, &a);
         if (rc)
             return CLI_EXIT_USAGE;
     }
@@ -270,9 +394,11 @@ int cli_replay_main(int argc, char **argv)
     }
     if (!a.cfg.quiet)
         kvsim_report_print(stdout, &report);
+    int status = CLI_EXIT_OK;
     if (a.report_path && kvsim_report_write_json(a.report_path, &report, err, sizeof err) != 0) {
         cli_error(&p, "%s", err);
-        return CLI_EXIT_FAILED;
+        status = CLI_EXIT_FAILED;
     }
-    return CLI_EXIT_OK;
+    kvsim_report_fini(&report);
+    return status;
 }

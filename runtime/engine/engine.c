@@ -1,8 +1,7 @@
 /*
  * engine.c - a simulated engine in virtual time (see engine.h).
  */
-#include "runtime/engine/engine.h"
-#include "runtime/engine/tiers.h"
+#include "runtime/engine/engine_internal.h"
 
 #include "kvpool/base.h"
 
@@ -16,33 +15,6 @@ _Static_assert(KVSIM_REPORT_NUM_LANES == OFFLOAD_NUM_LANES,
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct kvsim_engine {
-    struct kvsim_engine_config cfg;
-    struct sched *s;
-    struct sched_step *step; /* in flight, or NULL when idle */
-    int64_t step_end;
-    int64_t now; /* the engine's clock: last completion or arrival instant */
-    struct kvsim_engine_pub pub;
-    struct kvsim_engine_done *done;
-    uint32_t num_done, cap_done;
-    /* output scratch, sized to the running set */
-    kvpool_token *tok;
-    const kvpool_token **tok_ptr;
-    uint32_t *tok_count;
-    uint32_t cap_tok;
-    struct kvpool_token_run *runs;
-    uint32_t cap_runs;
-    struct sched_request **waiting_scratch; /* publish(): the waiting queue */
-    uint32_t cap_waiting_scratch;
-    uint64_t steps;
-    uint32_t unfinished;
-    struct kvsim_tiers *tiers; /* NULL without offload tiers */
-    uint64_t prefill_tokens;
-    int64_t blocked_since; /* -1: no request blocked on held capacity */
-    int64_t blocked_ns;
-    char err[384];
-};
 
 /* The k-th output token of a request: deterministic, never an EOS (the engine has none), and
  * unlike any prompt token so outputs never fake prefix hits across requests. */
@@ -62,6 +34,7 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
         return -ENOMEM;
     e->cfg = *cfg;
     e->blocked_since = -1;
+    e->pub.earliest_parent_finish = e->pub.earliest_handoff = INT64_MAX; /* nothing yet */
     struct sched_config sc = cfg->sched;
     sc.enable_kv_events = cfg->kv_events;
     int rc = 0;
@@ -110,6 +83,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->tok_count);
     free(e->runs);
     free(e->waiting_scratch);
+    engine__disagg_free(e);
     free(e);
 }
 
@@ -144,9 +118,24 @@ static int64_t tiers_deadline(const struct kvsim_engine *e)
     return d == OFFLOAD_NEVER ? INT64_MAX : d;
 }
 
+/* The next instant something happens here besides the running step's end: a transfer ends, a
+ * posted message applies, or (idle) a pin expires. */
+static int64_t next_local_event(struct kvsim_engine *e)
+{
+    int64_t d = tiers_deadline(e), m = engine__next_message(e);
+    if (m < d)
+        d = m;
+    if (!e->step) {
+        int64_t x = engine__next_deadline(e);
+        if (x < d)
+            d = x;
+    }
+    return d;
+}
+
 int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
 {
-    int64_t d = tiers_deadline(e);
+    int64_t d = next_local_event((struct kvsim_engine *)e);
     return e->step && e->step_end < d ? e->step_end : d;
 }
 
@@ -168,7 +157,9 @@ static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_reques
 static void publish(struct kvsim_engine *e)
 {
     struct kvpool *pool = sched_pool(e->s);
-    e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool);
+    e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
+                           sched_num_pinned_blocks(e->s);
+    engine__publish_handoff(e);
     struct sched_request *const *rr;
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
@@ -180,7 +171,8 @@ static void publish(struct kvsim_engine *e)
         int64_t d = tiers_deadline(e), m = kvsim_step_model_min_duration_ns(&e->cfg.model);
         first_end = d > INT64_MAX - m ? INT64_MAX : d + m;
     }
-    if (!e->cfg.next_turn || first_end == INT64_MAX)
+    /* A prefill engine's finishes release nothing: the decode engine's do. */
+    if (!e->cfg.next_turn || first_end == INT64_MAX || e->cfg.role == KVSIM_ENGINE_PREFILL)
         return;
     uint32_t best = min_parent_remaining(e, rr, e->pub.num_running, UINT32_MAX);
     if (e->pub.num_waiting) {
@@ -205,7 +197,7 @@ static void publish(struct kvsim_engine *e)
         more > (INT64_MAX - first_end) / d ? INT64_MAX : first_end + more * d;
 }
 
-static int fail_invariant(struct kvsim_engine *e, int rc)
+int engine__fail(struct kvsim_engine *e, int rc)
 {
     const struct sched_violation *v = sched_last_violation(e->s);
     if (rc == -EUCLEAN && v) {
@@ -234,28 +226,52 @@ static int push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
     return 0;
 }
 
+/* Whether a sequence of `tokens` (capped at max_model_len) can never fit a pool. */
+static bool exceeds_capacity(uint64_t tokens, uint32_t max_model_len, uint32_t block_size,
+                             uint32_t num_blocks)
+{
+    uint64_t full = tokens < max_model_len ? tokens : max_model_len;
+    return (full + block_size - 1) / block_size > num_blocks - 1u;
+}
+
+/* Why a request can never run here (NULL: it can). A prefill engine also refuses what the
+ * decode pool could never serve: it would only strand its KV. */
+static const char *reject_reason(const struct kvsim_engine *e, const struct kvsim_req_spec *spec)
+{
+    const struct sched_config *sc = sched_get_config(e->s);
+    bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
+    uint64_t here = (uint64_t)spec->input_len + (prefill ? 1 : spec->output_len);
+    if (spec->input_len >= sc->max_model_len)
+        return "prompt_too_long";
+    if (exceeds_capacity(here, sc->max_model_len, sc->block_size, sc->num_blocks))
+        return "exceeds_kv_capacity";
+    if (!prefill)
+        return NULL;
+    const struct kvsim_engine_disagg *d = e->cfg.disagg;
+    if (spec->input_len >= d->decode_max_model_len)
+        return "decode_prompt_too_long";
+    if (exceeds_capacity((uint64_t)spec->input_len + spec->output_len, d->decode_max_model_len,
+                         d->decode_block_size, d->decode_num_blocks))
+        return "decode_exceeds_kv_capacity";
+    return NULL;
+}
+
 int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
 {
     const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[req];
-    const struct sched_config *sc = sched_get_config(e->s);
     struct kvsim_metrics *m = e->cfg.metrics;
+    if (e->cfg.role == KVSIM_ENGINE_DECODE)
+        return -EINVAL; /* a decode engine's requests arrive as messages */
     if (!e->step && t > e->now)
         e->now = t;
     int mrc = kvsim_metrics_on_arrival(m, req, t, spec->input_len);
     if (mrc)
-        return fail_invariant(e, mrc);
-    uint64_t full = (uint64_t)spec->input_len + spec->output_len;
-    if (full > sc->max_model_len)
-        full = sc->max_model_len;
-    const char *reject = NULL;
-    if (spec->input_len >= sc->max_model_len)
-        reject = "prompt_too_long";
-    else if ((full + sc->block_size - 1) / sc->block_size > sc->num_blocks - 1u)
-        reject = "exceeds_kv_capacity";
+        return engine__fail(e, mrc);
+    const char *reject = reject_reason(e, spec);
     if (reject) {
         /* Explicitly rejected, and finished for its session: the next turn still comes. */
         mrc = kvsim_metrics_on_reject(m, req, t, reject);
-        return mrc ? fail_invariant(e, mrc) : push_done(e, req, t);
+        return mrc ? engine__fail(e, mrc) : push_done(e, req, t);
     }
     uint32_t n = kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
     if (n > e->cap_runs) {
@@ -266,19 +282,24 @@ int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
         e->cap_runs = n;
         kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
     }
+    bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
     struct sched_request_params p = {
         .id = req,
         .num_prompt_tokens = spec->input_len,
         .prompt_runs = e->runs,
         .num_prompt_runs = n,
-        .max_tokens = spec->output_len,
+        .max_tokens = prefill ? 1 : spec->output_len, /* vLLM's proxy sends the prefill so */
         .arrival = (double)t,
         .eos_token_id = -1,
+        .kv_producer = prefill,
     };
     struct sched_request *r;
     int rc = sched_add(e->s, &p, &r);
     if (rc)
         return rc;
+    if (prefill)
+        kvsim_handoff_init(&e->cfg.disagg->handoffs[req], (uint64_t)req + 1, req,
+                           (int32_t)e->cfg.id);
     e->unfinished++;
     e->pub.queued_tokens += spec->input_len;
     return 0;
@@ -316,10 +337,12 @@ static int start_step(struct kvsim_engine *e)
         int rc;
         struct sched_step *st = sched_schedule(e->s, &rc);
         if (!st)
-            return fail_invariant(e, rc);
+            return engine__fail(e, rc);
+        if (e->cfg.role == KVSIM_ENGINE_DECODE && (rc = engine__reservations_made(e, st)) != 0)
+            return rc;
         for (uint32_t i = 0; i < st->num_preempted; i++)
             if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
-                return fail_invariant(e, rc);
+                return engine__fail(e, rc);
         if (e->tiers) {
             struct sched_offload_status os;
             sched_offload_status(e->s, &os);
@@ -330,12 +353,12 @@ static int start_step(struct kvsim_engine *e)
                 e->blocked_since = -1;
             }
             if ((rc = kvsim_tiers_flush(e->tiers)) != 0)
-                return fail_invariant(e, rc);
+                return engine__fail(e, rc);
         }
         if (st->total_tokens == 0) {
             rc = sched_update(e->s, st, NULL);
             if (rc)
-                return fail_invariant(e, rc);
+                return engine__fail(e, rc);
             if (st->num_preempted)
                 continue;
             return 0; /* idle: the caller decides whether anything can wake it */
@@ -346,14 +369,15 @@ static int start_step(struct kvsim_engine *e)
                 m, (uint32_t)r->id, e->now,
                 r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0, (int32_t)e->cfg.id);
             if (rc)
-                return fail_invariant(e, rc);
-            e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+                return engine__fail(e, rc);
+            if (e->cfg.role != KVSIM_ENGINE_DECODE) /* a decode leaves the queue when reserved */
+                e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
         }
         for (uint32_t i = 0; i < st->num_resumed; i++) {
             const struct sched_request *r = st->resumed[i];
             rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
             if (rc)
-                return fail_invariant(e, rc);
+                return engine__fail(e, rc);
         }
         struct kvsim_step_batch b = {0};
         for (uint32_t i = 0; i < st->num_scheduled; i++) {
@@ -382,38 +406,42 @@ static int complete_step(struct kvsim_engine *e)
 {
     struct sched_step *st = e->step;
     struct kvsim_metrics *m = e->cfg.metrics;
+    /* A prefill's one token goes back to the proxy, not the client: the decode's count. */
+    bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
     int rc = grow_scratch(e, st->num_scheduled);
     if (rc)
-        return fail_invariant(e, rc);
+        return engine__fail(e, rc);
     for (uint32_t i = 0; i < st->num_scheduled; i++) {
         const struct sched_request *r = st->scheduled[i].req;
         e->tok_count[i] = st->scheduled[i].samples ? 1 : 0;
         e->tok[i] = output_token((uint32_t)r->id, r->num_output);
         e->tok_ptr[i] = &e->tok[i];
-        if (st->scheduled[i].samples &&
+        if (st->scheduled[i].samples && !prefill &&
             (rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
-            return fail_invariant(e, rc);
+            return engine__fail(e, rc);
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
     e->step = NULL;
     rc = sched_update(e->s, st, &out);
     if (rc)
-        return fail_invariant(e, rc);
+        return engine__fail(e, rc);
     uint32_t nf;
     struct sched_request *const *fin = sched_last_finished(e->s, &nf);
-    for (uint32_t i = 0; i < nf; i++) {
+    for (uint32_t i = 0; i < nf && !prefill; i++) {
         uint32_t req = (uint32_t)fin[i]->id;
         if ((rc = kvsim_metrics_on_finish(m, req, e->now)) != 0 ||
             (rc = push_done(e, req, e->now)) != 0)
-            return fail_invariant(e, rc);
+            return engine__fail(e, rc);
     }
+    if (prefill && (rc = engine__pins_made(e)) != 0)
+        return rc;
     /* Release finished requests: memory is bounded by the in-flight set. */
     for (uint32_t i = 0; i < nf; i++)
         if (sched_release(e->s, fin[i]) != 0)
-            return fail_invariant(e, -EBUSY);
+            return engine__fail(e, -EBUSY);
     e->unfinished -= nf;
     if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0) /* blocks cached by the update */
-        return fail_invariant(e, rc);
+        return engine__fail(e, rc);
     return 0;
 }
 
@@ -445,7 +473,18 @@ static int tiers_advance(struct kvsim_engine *e, int64_t t)
     if (!e->tiers)
         return 0;
     int rc = kvsim_tiers_advance_to(e->tiers, t);
-    return rc < 0 ? fail_invariant(e, rc) : 0;
+    return rc < 0 ? engine__fail(e, rc) : 0;
+}
+
+/* What happens at t besides a step's end: transfers ending, posted messages, and (when the
+ * engine is between steps) pins expiring. */
+static int apply_events(struct kvsim_engine *e, int64_t t, bool between_steps)
+{
+    int rc = tiers_advance(e, t);
+    if (rc == 0)
+        rc = engine__apply_messages(e, t, between_steps);
+    engine__pin_account(e, t);
+    return rc;
 }
 
 int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
@@ -454,36 +493,42 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
     for (;;) {
         if (!e->step && e->unfinished) {
             /* Transfers ending now come first: they release holds and finish loads. */
-            if ((rc = tiers_advance(e, e->now)) != 0 || (rc = start_step(e)) != 0)
+            if ((rc = apply_events(e, e->now, true)) != 0 || (rc = start_step(e)) != 0)
                 return rc;
+            engine__pin_account(e, e->now); /* its hits may take pinned blocks */
         }
-        int64_t d = tiers_deadline(e);
+        int64_t d = next_local_event(e);
         if (!e->step) {
             if (d == INT64_MAX) {
-                if (e->unfinished)
+                /* A disaggregated engine may be waiting for a message the coordinator has not
+                 * posted yet: the replay decides whether the whole run is stuck. */
+                if (e->unfinished && e->cfg.role == KVSIM_ENGINE_AGGREGATED)
                     return dead_end(e);
                 break;
             }
             if (d > until)
                 break;
             if (d > e->now)
-                e->now = d; /* idle until a transfer ends */
-            if ((rc = tiers_advance(e, d)) != 0)
+                e->now = d; /* idle until a transfer ends or a message applies */
+            if ((rc = apply_events(e, d, true)) != 0)
                 return rc;
             continue;
         }
-        if (d < e->step_end) { /* a transfer ends while the step runs */
+        if (d < e->step_end) { /* a transfer ends or a message applies while the step runs */
             if (d > until)
                 break;
-            if ((rc = tiers_advance(e, d)) != 0)
+            if ((rc = apply_events(e, d, false)) != 0)
                 return rc;
             continue;
         }
         if (e->step_end > until)
             break;
         e->now = e->step_end;
-        if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0)
+        /* vLLM checks pin deadlines once per step (get_finished): at its end. */
+        if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0 ||
+            (rc = engine__apply_messages(e, e->now, true)) != 0)
             return rc;
+        engine__pin_account(e, e->now);
         if (e->tiers && e->cfg.sched.check_invariants) {
             char msg[256];
             if (kvsim_tiers_check(e->tiers, msg, sizeof msg) != 0) {
@@ -494,10 +539,10 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
         }
     }
     if (e->tiers && (rc = kvsim_tiers_settle(e->tiers)) != 0)
-        return fail_invariant(e, rc);
+        return engine__fail(e, rc);
     /* A shared G3: this engine's registry writer publishes until (nothing more at or before). */
     if (e->tiers && (rc = kvsim_tiers_publish(e->tiers, until)) != 0)
-        return fail_invariant(e, rc);
+        return engine__fail(e, rc);
     publish(e);
     return 0;
 }

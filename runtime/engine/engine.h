@@ -119,6 +119,114 @@ struct kvsim_g3_shared_stats {
 KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
                                         struct kvsim_g3_shared_stats *out);
 
+/* ---- the disaggregated handoff (handoff.c; docs/disagg.md) --------------------------------- */
+
+/*
+ * One request served by two engines: its prefill on a prefill engine, its decode on a decode
+ * engine, with the KV moving between them (vLLM's NixlConnector, source-first). One handoff per
+ * request, identified by a number never reused within a run. Its states, in order:
+ *
+ *   PREFILLING            the prefill runs on the prefill engine
+ *   SOURCE_PINNED         the prefill finished: its blocks belong to the handoff (a sched_pin),
+ *                         still counted in the prefill engine's pool and admission; the abort
+ *                         clock starts here (deadline = pin + abort timeout)
+ *   DECODE_ROUTED         a decode engine was chosen (a booking, not a reservation): the decode
+ *                         request waits in its queue
+ *   DESTINATION_RESERVED  the decode scheduler admitted it as WAITING_FOR_REMOTE_KVS: it passed
+ *                         max_num_seqs and allocated the blocks it lacks
+ *   TRANSFERRING          the KV the destination lacks moves over the prefill engine's link
+ *   COMPLETED             the transfer ended: the destination is activated (its blocks cached,
+ *                         the request runnable) and then the source released
+ *   ABORTED               the abort timeout fired first: the source was freed and the decode
+ *                         side cancelled
+ *
+ * The transition functions record the instant and check the order. Facts are idempotent and a
+ * late fact about a finished handoff changes nothing (KVSIM_HANDOFF_IGNORED); a fact out of
+ * order is an error (-EINVAL). Threads: a handoff is plain data, written by whichever thread
+ * owns the engine the fact happens on (the replay's phases order them).
+ */
+enum kvsim_handoff_state {
+    KVSIM_HANDOFF_NONE = 0, /* not a disaggregated request */
+    KVSIM_HANDOFF_PREFILLING,
+    KVSIM_HANDOFF_SOURCE_PINNED,
+    KVSIM_HANDOFF_DECODE_ROUTED,
+    KVSIM_HANDOFF_DESTINATION_RESERVED,
+    KVSIM_HANDOFF_TRANSFERRING,
+    KVSIM_HANDOFF_COMPLETED,
+    KVSIM_HANDOFF_ABORTED,
+};
+/* "prefilling", "source_pinned", ..., "none" or "?". */
+KVSIM_EXTERN const char *kvsim_handoff_state_name(enum kvsim_handoff_state s);
+
+/* A transition that changed nothing: a repeated fact, or a late one about a finished handoff. */
+#define KVSIM_HANDOFF_IGNORED   1
+/* An instant that has not happened. */
+#define KVSIM_HANDOFF_TIME_NONE INT64_MIN
+
+struct kvsim_handoff {
+    uint64_t id; /* never reused within a run */
+    uint32_t req;
+    int32_t prefill_engine, decode_engine; /* -1 until known */
+    enum kvsim_handoff_state state;
+    int64_t pin_ns, deadline_ns; /* deadline INT64_MAX: no abort timeout */
+    int64_t routed_ns, reserved_ns, transfer_start_ns, transfer_end_ns;
+    int64_t source_released_ns; /* the source's blocks went back to the prefill pool */
+    int64_t end_ns;             /* COMPLETED or ABORTED */
+    uint32_t pinned_blocks;
+    uint64_t pinned_tokens;   /* tokens whose KV the source holds */
+    uint64_t transfer_tokens; /* tokens the destination lacked (what moves) */
+    uint64_t transfer_bytes;
+    /* private: the prefill engine's pin and the decode engine's request, each used by its own
+     * engine only */
+    struct sched_pin *source;
+    struct sched_request *decode_req;
+};
+
+/* A handoff in PREFILLING with every instant unset. */
+KVSIM_EXTERN void kvsim_handoff_init(struct kvsim_handoff *h, uint64_t id, uint32_t req,
+                                     int32_t prefill_engine);
+/* SOURCE_PINNED at t with the pin's blocks and tokens; the deadline is t + timeout_ns
+ * (timeout_ns <= 0: never). */
+KVSIM_EXTERN int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks,
+                                   uint64_t tokens, int64_t timeout_ns);
+/* The source's blocks were freed at t (at completion, at an abort, or at the pin itself with
+ * --handoff-release immediate); no state change. */
+KVSIM_EXTERN int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t);
+/* DECODE_ROUTED at t to decode_engine. */
+KVSIM_EXTERN int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engine);
+/* DESTINATION_RESERVED at t: the destination lacks missing_tokens. */
+KVSIM_EXTERN int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_tokens);
+/* TRANSFERRING from start to end (bytes move). */
+KVSIM_EXTERN int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end,
+                                        uint64_t bytes);
+/* COMPLETED at t (the transfer's end: destination activated, source released). */
+KVSIM_EXTERN int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t);
+/* ABORTED at t (from any state but a final one). */
+KVSIM_EXTERN int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t);
+static inline bool kvsim_handoff_is_final(const struct kvsim_handoff *h)
+{
+    return h->state == KVSIM_HANDOFF_COMPLETED || h->state == KVSIM_HANDOFF_ABORTED;
+}
+
+/*
+ * The KV transfer between a prefill and a decode engine: duration = latency + bytes of the
+ * tokens the destination lacks / bandwidth, never less than 1 ns (even an empty read notifies
+ * the source). Transfers from one prefill engine share its link first come, first served: a
+ * transfer starts when it is reserved or when the link's previous transfer ends, whichever is
+ * later (a per-source FIFO, dynamo #12107), so its end is known when it starts.
+ */
+struct kvsim_transfer_model {
+    double gbps;                 /* link bandwidth, GB/s (> 0) */
+    int64_t latency_ns;          /* fixed cost per transfer (>= 0) */
+    uint64_t kv_bytes_per_token; /* KV bytes of one token, all layers */
+};
+/* Bytes and duration of moving tokens (the duration is at least 1 ns). */
+KVSIM_EXTERN uint64_t kvsim_transfer_bytes(const struct kvsim_transfer_model *m, uint64_t tokens);
+KVSIM_EXTERN int64_t kvsim_transfer_duration_ns(const struct kvsim_transfer_model *m,
+                                                uint64_t tokens);
+/* The shortest possible transfer: max(latency, 1 ns) (the replay's lookahead). */
+KVSIM_EXTERN int64_t kvsim_transfer_min_ns(const struct kvsim_transfer_model *m);
+
 /* ---- the step-time model ------------------------------------------------------------------ */
 
 /* What a step model sees of a step. */
@@ -156,15 +264,31 @@ KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_mo
 KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
                                        size_t errlen);
 
+/*
+ * kvsim_engine_args_load - vLLM engine arguments from a JSON object onto *sc, under vLLM's names:
+ * block_size, num_gpu_blocks_override (blocks including the null block, as vLLM counts them),
+ * max_num_seqs, max_num_batched_tokens, max_model_len, long_prefill_token_threshold,
+ * enable_prefix_caching, enable_chunked_prefill, async_scheduling, scheduling_policy ("fcfs" or
+ * "priority"). Keys absent keep *sc's values; an unknown key or a bad value is an error naming
+ * the file and the key. Returns 0, -EINVAL or -ENOENT (the file cannot be read) with err set.
+ */
+KVSIM_EXTERN int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err,
+                                        size_t errlen);
+
 /* What the router may read at a boundary (written by kvsim_engine_advance). */
 struct kvsim_engine_pub {
-    uint32_t active_blocks; /* referenced KV blocks */
+    uint32_t active_blocks; /* referenced KV blocks, pinned handoff sources excluded */
     uint64_t queued_tokens; /* prompt tokens of requests routed here and not yet admitted */
     uint32_t num_running, num_waiting;
     /* Earliest instant a request with a session follow-up (cfg.next_turn) could finish here:
      * its remaining tokens need that many sampling steps, the first ending no earlier than the
      * running step. INT64_MAX when the engine holds none. */
     int64_t earliest_parent_finish;
+    /* Disaggregated engines (INT64_MAX otherwise): a prefill engine's earliest possible next
+     * pin or abort; a decode engine's earliest possible next reservation (its next schedule
+     * while a routed request waits for one). The replay's lookahead. */
+    int64_t earliest_handoff;
+    uint32_t pinned_blocks; /* prefill engine: blocks held by its pinned sources */
 };
 
 /* A request the engine finished (for closed-loop session follow-ups), in completion order. */
@@ -174,6 +298,23 @@ struct kvsim_engine_done {
 };
 
 struct kvsim_engine;
+
+/* What an engine serves: whole requests, or one side of disaggregated ones. */
+enum kvsim_engine_role {
+    KVSIM_ENGINE_AGGREGATED = 0,
+    KVSIM_ENGINE_PREFILL, /* prefills only (max_tokens 1, their KV pinned for the decode) */
+    KVSIM_ENGINE_DECODE,  /* decodes whose prompt KV comes from a prefill engine */
+};
+
+/* The disaggregated side of an engine's configuration (shared by every engine of a replay). */
+struct kvsim_engine_disagg {
+    struct kvsim_handoff *handoffs; /* per request (written by whichever engine the fact is on) */
+    int64_t abort_timeout_ns;       /* <= 0: a pin never expires */
+    bool release_immediately;       /* --handoff-release immediate: free the source at the pin */
+    /* The decode pool's limits: a prefill engine refuses what the decode pool could never serve
+     * (with reasons prefixed "decode_"). */
+    uint32_t decode_max_model_len, decode_block_size, decode_num_blocks;
+};
 
 struct kvsim_engine_config {
     uint32_t id;
@@ -185,6 +326,8 @@ struct kvsim_engine_config {
     bool kv_events;                         /* keep Stored/Removed events for the router */
     const int32_t *next_turn;               /* per request: its session follow-up or -1 (or NULL) */
     const struct kvsim_tiers_config *tiers; /* G2/G3 offload tiers, or NULL for none */
+    enum kvsim_engine_role role;
+    const struct kvsim_engine_disagg *disagg; /* prefill and decode roles (NULL otherwise) */
 };
 
 /* What the offload side of an engine did (zero without tiers). */
@@ -235,6 +378,36 @@ KVSIM_EXTERN struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
 KVSIM_EXTERN uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);
 KVSIM_EXTERN uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e);
 KVSIM_EXTERN uint64_t kvsim_engine_steps(const struct kvsim_engine *e);
+/*
+ * Messages between disaggregated engines, through the replay's coordinator. An engine is posted
+ * messages for future instants (kvsim_engine_post) and applies each at its instant during its
+ * advance: a prefill engine's RELEASE, a decode engine's ACTIVATE, CANCEL and ARRIVE (at one
+ * instant in that order, after a step ending then). It reports what happened on it through its
+ * outbox, read at boundaries: PINNED and ABORTED (prefill), RESERVED (decode).
+ */
+enum kvsim_engine_msg_kind {
+    KVSIM_MSG_RELEASE = 0, /* to a prefill engine: the transfer ended, release the source */
+    KVSIM_MSG_ACTIVATE,    /* to a decode engine: the transfer ended, activate the destination */
+    KVSIM_MSG_CANCEL,      /* to a decode engine: the handoff was aborted, cancel its request */
+    KVSIM_MSG_ARRIVE,      /* to a decode engine: the decode request arrives */
+    KVSIM_MSG_PINNED,      /* from a prefill engine: the prefill finished, its source pinned */
+    KVSIM_MSG_ABORTED,     /* from a prefill engine: the abort timeout freed the source */
+    KVSIM_MSG_RESERVED,    /* from a decode engine: its destination is reserved */
+};
+struct kvsim_engine_msg {
+    int64_t t;
+    uint32_t kind; /* enum kvsim_engine_msg_kind */
+    uint32_t req;  /* the request (its handoff is handoffs[req]) */
+};
+/* Posts m, to be applied at m->t (not before the engine's clock). Returns 0 or -ENOMEM. */
+KVSIM_EXTERN int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m);
+/* What happened since the last call, in time order; resets the outbox. */
+KVSIM_EXTERN const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsim_engine *e,
+                                                                     uint32_t *n);
+/* A prefill engine's pinned blocks integrated over virtual time (block-ns) and their peak. */
+KVSIM_EXTERN void kvsim_engine_pin_stats(const struct kvsim_engine *e, double *block_ns,
+                                         uint32_t *peak_blocks);
+
 /* Last error message (for -EUCLEAN / -EDEADLK). */
 KVSIM_EXTERN const char *kvsim_engine_error(const struct kvsim_engine *e);
 

@@ -31,19 +31,12 @@
 #include <unistd.h>
 #include <urcu/wfcqueue.h>
 
-#include "runtime/replay/replay.h"
+#include "runtime/replay/replay_internal.h"
 
 #include "kvpool/base.h"
 #include "runtime/runtime.h"
 
-/* ---- barrier -----------------------------------------------------------------------------------
- */
-
-struct barrier {
-    _Atomic uint32_t arrived;
-    _Atomic uint32_t generation; /* futex word */
-    uint32_t parties;
-};
+/* ---- barrier ------------------------------------------------------------------------------ */
 
 /*
  * barrier_wait - wait until all `parties` threads have arrived.
@@ -73,69 +66,6 @@ static void barrier_wait(struct barrier *b)
 }
 
 /* ---- the replay ----------------------------------------------------------------------------- */
-
-enum phase {
-    PHASE_ADMIT,             /* admit at b_cur, start steps at b_cur */
-    PHASE_ADVANCE,           /* advance to b_next */
-    PHASE_ADMIT_AND_ADVANCE, /* both, when b_next does not depend on the steps just started */
-};
-
-struct follow_up {
-    int64_t t;
-    uint32_t req;
-};
-
-struct replay {
-    const struct kvsim_replay_config *cfg;
-    struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
-    struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
-    bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
-    struct kvsim_trace trace;
-    struct kvsim_metrics *metrics;
-    struct kvsim_router *router;
-    struct kvsim_engine **engines;
-    const struct kvsim_engine_pub **pubs;
-    const struct kvpool **pools;
-    bool drain_events; /* kv policy fed by events */
-    uint32_t num_engines, num_threads;
-    /*
-     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
-     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
-     * other engines' threads enqueue cross-engine messages the same way. The nodes are
-     * preallocated, one per request: no allocation per hand-off.
-     */
-    struct __cds_wfcq_head *inbox_head;
-    struct cds_wfcq_tail *inbox_tail;
-    struct cds_wfcq_node *nodes;
-    int *engine_rc;
-    /* epoch */
-    int64_t b_cur, b_next;
-    enum phase phase;
-    bool finished;
-    struct barrier barrier;
-    /* arrivals */
-    size_t open_cursor;     /* next open-loop request in trace order */
-    int32_t *next_turn;     /* follow-up of each request, or -1 */
-    struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
-    size_t heap_len, heap_cap;
-    uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
-    int64_t min_delay;
-    uint64_t routed;
-    /* router scratch */
-    struct kvpool_token_run *runs;
-    uint32_t cap_runs;
-    kvpool_hash *hashes;
-    uint32_t cap_hashes;
-    /* progress */
-    bool progress;
-    int64_t last_progress; /* wall ns */
-};
-
-struct event_ctx {
-    struct kvsim_router *router;
-    uint32_t engine;
-    int rc;
-};
 
 static bool fu_less(const struct follow_up *a, const struct follow_up *b)
 {
@@ -217,13 +147,12 @@ static void apply_event(void *ctx, const struct kvpool_event *ev)
         ec->rc = rc;
 }
 
-/* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. */
-static int route_one(struct replay *rp, uint32_t req)
+int64_t replay__route(struct replay *rp, struct kvsim_router *router,
+                      const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t bs)
 {
     const struct kvsim_req_spec *s = &rp->trace.reqs[req];
-    uint32_t bs = rp->cfg->sched.block_size;
     uint32_t nh = 0;
-    if (kvsim_router_policy(rp->router) == KVSIM_ROUTER_KV) {
+    if (kvsim_router_policy(router) == KVSIM_ROUTER_KV) {
         uint32_t n = kvsim_prompt_runs(&rp->trace, req, rp->runs, rp->cap_runs);
         if (n > rp->cap_runs) {
             struct kvpool_token_run *nr = realloc(rp->runs, n * sizeof *nr);
@@ -248,17 +177,28 @@ static int route_one(struct replay *rp, uint32_t req)
             if (got < 0)
                 return (int)got;
             nh = (uint32_t)got;
-            if (nh == full || kvsim_router_max_overlap(rp->router, rp->hashes, nh) < nh)
+            if (nh == full || kvsim_router_max_overlap(router, rp->hashes, nh) < nh)
                 break;
             want = want * 2 < full ? want * 2 : full;
         }
     }
     uint32_t blocks = (s->input_len + bs - 1) / bs;
-    uint32_t e = kvsim_router_route(rp->router, rp->pubs, rp->hashes, nh, blocks, s->input_len);
+    return kvsim_router_route(router, pubs, rp->hashes, nh, blocks, s->input_len);
+}
+
+/* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. With
+ * disaggregated serving the arrival is the prefill: on a prefill engine (the first ones). */
+static int route_one(struct replay *rp, uint32_t req)
+{
+    uint32_t bs =
+        rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size : rp->cfg->sched.block_size;
+    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs);
+    if (e < 0)
+        return (int)e;
     rp->routed++;
     if (rp->next_turn[req] >= 0)
         rp->parents_in_flight++;
-    inbox_push(rp, e, req);
+    inbox_push(rp, (uint32_t)e, req);
     return 0;
 }
 
@@ -364,13 +304,29 @@ static int64_t next_boundary(struct replay *rp)
     return nb;
 }
 
+/* Whether engine e works in phase (a disaggregated phase runs one pool). */
+static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
+{
+    switch (phase) {
+    case PHASE_PREFILL_ADMIT:
+    case PHASE_PREFILL_ADVANCE: return e < rp->num_prefill;
+    case PHASE_DECODE_ADVANCE: return e >= rp->num_prefill;
+    default: return true;
+    }
+}
+
 /* The parallel part of an epoch for worker w. */
 static void work(struct replay *rp, uint32_t w, enum phase phase)
 {
     for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads) {
+        if (!works_in(rp, e, phase))
+            continue;
         struct kvsim_engine *eng = rp->engines[e];
+        bool admit = phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE ||
+                     phase == PHASE_PREFILL_ADMIT;
+        bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
         int rc = 0;
-        if (phase != PHASE_ADVANCE) {
+        if (admit) {
             /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
             struct cds_wfcq_node *n;
             while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
@@ -381,10 +337,12 @@ static void work(struct replay *rp, uint32_t w, enum phase phase)
             }
         }
         if (rc == 0)
-            rc = kvsim_engine_advance(eng, phase == PHASE_ADMIT ? rp->b_cur : rp->b_next);
+            rc = kvsim_engine_advance(eng, to_cur ? rp->b_cur : rp->b_next);
         if (rc == 0 && rp->drain_events) {
             /* This engine's KV events up to the boundary, into its indexer shard. */
-            struct event_ctx ec = {rp->router, e, 0};
+            bool decode = rp->num_prefill && e >= rp->num_prefill;
+            struct event_ctx ec = {decode ? rp->decode_router : rp->router,
+                                   decode ? e - rp->num_prefill : e, 0};
             kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
             rc = ec.rc;
         }
@@ -521,8 +479,56 @@ static void replay_free(struct replay *rp)
     free(rp->runs);
     free(rp->hashes);
     kvsim_router_destroy(rp->router);
+    replay__disagg_free(rp);
     kvsim_metrics_destroy(rp->metrics);
     kvsim_trace_free(&rp->trace);
+}
+
+/* One phase on every worker: the coordinator takes part, the barrier orders it. */
+static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errlen)
+{
+    rp->phase = phase;
+    if (rp->num_threads > 1)
+        epoch_barrier(rp);
+    work(rp, 0, phase);
+    if (rp->num_threads > 1)
+        epoch_barrier(rp);
+    return check_engines(rp, err, errlen);
+}
+
+/*
+ * One disaggregated epoch from b_cur (docs/disagg.md): route the arrivals to prefill engines,
+ * which start their steps; pick b_next (the next arrival, a session follow-up, or the handoff
+ * lookahead: no transfer reserved in the epoch may end inside it); advance the prefill engines
+ * to b_next; route their pins to decode engines and turn their aborts into cancels; advance the
+ * decode engines to b_next, each applying those messages at their instants; turn the
+ * reservations they made into transfers, whose releases and activations come after b_next.
+ */
+static int disagg_epoch(struct replay *rp, char *err, size_t errlen)
+{
+    int rc = boundary(rp);
+    rp->epochs++;
+    if (rc == 0)
+        rc = run_phase(rp, PHASE_PREFILL_ADMIT, err, errlen);
+    if (rc)
+        return rc;
+    rp->b_next = next_boundary(rp);
+    int64_t bound = replay__disagg_bound(rp);
+    if (bound < rp->b_next)
+        rp->b_next = bound;
+    if (rp->b_next <= rp->b_cur) { /* a lookahead that does not look ahead would loop forever */
+        snprintf(err, errlen, "internal error: the epoch at %" PRId64 " ns cannot advance",
+                 rp->b_cur);
+        return KVSIM_EINVARIANT;
+    }
+    if ((rc = run_phase(rp, PHASE_PREFILL_ADVANCE, err, errlen)) != 0 ||
+        (rc = replay__disagg_after_prefill(rp)) != 0 ||
+        (rc = run_phase(rp, PHASE_DECODE_ADVANCE, err, errlen)) != 0 ||
+        (rc = replay__disagg_after_decode(rp, err, errlen)) != 0)
+        return rc;
+    if (rp->b_next == INT64_MAX && replay__disagg_stuck(rp, err, errlen))
+        return -EDEADLK;
+    return 0;
 }
 
 void kvsim_replay_config_default(struct kvsim_replay_config *c)
@@ -545,6 +551,23 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     kvsim_tiers_config_default(&c->tiers);
     c->offload_threads = 2;
     c->kv_bytes_per_token = 131072; /* Llama-3.1-8B in bf16 */
+    c->disagg.prefill_sched = c->disagg.decode_sched = c->sched;
+    c->disagg.prefill_router = c->disagg.decode_router = KVSIM_ROUTER_KV;
+    c->disagg.transfer.gbps = 25.0;                         /* a 200 Gb/s RDMA NIC */
+    c->disagg.abort_timeout_ns = INT64_C(480) * 1000000000; /* VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
+}
+
+/* The configuration of engine e: its pool's scheduler settings and role. */
+static void engine_config(const struct replay *rp, uint32_t e, struct kvsim_engine_config *ec)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    ec->sched = cfg->sched;
+    if (rp->num_prefill) {
+        bool prefill = e < rp->num_prefill;
+        ec->sched = prefill ? cfg->disagg.prefill_sched : cfg->disagg.decode_sched;
+        ec->role = prefill ? KVSIM_ENGINE_PREFILL : KVSIM_ENGINE_DECODE;
+        ec->disagg = &rp->disagg;
+    }
 }
 
 int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
@@ -573,15 +596,33 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         return -EINVAL;
     }
     rp.num_engines = cfg->num_engines;
+    if (cfg->disagg.prefill_engines) {
+        if (!cfg->disagg.decode_engines || cfg->offload || !(cfg->disagg.transfer.gbps > 0)) {
+            snprintf(err, errlen,
+                     "disaggregated serving needs prefill and decode engines, a "
+                     "link bandwidth > 0 and no offload tiers");
+            kvsim_trace_free(&rp.trace);
+            return -EINVAL;
+        }
+        rp.num_prefill = cfg->disagg.prefill_engines;
+        rp.num_decode = cfg->disagg.decode_engines;
+        rp.num_engines = rp.num_prefill + rp.num_decode;
+    }
     rp.num_threads = cfg->num_threads < cfg->num_engines ? cfg->num_threads : cfg->num_engines;
     size_t R = rp.trace.num_reqs;
     rc = kvsim_metrics_create((uint32_t)R, rp.num_threads, &rp.metrics);
-    if (rc == 0)
+    if (rc == 0 && rp.num_prefill)
+        rc = kvsim_router_create(cfg->disagg.prefill_router, rp.num_prefill, cfg->overlap_weight,
+                                 &rp.router);
+    else if (rc == 0)
         rc = kvsim_router_create(cfg->router, rp.num_engines, cfg->overlap_weight, &rp.router);
     rp.engines = calloc(rp.num_engines, sizeof *rp.engines);
     rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
     rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
-    rp.drain_events = cfg->router == KVSIM_ROUTER_KV && cfg->kv_index_events;
+    rp.drain_events =
+        cfg->kv_index_events && (rp.num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
+                                                      cfg->disagg.decode_router == KVSIM_ROUTER_KV
+                                                : cfg->router == KVSIM_ROUTER_KV);
     rp.inbox_head = calloc(rp.num_engines, sizeof *rp.inbox_head);
     rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
     rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
@@ -620,7 +661,6 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
             .id = e,
-            .sched = cfg->sched,
             .model = cfg->model,
             .trace = &rp.trace,
             .metrics = rp.metrics,
@@ -629,6 +669,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .next_turn = rp.next_turn,
             .tiers = cfg->offload ? &tiers : NULL,
         };
+        engine_config(&rp, e, &ec);
         rc = kvsim_engine_create(&ec, &rp.engines[e]);
         if (rc == -EINVAL)
             snprintf(err, errlen,
@@ -642,6 +683,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     }
     if (rc == 0 && !rp.drain_events)
         kvsim_router_use_pools(rp.router, rp.pools);
+    if (rc == 0 && rp.num_prefill) /* after the engines: the decode router reads their pools */
+        rc = replay__disagg_setup(&rp);
     if (rc) {
         if (!err[0])
             snprintf(err, errlen, "setting up the replay: %s", kvsim_strerror(rc));
@@ -685,7 +728,14 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         }
     }
     rp.b_cur = next_arrival(&rp);
-    while (rc == 0) {
+    while (rc == 0 && rp.num_prefill) {
+        rc = disagg_epoch(&rp, err, errlen);
+        show_progress(&rp, false);
+        if (rc || rp.b_next == INT64_MAX)
+            break;
+        rp.b_cur = rp.b_next;
+    }
+    while (rc == 0 && !rp.num_prefill) {
         rc = boundary(&rp);
         if (rc)
             break;
@@ -739,9 +789,18 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .num_threads = rp.num_threads,
             .wall_ns = wall,
         };
-        rc = kvsim_metrics_summarize(rp.metrics, &run, report);
+        if (rp.num_prefill) {
+            run.router = kvsim_router_policy_name(cfg->disagg.prefill_router);
+            rc = replay__disagg_records(&rp); /* the records' handoff fields, for the summary */
+        }
+        if (rc == 0)
+            rc = kvsim_metrics_summarize(rp.metrics, &run, report);
+        if (rc == 0 && rp.num_prefill)
+            rc = replay__disagg_summarize(&rp, report);
         if (rc == 0 && cfg->offload)
             summarize_offload(&rp, &report->offload);
+        if (rc == 0 && cfg->disagg.events_path)
+            rc = replay__disagg_write_events(&rp, cfg->disagg.events_path, err, errlen);
         if (rc == 0 && cfg->requests_path)
             rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
     } else if (!err[0]) {

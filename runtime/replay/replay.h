@@ -91,6 +91,21 @@ KVSIM_EXTERN uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
 
 /* ---- the replay ------------------------------------------------------------------------------ */
 
+/*
+ * Disaggregated serving (docs/disagg.md): prefill engines and decode engines, each pool with its
+ * own engine settings and router, every request's KV handed from its prefill engine to its
+ * decode engine. Off while prefill_engines is 0 (an aggregated replay of num_engines engines).
+ */
+struct kvsim_disagg_config {
+    uint32_t prefill_engines, decode_engines; /* both >= 1 when on */
+    struct sched_config prefill_sched, decode_sched;
+    enum kvsim_router_policy prefill_router, decode_router;
+    struct kvsim_transfer_model transfer; /* its kv_bytes_per_token: the replay's */
+    int64_t abort_timeout_ns;             /* from the pin; <= 0: never (default 480 s) */
+    bool release_immediately;             /* --handoff-release immediate (a what-if) */
+    const char *events_path;              /* the handoff event log (JSONL), or NULL */
+};
+
 struct kvsim_replay_config {
     const char *trace_path; /* NULL: the built-in synthetic workload */
     struct kvsim_trace_opts trace_opts;
@@ -112,19 +127,22 @@ struct kvsim_replay_config {
                                       * block registry (docs/offload.md) */
     bool offload_pool;               /* thread-pool executor instead of inline */
     uint32_t offload_threads;        /* pool workers */
-    uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy */
+    uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy and of a KV transfer */
+    struct kvsim_disagg_config disagg;
 };
 
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,
  * max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and chunked prefill on, one
- * thread per CPU. */
+ * thread per CPU; disaggregated serving off (when turned on: kv routers, 25 GB/s links with no
+ * fixed latency, a 480 s abort timeout as VLLM_NIXL_ABORT_REQUEST_TIMEOUT). */
 KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
 
 /*
  * kvsim_replay_run - load the trace (or generate the workload), replay it, summarize into
- * *report and write the per-request records if asked. Returns 0, or a negative errno with a
- * one-line message in err (-EINVAL/-ENOENT: bad input or configuration; -EDEADLK: an engine
- * reached a dead end; -EUCLEAN: an invariant broke).
+ * *report and write the per-request records (and the handoff event log) if asked. The report
+ * may own memory: kvsim_report_fini() it. Returns 0, or a negative errno with a one-line
+ * message in err (-EINVAL/-ENOENT: bad input or configuration; -EDEADLK: an engine, or the
+ * disaggregated replay as a whole, reached a dead end; -EUCLEAN: an invariant broke).
  * With cfg->g3_shared the calling thread (and every worker) is registered with the block
  * registry for the duration of the run: the caller must not be registered already.
  */

@@ -20,6 +20,7 @@ const char *kvsim_req_status_name(enum kvsim_req_status status)
     case KVSIM_REQ_COMPLETED: return "completed";
     case KVSIM_REQ_REJECTED: return "rejected";
     case KVSIM_REQ_INCOMPLETE: return "incomplete";
+    case KVSIM_REQ_ABORTED: return "aborted";
     }
     return "unknown";
 }
@@ -51,6 +52,9 @@ int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvs
             .finish_ns = KVSIM_TIME_NONE,
             .engine = -1,
             .status = KVSIM_REQ_PENDING,
+            .prefill_engine = -1,
+            .pin_ns = KVSIM_TIME_NONE,
+            .transfer_ns = KVSIM_TIME_NONE,
         };
     }
     for (uint32_t i = 0; i < num_threads; i++)
@@ -196,6 +200,32 @@ int kvsim_metrics_on_reject(struct kvsim_metrics *m, uint32_t req, int64_t t, co
     rec->finish_ns = t;
     rec->status = KVSIM_REQ_REJECTED;
     rec->reject_reason = reason != NULL ? reason : "unknown";
+    return 0;
+}
+
+int kvsim_metrics_on_abort(struct kvsim_metrics *m, uint32_t req, int64_t t, const char *reason)
+{
+    struct kvsim_req_record *rec;
+    int err = live_record(m, req, t, &rec);
+    if (err)
+        return err;
+    rec->finish_ns = t;
+    rec->status = KVSIM_REQ_ABORTED;
+    rec->reject_reason = reason != NULL ? reason : "unknown";
+    return 0;
+}
+
+int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req, int32_t prefill_engine,
+                              enum kvsim_req_handoff outcome, int64_t pin_ns, int64_t transfer_ns)
+{
+    if (req >= m->num_requests)
+        return -EINVAL;
+    struct kvsim_req_record *rec = &m->recs[req];
+    rec->handoff = (uint8_t)outcome;
+    rec->prefill_engine = prefill_engine;
+    rec->pin_ns = pin_ns;
+    rec->transfer_ns = transfer_ns;
+    m->disagg = true;
     return 0;
 }
 

@@ -121,6 +121,7 @@ enum kvsim_req_status {
     KVSIM_REQ_COMPLETED,   /* finished normally: counts in latency and throughput */
     KVSIM_REQ_REJECTED,    /* refused (e.g. prompt too long): counted by reason only */
     KVSIM_REQ_INCOMPLETE,  /* still unfinished when the replay ended */
+    KVSIM_REQ_ABORTED,     /* dropped after it started (a disaggregated handoff aborted) */
 };
 /* "pending", "completed", "rejected" or "incomplete" ("unknown" otherwise). */
 KVSIM_EXTERN const char *kvsim_req_status_name(enum kvsim_req_status status);
@@ -142,6 +143,19 @@ struct kvsim_req_record {
     int32_t engine;             /* engine of the latest admission (-1: never admitted) */
     uint8_t status;             /* enum kvsim_req_status */
     const char *reject_reason;  /* static string such as "prompt_too_long", or NULL */
+    /* disaggregated serving (kvsim_metrics_set_handoff; handoff 0: not disaggregated) */
+    uint8_t handoff;        /* enum kvsim_req_handoff */
+    int32_t prefill_engine; /* -1: none */
+    int64_t pin_ns;         /* how long the source stayed pinned */
+    int64_t transfer_ns;    /* how long the KV transfer took (KVSIM_TIME_NONE: none) */
+};
+
+/* How a request's disaggregated handoff ended. */
+enum kvsim_req_handoff {
+    KVSIM_REQ_HANDOFF_NONE = 0,
+    KVSIM_REQ_HANDOFF_COMPLETED,
+    KVSIM_REQ_HANDOFF_ABORTED,
+    KVSIM_REQ_HANDOFF_PENDING, /* still under way when the replay ended */
 };
 
 struct kvsim_metrics;
@@ -195,6 +209,18 @@ KVSIM_EXTERN int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, 
 /* req was rejected at t for reason, a static string (e.g. "prompt_too_long"; NULL = "unknown"). */
 KVSIM_EXTERN int kvsim_metrics_on_reject(struct kvsim_metrics *m, uint32_t req, int64_t t,
                                          const char *reason);
+/* req was aborted at t for reason (a static string; NULL = "unknown") after it had started. */
+KVSIM_EXTERN int kvsim_metrics_on_abort(struct kvsim_metrics *m, uint32_t req, int64_t t,
+                                        const char *reason);
+/*
+ * kvsim_metrics_set_handoff - record how req's disaggregated handoff went (its prefill engine,
+ * outcome, pin and transfer durations; transfer_ns KVSIM_TIME_NONE when nothing moved). Marks
+ * the collector as disaggregated: the per-request records then carry these fields. Context: no
+ * worker feeding events. Returns 0 or -EINVAL (req out of range).
+ */
+KVSIM_EXTERN int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req,
+                                           int32_t prefill_engine, enum kvsim_req_handoff outcome,
+                                           int64_t pin_ns, int64_t transfer_ns);
 
 /*
  * kvsim_metrics_mark_incomplete - the replay ended: every PENDING record becomes INCOMPLETE.
@@ -265,6 +291,27 @@ struct kvsim_offload_summary {
     uint64_t g3_evictions;             /* shared G3: blocks its LRU evicted at boundaries */
 };
 
+/* A prefill engine's pinned sources over the run. */
+struct kvsim_prefill_pins {
+    double pinned_block_seconds; /* pinned blocks integrated over virtual time */
+    uint32_t peak_pinned_blocks;
+};
+
+/* The disaggregated part of a report (enabled = false: an aggregated replay). */
+struct kvsim_disagg_summary {
+    bool enabled;
+    uint32_t prefill_engines, decode_engines;
+    uint64_t handoffs, completed, aborted, pending; /* pending: under way at the end */
+    struct kvsim_latency pin;         /* source pinned: pin to release (completed or aborted) */
+    struct kvsim_latency transfer;    /* transfer start to end (completed handoffs) */
+    struct kvsim_latency decode_wait; /* decode routed to destination reserved */
+    uint64_t transferred_bytes, transferred_tokens;
+    double pinned_block_seconds;            /* over all prefill engines */
+    uint32_t peak_pinned_blocks;            /* the largest of any prefill engine */
+    struct kvsim_prefill_pins *per_prefill; /* [prefill_engines], owned (kvsim_report_fini) */
+    uint64_t epochs;                        /* epoch boundaries the replay went through */
+};
+
 /*
  * The replay report. Latency and throughput cover COMPLETED requests only, except ITL (see
  * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
@@ -280,7 +327,8 @@ struct kvsim_report {
     uint64_t num_requests; /* R */
     uint64_t completed;
     uint64_t rejected;
-    uint64_t incomplete;         /* neither completed nor rejected (includes never arrived) */
+    uint64_t incomplete; /* neither completed, rejected nor aborted (includes never arrived) */
+    uint64_t aborted;    /* started, then dropped (an aborted disaggregated handoff) */
     uint32_t num_reject_reasons; /* entries of rejects[] */
     /* rejections by reason, sorted by reason ("other", if any, last) */
     struct kvsim_reject_count rejects[KVSIM_REPORT_MAX_REASONS];
@@ -307,6 +355,7 @@ struct kvsim_report {
     double speed;                         /* simulated seconds per wall second (0: unknown) */
     double wall_requests_per_s;           /* completed requests per wall second (0: unknown) */
     struct kvsim_offload_summary offload; /* filled by the replay after summarizing */
+    struct kvsim_disagg_summary disagg;   /* filled by the replay after summarizing */
 };
 
 /*
@@ -325,6 +374,16 @@ KVSIM_EXTERN int kvsim_metrics_summarize(const struct kvsim_metrics *m,
 
 /* Prints the report as an aligned table (latencies in ms) to out. */
 KVSIM_EXTERN void kvsim_report_print(FILE *out, const struct kvsim_report *r);
+
+/* Frees what a report owns (the per-engine arrays) and zeroes those fields. Accepts a report
+ * that owns nothing. */
+KVSIM_EXTERN void kvsim_report_fini(struct kvsim_report *r);
+
+/*
+ * kvsim_latency_of - the distribution of vals[0..n) (ns, in a fixed order: the mean is summed in
+ * that order) with nearest-rank percentiles; sorts vals in place. n 0 gives all zeros.
+ */
+KVSIM_EXTERN void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency *l);
 
 /*
  * kvsim_report_write_json - write the report to path as one JSON object with a fixed key

@@ -19,6 +19,7 @@ struct kvsim_metrics {
     uint32_t num_threads;           /* T */
     struct kvsim_req_record *recs;  /* [R], indexed by request */
     struct thread_sketch *sketches; /* [T], indexed by worker thread */
+    bool disagg;                    /* records carry handoff fields */
 };
 
 #endif /* KVSIM_REPORT_INTERNAL_H */

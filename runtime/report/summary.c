@@ -25,7 +25,7 @@ static int cmp_double(const void *a, const void *b)
  * Fills l from vals[0..n), given in request-index order: the mean is summed in that order,
  * then vals is sorted for the exact nearest-rank percentiles.
  */
-static void latency_from_values(double *vals, size_t n, struct kvsim_latency *l)
+void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency *l)
 {
     memset(l, 0, sizeof *l);
     if (n == 0)
@@ -176,6 +176,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
             out->rejected++;
             count_reject(out, r->reject_reason, &other);
             break;
+        case KVSIM_REQ_ABORTED: out->aborted++; break;
         case KVSIM_REQ_PENDING:
         case KVSIM_REQ_INCOMPLETE: out->incomplete++; break;
         }
@@ -200,10 +201,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     double *vals = malloc((m->num_requests ? m->num_requests : 1) * sizeof *vals);
     if (vals == NULL)
         return -ENOMEM;
-    latency_from_values(vals, collect(m, LAT_TTFT, vals), &out->ttft);
-    latency_from_values(vals, collect(m, LAT_TTST, vals), &out->ttst);
-    latency_from_values(vals, collect(m, LAT_TPOT, vals), &out->tpot);
-    latency_from_values(vals, collect(m, LAT_E2E, vals), &out->e2e);
+    kvsim_latency_of(vals, collect(m, LAT_TTFT, vals), &out->ttft);
+    kvsim_latency_of(vals, collect(m, LAT_TTST, vals), &out->ttst);
+    kvsim_latency_of(vals, collect(m, LAT_TPOT, vals), &out->tpot);
+    kvsim_latency_of(vals, collect(m, LAT_E2E, vals), &out->e2e);
     free(vals);
     int err = itl_latency(m, &out->itl);
     if (err)
@@ -217,4 +218,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
         out->wall_requests_per_s = (double)out->completed / wall_s;
     }
     return 0;
+}
+
+void kvsim_report_fini(struct kvsim_report *r)
+{
+    free(r->disagg.per_prefill);
+    r->disagg.per_prefill = NULL;
 }

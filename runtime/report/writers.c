@@ -46,6 +46,8 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%" PRIu64 "\n", "  rejected", r->rejected);
     for (uint32_t i = 0; i < r->num_reject_reasons; i++)
         fprintf(f, "      %-20s %" PRIu64 "\n", r->rejects[i].reason, r->rejects[i].count);
+    if (r->disagg.enabled)
+        fprintf(f, ROW "%" PRIu64 "\n", "  aborted", r->aborted);
     fprintf(f, ROW "%" PRIu64 "\n", "  incomplete", r->incomplete);
     fprintf(f, ROW "%" PRIu64 "\n", "preemptions", r->preemptions);
 
@@ -88,6 +90,21 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
                 o->blocked, (double)o->blocked_ns / 1e9, o->retry_now);
     }
 
+    const struct kvsim_disagg_summary *d = &r->disagg;
+    if (d->enabled) {
+        fprintf(f,
+                "\n" ROW "%" PRIu32 " prefill + %" PRIu32 " decode engines, %" PRIu64 " epochs\n",
+                "disaggregated", d->prefill_engines, d->decode_engines, d->epochs);
+        fprintf(f,
+                ROW "%" PRIu64 " (%" PRIu64 " completed, %" PRIu64 " aborted, %" PRIu64
+                    " under way)\n",
+                "handoffs", d->handoffs, d->completed, d->aborted, d->pending);
+        fprintf(f, ROW "%.3f GB (%" PRIu64 " tokens)\n", "KV transferred",
+                (double)d->transferred_bytes / 1e9, d->transferred_tokens);
+        fprintf(f, ROW "%.1f (peak %" PRIu32 " blocks on one prefill engine)\n",
+                "pinned block-seconds", d->pinned_block_seconds, d->peak_pinned_blocks);
+    }
+
     fprintf(f, "\n  %-6s %10s%11s%11s%11s%11s%11s%11s%11s\n", "(ms)", "count", "mean", "min", "p50",
             "p90", "p95", "p99", "max");
     print_latency_row(f, "TTFT", &r->ttft);
@@ -95,6 +112,11 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     print_latency_row(f, "TPOT", &r->tpot);
     print_latency_row(f, "ITL", &r->itl);
     print_latency_row(f, "E2E", &r->e2e);
+    if (d->enabled) {
+        print_latency_row(f, "pin", &d->pin);
+        print_latency_row(f, "xfer", &d->transfer);
+        print_latency_row(f, "dwait", &d->decode_wait);
+    }
 }
 
 /* ---- files -------------------------------------------------------------------------------------
@@ -195,6 +217,8 @@ static json_t *report_json(const struct kvsim_report *r)
     for (uint32_t i = 0; i < r->num_reject_reasons; i++)
         ok = put(reasons, r->rejects[i].reason, json_u64(r->rejects[i].count)) && ok;
     ok = put(req, "rejected_by_reason", reasons) && ok;
+    if (r->disagg.enabled)
+        ok = put(req, "aborted", json_u64(r->aborted)) && ok;
     ok = put(req, "incomplete", json_u64(r->incomplete)) && ok;
     ok = put(root, "requests", req) && ok;
     ok = put(root, "preemptions", json_u64(r->preemptions)) && ok;
@@ -258,6 +282,37 @@ static json_t *report_json(const struct kvsim_report *r)
         if (o->g3_shared)
             ok = put(off, "g3_shared_evictions", json_u64(o->g3_evictions)) && ok;
         ok = put(root, "offload", off) && ok;
+    }
+    const struct kvsim_disagg_summary *d = &r->disagg;
+    if (d->enabled) {
+        json_t *dj = json_object(), *pre = json_array();
+        ok = put(dj, "prefill_engines", json_integer(d->prefill_engines)) && ok;
+        ok = put(dj, "decode_engines", json_integer(d->decode_engines)) && ok;
+        ok = put(dj, "epochs", json_u64(d->epochs)) && ok;
+        ok = put(dj, "handoffs", json_u64(d->handoffs)) && ok;
+        ok = put(dj, "completed", json_u64(d->completed)) && ok;
+        ok = put(dj, "aborted", json_u64(d->aborted)) && ok;
+        ok = put(dj, "pending", json_u64(d->pending)) && ok;
+        ok = put(dj, "transferred_bytes", json_u64(d->transferred_bytes)) && ok;
+        ok = put(dj, "transferred_tokens", json_u64(d->transferred_tokens)) && ok;
+        ok = put(dj, "pinned_block_seconds", json_real(d->pinned_block_seconds)) && ok;
+        ok = put(dj, "peak_pinned_blocks", json_integer(d->peak_pinned_blocks)) && ok;
+        ok = put(dj, "pin_ms", latency_json(&d->pin)) && ok;
+        ok = put(dj, "transfer_ms", latency_json(&d->transfer)) && ok;
+        ok = put(dj, "decode_wait_ms", latency_json(&d->decode_wait)) && ok;
+        for (uint32_t p = 0; d->per_prefill && p < d->prefill_engines; p++) {
+            json_t *pj = json_object();
+            ok = put(pj, "engine", json_integer(p)) && ok;
+            ok = put(pj, "pinned_block_seconds",
+                     json_real(d->per_prefill[p].pinned_block_seconds)) &&
+                 ok;
+            ok =
+                put(pj, "peak_pinned_blocks", json_integer(d->per_prefill[p].peak_pinned_blocks)) &&
+                ok;
+            ok = json_array_append_new(pre, pj) == 0 && ok;
+        }
+        ok = put(dj, "prefill", pre) && ok;
+        ok = put(root, "disagg", dj) && ok;
     }
 
     json_t *wall = json_object();
@@ -332,7 +387,34 @@ static void put_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void write_record(FILE *f, uint32_t id, const struct kvsim_req_record *r)
+static const char *handoff_name(uint8_t h)
+{
+    switch ((enum kvsim_req_handoff)h) {
+    case KVSIM_REQ_HANDOFF_NONE: return "none";
+    case KVSIM_REQ_HANDOFF_COMPLETED: return "completed";
+    case KVSIM_REQ_HANDOFF_ABORTED: return "aborted";
+    case KVSIM_REQ_HANDOFF_PENDING: return "pending";
+    }
+    return "?";
+}
+
+/* The disaggregated fields of a record (only in a disaggregated replay's records). */
+static void write_handoff(FILE *f, const struct kvsim_req_record *r)
+{
+    if (r->prefill_engine >= 0)
+        fprintf(f, ",\"prefill_engine\":%" PRId32, r->prefill_engine);
+    else
+        fputs(",\"prefill_engine\":null", f);
+    if (r->handoff != KVSIM_REQ_HANDOFF_NONE && r->engine >= 0 && r->engine != r->prefill_engine)
+        fprintf(f, ",\"decode_engine\":%" PRId32, r->engine);
+    else
+        fputs(",\"decode_engine\":null", f);
+    fprintf(f, ",\"handoff\":\"%s\"", handoff_name(r->handoff));
+    put_ms(f, "pin_ms", r->pin_ns);
+    put_ms(f, "transfer_ms", r->transfer_ns);
+}
+
+static void write_record(FILE *f, uint32_t id, const struct kvsim_req_record *r, bool disagg)
 {
     fprintf(f, "{\"id\":%" PRIu32 ",\"status\":\"%s\"", id,
             kvsim_req_status_name((enum kvsim_req_status)r->status));
@@ -363,6 +445,8 @@ static void write_record(FILE *f, uint32_t id, const struct kvsim_req_record *r)
         put_json_string(f, r->reject_reason);
     else
         fputs("null", f);
+    if (disagg)
+        write_handoff(f, r);
     fputs("}\n", f);
 }
 
@@ -374,6 +458,6 @@ int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m
     if (rc)
         return rc;
     for (uint32_t i = 0; i < m->num_requests && !ferror(fp); i++)
-        write_record(fp, i, &m->recs[i]);
+        write_record(fp, i, &m->recs[i], m->disagg);
     return close_written(fp, path, err, errlen);
 }

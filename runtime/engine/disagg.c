@@ -1,0 +1,399 @@
+/*
+ * disagg.c - an engine's disaggregated roles (engine.h, docs/disagg.md).
+ *
+ * Prefill engine. Every request is a prefill (max_tokens 1, kv_producer): when it finishes, the
+ * scheduler pins its blocks (sched_pin) and the handoff enters SOURCE_PINNED with its abort
+ * deadline; the outbox says PINNED. The pin ends on a RELEASE message (the transfer ended:
+ * COMPLETED) or when its deadline passes (ABORTED; the outbox says so). As vLLM checks
+ * deadlines in get_finished once per engine step, a deadline is acted on at the end of the step
+ * running then, or at the deadline itself when the engine is between steps (an engine holding
+ * only pinned blocks neither spins nor sleeps through it). Pins are made in time order and all
+ * have the same timeout, so their deadlines come in pin order: a FIFO, not a heap.
+ *
+ * Decode engine. ARRIVE adds the decode request with its whole prompt reported by the KV
+ * connector as loadable asynchronously (vLLM's get_num_new_matched_tokens for do_remote_prefill:
+ * prompt minus local hits); the scheduler parks it in WAITING_FOR_REMOTE_KVS once it passes
+ * max_num_seqs and its missing blocks are allocated (DESTINATION_RESERVED; the outbox says
+ * RESERVED). A request whose prompt is all local hits is admitted at once and reserves nothing:
+ * vLLM still sends the empty read that lets the source go, so it is reported the same way, with
+ * nothing to move. ACTIVATE finishes the load (the next schedule promotes it); CANCEL aborts the
+ * request and frees a reserved destination at once (its transfer will never write it).
+ *
+ * Messages apply in (instant, kind, posting order): at one instant a release or an activation
+ * before a cancel before an arrival.
+ */
+#include "runtime/engine/engine_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the inbox (min-heap) and the outbox ---------------------------------------------------- */
+
+static bool msg_less(const struct kvsim_engine *e, uint32_t a, uint32_t b)
+{
+    const struct kvsim_engine_msg *x = &e->inbox[a], *y = &e->inbox[b];
+    if (x->t != y->t)
+        return x->t < y->t;
+    if (x->kind != y->kind)
+        return x->kind < y->kind;
+    return e->inbox_seq[a] < e->inbox_seq[b];
+}
+
+static void msg_swap(struct kvsim_engine *e, uint32_t a, uint32_t b)
+{
+    struct kvsim_engine_msg m = e->inbox[a];
+    e->inbox[a] = e->inbox[b];
+    e->inbox[b] = m;
+    uint64_t q = e->inbox_seq[a];
+    e->inbox_seq[a] = e->inbox_seq[b];
+    e->inbox_seq[b] = q;
+}
+
+int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m)
+{
+    if (e->num_inbox == e->cap_inbox) {
+        uint32_t nc = e->cap_inbox ? e->cap_inbox * 2 : 64;
+        struct kvsim_engine_msg *ni = realloc(e->inbox, nc * sizeof *ni);
+        if (ni)
+            e->inbox = ni;
+        uint64_t *ns = realloc(e->inbox_seq, nc * sizeof *ns);
+        if (ns)
+            e->inbox_seq = ns;
+        if (!ni || !ns)
+            return -ENOMEM;
+        e->cap_inbox = nc;
+    }
+    uint32_t i = e->num_inbox++;
+    e->inbox[i] = *m;
+    e->inbox_seq[i] = e->next_seq++;
+    while (i > 0 && msg_less(e, i, (i - 1) / 2)) {
+        msg_swap(e, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    return 0;
+}
+
+static struct kvsim_engine_msg inbox_pop(struct kvsim_engine *e)
+{
+    struct kvsim_engine_msg top = e->inbox[0];
+    e->num_inbox--;
+    if (e->num_inbox) {
+        e->inbox[0] = e->inbox[e->num_inbox];
+        e->inbox_seq[0] = e->inbox_seq[e->num_inbox];
+        for (uint32_t i = 0;;) {
+            uint32_t c = 2 * i + 1;
+            if (c >= e->num_inbox)
+                break;
+            if (c + 1 < e->num_inbox && msg_less(e, c + 1, c))
+                c++;
+            if (!msg_less(e, c, i))
+                break;
+            msg_swap(e, i, c);
+            i = c;
+        }
+    }
+    return top;
+}
+
+int64_t engine__next_message(const struct kvsim_engine *e)
+{
+    return e->num_inbox ? e->inbox[0].t : INT64_MAX;
+}
+
+static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, uint32_t req)
+{
+    if (e->num_outbox == e->cap_outbox) {
+        uint32_t nc = e->cap_outbox ? e->cap_outbox * 2 : 64;
+        struct kvsim_engine_msg *no = realloc(e->outbox, nc * sizeof *no);
+        if (!no)
+            return engine__fail(e, -ENOMEM);
+        e->outbox = no;
+        e->cap_outbox = nc;
+    }
+    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){e->now, (uint32_t)kind, req};
+    return 0;
+}
+
+const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsim_engine *e, uint32_t *n)
+{
+    *n = e->num_outbox;
+    e->num_outbox = 0;
+    return e->outbox;
+}
+
+void engine__disagg_free(struct kvsim_engine *e)
+{
+    free(e->inbox);
+    free(e->inbox_seq);
+    free(e->outbox);
+    free(e->pin_fifo);
+}
+
+/* ---- prefill: pins ------------------------------------------------------------------------- */
+
+static struct kvsim_handoff *handoff_of(const struct kvsim_engine *e, uint32_t req)
+{
+    return &e->cfg.disagg->handoffs[req];
+}
+
+/* After whatever happened at t: the blocks only pins hold were pinned_blocks since the last
+ * change, and are the pool's count from now on. Exact as long as it is called after every
+ * batch of changes (nothing changes between an engine's events). */
+void engine__pin_account(struct kvsim_engine *e, int64_t t)
+{
+    if (e->cfg.role != KVSIM_ENGINE_PREFILL)
+        return;
+    if (e->pinned_blocks)
+        e->pinned_block_ns += (double)e->pinned_blocks * (double)(t - e->pinned_since);
+    e->pinned_since = t;
+    e->pinned_blocks = sched_num_pinned_blocks(e->s);
+    if (e->pinned_blocks > e->peak_pinned_blocks)
+        e->peak_pinned_blocks = e->pinned_blocks;
+}
+
+void kvsim_engine_pin_stats(const struct kvsim_engine *e, double *block_ns, uint32_t *peak_blocks)
+{
+    *block_ns =
+        e->pinned_block_ns + (e->pinned_blocks && e->now > e->pinned_since
+                                  ? (double)e->pinned_blocks * (double)(e->now - e->pinned_since)
+                                  : 0.0);
+    *peak_blocks = e->peak_pinned_blocks;
+}
+
+static int fifo_push(struct kvsim_engine *e, uint32_t req)
+{
+    if (e->pin_tail - e->pin_head == e->pin_cap) {
+        uint32_t nc = e->pin_cap ? e->pin_cap * 2 : 64;
+        uint32_t *nf = malloc(nc * sizeof *nf);
+        if (!nf)
+            return engine__fail(e, -ENOMEM);
+        for (uint32_t i = 0; i < e->pin_tail - e->pin_head; i++)
+            nf[i] = e->pin_fifo[(e->pin_head + i) % e->pin_cap];
+        free(e->pin_fifo);
+        e->pin_fifo = nf;
+        e->pin_tail -= e->pin_head;
+        e->pin_head = 0;
+        e->pin_cap = nc;
+    }
+    e->pin_fifo[e->pin_tail++ % e->pin_cap] = req;
+    return 0;
+}
+
+/* Frees a pin's blocks at t. */
+static int release_source(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+{
+    sched_release_pin(e->s, h->source);
+    h->source = NULL;
+    int rc = kvsim_handoff_release_source(h, t);
+    return rc < 0 ? engine__fail(e, rc) : 0;
+}
+
+int engine__pins_made(struct kvsim_engine *e)
+{
+    const struct kvsim_engine_disagg *d = e->cfg.disagg;
+    uint32_t n;
+    struct sched_pin *const *pins = sched_last_pinned(e->s, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct sched_pin *pin = pins[i];
+        struct kvsim_handoff *h = handoff_of(e, (uint32_t)pin->id);
+        int64_t timeout = d->release_immediately ? 0 : d->abort_timeout_ns;
+        int rc = kvsim_handoff_pin(h, e->now, pin->kv.num_blocks, pin->num_tokens, timeout);
+        if (rc)
+            return engine__fail(e, rc < 0 ? rc : -EPROTO);
+        h->source = pin;
+        if (d->release_immediately)
+            rc = release_source(e, h, e->now); /* the unfaithful what-if: nothing strands */
+        else if (h->deadline_ns != INT64_MAX)
+            rc = fifo_push(e, (uint32_t)pin->id);
+        if (rc || (rc = outbox_push(e, KVSIM_MSG_PINNED, (uint32_t)pin->id)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* The oldest pin still held, dropping the released ones from the FIFO's head. */
+int64_t engine__next_deadline(struct kvsim_engine *e)
+{
+    while (e->pin_head != e->pin_tail) {
+        const struct kvsim_handoff *h = handoff_of(e, e->pin_fifo[e->pin_head % e->pin_cap]);
+        if (h->source)
+            return h->deadline_ns;
+        e->pin_head++;
+    }
+    return INT64_MAX;
+}
+
+static int expire_pins(struct kvsim_engine *e, int64_t t)
+{
+    while (engine__next_deadline(e) <= t) {
+        uint32_t req = e->pin_fifo[e->pin_head++ % e->pin_cap];
+        struct kvsim_handoff *h = handoff_of(e, req);
+        int rc = kvsim_handoff_abort(h, t);
+        if (rc < 0)
+            return engine__fail(e, rc);
+        if ((rc = release_source(e, h, t)) != 0 || (rc = outbox_push(e, KVSIM_MSG_ABORTED, req)))
+            return rc;
+    }
+    return 0;
+}
+
+/* RELEASE: the transfer ended at t; a source the abort timeout already freed stays freed. */
+static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+{
+    int rc = kvsim_handoff_complete(h, t);
+    if (rc < 0)
+        return engine__fail(e, rc);
+    return rc == 0 && h->source ? release_source(e, h, t) : 0;
+}
+
+/* ---- decode: arrivals, reservations, activations, cancels -------------------------------- */
+
+static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+{
+    if (kvsim_handoff_is_final(h))
+        return 0; /* aborted before it could arrive: nothing to serve */
+    const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[h->req];
+    uint32_t n = kvsim_prompt_runs(e->cfg.trace, h->req, e->runs, e->cap_runs);
+    if (n > e->cap_runs) {
+        struct kvpool_token_run *nr = realloc(e->runs, n * sizeof *nr);
+        if (!nr)
+            return engine__fail(e, -ENOMEM);
+        e->runs = nr;
+        e->cap_runs = n;
+        kvsim_prompt_runs(e->cfg.trace, h->req, e->runs, e->cap_runs);
+    }
+    struct sched_request_params p = {
+        .id = h->req,
+        .num_prompt_tokens = spec->input_len,
+        .prompt_runs = e->runs,
+        .num_prompt_runs = n,
+        .max_tokens = spec->output_len,
+        .arrival = (double)t,
+        .eos_token_id = -1,
+        .external_tokens = spec->input_len, /* the connector offers the whole prompt */
+        .external_async = true,
+        .external_once = true,
+    };
+    int rc = sched_add(e->s, &p, &h->decode_req);
+    if (rc)
+        return engine__fail(e, rc);
+    e->unfinished++;
+    e->waiting_handoffs++;
+    e->pub.queued_tokens += spec->input_len;
+    return 0;
+}
+
+static int reserved(struct kvsim_engine *e, struct sched_request *r, uint64_t missing)
+{
+    struct kvsim_handoff *h = handoff_of(e, (uint32_t)r->id);
+    int rc = kvsim_handoff_reserve(h, e->now, missing);
+    if (rc < 0)
+        return engine__fail(e, rc);
+    e->waiting_handoffs--;
+    e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+    return outbox_push(e, KVSIM_MSG_RESERVED, (uint32_t)r->id);
+}
+
+int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *st)
+{
+    int rc = 0;
+    for (uint32_t i = 0; i < st->num_parked && rc == 0; i++)
+        rc = reserved(e, st->parked[i], st->parked[i]->loading_tokens);
+    /* All local hits: admitted at once, with an empty read to let the source go. */
+    for (uint32_t i = 0; i < st->num_new && rc == 0; i++) {
+        struct sched_request *r = st->new_reqs[i];
+        if (handoff_of(e, (uint32_t)r->id)->state == KVSIM_HANDOFF_DECODE_ROUTED)
+            rc = reserved(e, r, 0);
+    }
+    return rc;
+}
+
+static int apply_activate(struct kvsim_engine *e, struct kvsim_handoff *h)
+{
+    struct sched_request *r = h->decode_req;
+    if (!r || r->status != SCHED_WAITING_FOR_REMOTE_KVS)
+        return 0; /* cancelled meanwhile, or running on local hits */
+    int rc = sched_load_finished(e->s, r, true);
+    return rc ? engine__fail(e, rc) : 0;
+}
+
+/* CANCEL: the source is gone. A waiting or reserved decode request is aborted and its
+ * destination freed; one already running on its own hits goes on. */
+static int apply_cancel(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+{
+    struct sched_request *r = h->decode_req;
+    if (!r || r->status == SCHED_RUNNING || sched_status_is_finished(r->status))
+        return 0;
+    bool reserved_dest = r->status == SCHED_WAITING_FOR_REMOTE_KVS;
+    if (!reserved_dest)
+        e->waiting_handoffs--, e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+    int rc = sched_abort(e->s, r);
+    if (rc == 0 && reserved_dest)
+        rc = sched_load_finished(e->s, r, false); /* the transfer never writes them now */
+    if (rc == 0)
+        rc = kvsim_metrics_on_abort(e->cfg.metrics, h->req, t, "handoff_aborted");
+    if (rc == 0)
+        rc = sched_release(e->s, r);
+    if (rc)
+        return engine__fail(e, rc);
+    h->decode_req = NULL;
+    e->unfinished--;
+    return 0;
+}
+
+/* ---- applying messages -------------------------------------------------------------------- */
+
+int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire)
+{
+    while (e->num_inbox && e->inbox[0].t <= t) {
+        struct kvsim_engine_msg m = inbox_pop(e);
+        struct kvsim_handoff *h = handoff_of(e, m.req);
+        int rc = 0;
+        switch ((enum kvsim_engine_msg_kind)m.kind) {
+        case KVSIM_MSG_RELEASE: rc = apply_release(e, h, m.t); break;
+        case KVSIM_MSG_ACTIVATE: rc = apply_activate(e, h); break;
+        case KVSIM_MSG_CANCEL: rc = apply_cancel(e, h, m.t); break;
+        case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t); break;
+        default: rc = engine__fail(e, -EINVAL); break;
+        }
+        if (rc)
+            return rc;
+    }
+    return expire && e->pin_head != e->pin_tail ? expire_pins(e, t) : 0;
+}
+
+/* ---- the lookahead ------------------------------------------------------------------------- */
+
+/*
+ * The earliest instant this engine could start a handoff fact the coordinator must answer
+ * before it happens elsewhere: a prefill engine's next pin (a reservation can follow at once)
+ * or abort (a cancel frees a destination); a decode engine's next schedule while a routed
+ * request waits for its reservation. Lower bounds, never late.
+ */
+void engine__publish_handoff(struct kvsim_engine *e)
+{
+    e->pub.pinned_blocks = e->pinned_blocks;
+    e->pub.earliest_handoff = INT64_MAX;
+    if (e->cfg.role == KVSIM_ENGINE_AGGREGATED)
+        return;
+    int64_t m = kvsim_step_model_min_duration_ns(&e->cfg.model);
+    int64_t next = engine__next_message(e);
+    if (e->cfg.role == KVSIM_ENGINE_PREFILL) {
+        int64_t pin = INT64_MAX;
+        if (e->step) /* a step that samples finishes its prefills; otherwise the next one */
+            pin = e->step_end;
+        else if (e->unfinished && next != INT64_MAX) /* idle, blocked: a release may free it */
+            pin = next > INT64_MAX - m ? INT64_MAX : next + m;
+        /* A deadline passing while a step runs is acted on at the step's end. */
+        int64_t abort = engine__next_deadline(e);
+        if (e->step && abort < e->step_end)
+            abort = e->step_end;
+        e->pub.earliest_handoff = pin < abort ? pin : abort;
+        return;
+    }
+    if (e->waiting_handoffs)
+        e->pub.earliest_handoff = e->step && e->step_end < next ? e->step_end : next;
+}

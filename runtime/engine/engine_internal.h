@@ -1,0 +1,77 @@
+/*
+ * engine_internal.h - an engine's state, shared by engine.c (admission, steps, the advance loop)
+ * and disagg.c (the prefill and decode roles: pins, messages, reservations). Private to
+ * runtime/engine/; the thread rules are engine.h's.
+ */
+#ifndef KVSIM_ENGINE_INTERNAL_H
+#define KVSIM_ENGINE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/engine/engine.h"
+#include "runtime/engine/tiers.h"
+
+struct kvsim_engine {
+    struct kvsim_engine_config cfg;
+    struct sched *s;
+    struct sched_step *step; /* in flight, or NULL when idle */
+    int64_t step_end;
+    int64_t now; /* the engine's clock: last completion or arrival instant */
+    struct kvsim_engine_pub pub;
+    struct kvsim_engine_done *done;
+    uint32_t num_done, cap_done;
+    /* output scratch, sized to the running set */
+    kvpool_token *tok;
+    const kvpool_token **tok_ptr;
+    uint32_t *tok_count;
+    uint32_t cap_tok;
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    struct sched_request **waiting_scratch; /* publish(): the waiting queue */
+    uint32_t cap_waiting_scratch;
+    uint64_t steps;
+    uint32_t unfinished;
+    struct kvsim_tiers *tiers; /* NULL without offload tiers */
+    uint64_t prefill_tokens;
+    int64_t blocked_since; /* -1: no request blocked on held capacity */
+    int64_t blocked_ns;
+    char err[384];
+    /* disaggregated roles (disagg.c) */
+    struct kvsim_engine_msg *inbox; /* min-heap on (t, kind, seq) */
+    uint64_t *inbox_seq;
+    uint32_t num_inbox, cap_inbox;
+    uint64_t next_seq;
+    struct kvsim_engine_msg *outbox;
+    uint32_t num_outbox, cap_outbox;
+    uint32_t *pin_fifo; /* prefill: requests pinned, in pin (= deadline) order */
+    uint32_t pin_head, pin_tail, pin_cap;
+    uint32_t pinned_blocks, peak_pinned_blocks;
+    int64_t pinned_since; /* the instant pinned_blocks last changed */
+    double pinned_block_ns;
+    uint32_t waiting_handoffs; /* decode: routed requests not yet reserved */
+};
+
+/* Formats an error of engine e at its clock into e->err and returns rc. */
+int engine__fail(struct kvsim_engine *e, int rc);
+
+/* ---- disagg.c ------------------------------------------------------------------------------ */
+
+/* Earliest instant of a posted message, or INT64_MAX. */
+int64_t engine__next_message(const struct kvsim_engine *e);
+/* A prefill engine's earliest pin deadline, or INT64_MAX. */
+int64_t engine__next_deadline(struct kvsim_engine *e);
+/* Applies every posted message at or before t in order, then (expire) every pin deadline at or
+ * before t. Returns 0 or a negative errno (e->err says why). */
+int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire);
+/* A prefill engine: the pins its last update made, at e->now. Returns 0 or a negative errno. */
+int engine__pins_made(struct kvsim_engine *e);
+/* A decode engine: the reservations its last schedule made, at e->now. */
+int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *st);
+/* A prefill engine's pinned-block accounting after the events at t. */
+void engine__pin_account(struct kvsim_engine *e, int64_t t);
+/* The disaggregated fields of e->pub. */
+void engine__publish_handoff(struct kvsim_engine *e);
+void engine__disagg_free(struct kvsim_engine *e);
+
+#endif /* KVSIM_ENGINE_INTERNAL_H */

@@ -1,0 +1,160 @@
+/*
+ * handoff.c - the disaggregated handoff's typed lifecycle and the KV transfer model (engine.h).
+ *
+ * Each transition checks the state it leaves: a repeated fact (the state it would enter is the
+ * current one, or a later one) and any fact about a finished handoff change nothing and answer
+ * KVSIM_HANDOFF_IGNORED; a fact that skips a state is out of order (-EINVAL). Pure functions of
+ * the handoff: any thread that owns it.
+ */
+#include "runtime/engine/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+const char *kvsim_handoff_state_name(enum kvsim_handoff_state s)
+{
+    switch (s) {
+    case KVSIM_HANDOFF_NONE: return "none";
+    case KVSIM_HANDOFF_PREFILLING: return "prefilling";
+    case KVSIM_HANDOFF_SOURCE_PINNED: return "source_pinned";
+    case KVSIM_HANDOFF_DECODE_ROUTED: return "decode_routed";
+    case KVSIM_HANDOFF_DESTINATION_RESERVED: return "destination_reserved";
+    case KVSIM_HANDOFF_TRANSFERRING: return "transferring";
+    case KVSIM_HANDOFF_COMPLETED: return "completed";
+    case KVSIM_HANDOFF_ABORTED: return "aborted";
+    }
+    return "?";
+}
+
+void kvsim_handoff_init(struct kvsim_handoff *h, uint64_t id, uint32_t req, int32_t prefill_engine)
+{
+    memset(h, 0, sizeof *h);
+    h->id = id;
+    h->req = req;
+    h->prefill_engine = prefill_engine;
+    h->decode_engine = -1;
+    h->state = KVSIM_HANDOFF_PREFILLING;
+    h->pin_ns = h->routed_ns = h->reserved_ns = KVSIM_HANDOFF_TIME_NONE;
+    h->transfer_start_ns = h->transfer_end_ns = KVSIM_HANDOFF_TIME_NONE;
+    h->source_released_ns = h->end_ns = KVSIM_HANDOFF_TIME_NONE;
+    h->deadline_ns = INT64_MAX;
+}
+
+/* The common check: 0 when h is in `from` (apply), IGNORED when it is past it or final,
+ * -EINVAL when it has not reached it. */
+static int step_from(const struct kvsim_handoff *h, enum kvsim_handoff_state from)
+{
+    if (kvsim_handoff_is_final(h) || h->state > from)
+        return KVSIM_HANDOFF_IGNORED;
+    return h->state == from ? 0 : -EINVAL;
+}
+
+int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks, uint64_t tokens,
+                      int64_t timeout_ns)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_PREFILLING);
+    if (rc)
+        return rc;
+    h->state = KVSIM_HANDOFF_SOURCE_PINNED;
+    h->pin_ns = t;
+    h->pinned_blocks = blocks;
+    h->pinned_tokens = tokens;
+    h->deadline_ns = timeout_ns > 0 && t <= INT64_MAX - timeout_ns ? t + timeout_ns : INT64_MAX;
+    return 0;
+}
+
+int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t)
+{
+    if (h->state < KVSIM_HANDOFF_SOURCE_PINNED)
+        return -EINVAL;
+    if (h->source_released_ns != KVSIM_HANDOFF_TIME_NONE)
+        return KVSIM_HANDOFF_IGNORED;
+    h->source_released_ns = t;
+    return 0;
+}
+
+int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engine)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_SOURCE_PINNED);
+    if (rc)
+        return rc;
+    h->state = KVSIM_HANDOFF_DECODE_ROUTED;
+    h->routed_ns = t;
+    h->decode_engine = decode_engine;
+    return 0;
+}
+
+int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_tokens)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED);
+    if (rc)
+        return rc;
+    h->state = KVSIM_HANDOFF_DESTINATION_RESERVED;
+    h->reserved_ns = t;
+    h->transfer_tokens = missing_tokens;
+    return 0;
+}
+
+int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end, uint64_t bytes)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_DESTINATION_RESERVED);
+    if (rc)
+        return rc;
+    if (start < h->reserved_ns || end <= start)
+        return -EINVAL;
+    h->state = KVSIM_HANDOFF_TRANSFERRING;
+    h->transfer_start_ns = start;
+    h->transfer_end_ns = end;
+    h->transfer_bytes = bytes;
+    return 0;
+}
+
+int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_TRANSFERRING);
+    if (rc)
+        return rc;
+    h->state = KVSIM_HANDOFF_COMPLETED;
+    h->end_ns = t;
+    if (h->source_released_ns == KVSIM_HANDOFF_TIME_NONE)
+        h->source_released_ns = t; /* released after the destination is activated */
+    return 0;
+}
+
+int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t)
+{
+    if (kvsim_handoff_is_final(h))
+        return KVSIM_HANDOFF_IGNORED;
+    if (h->state == KVSIM_HANDOFF_NONE)
+        return -EINVAL;
+    h->state = KVSIM_HANDOFF_ABORTED;
+    h->end_ns = t;
+    if (h->pin_ns != KVSIM_HANDOFF_TIME_NONE && h->source_released_ns == KVSIM_HANDOFF_TIME_NONE)
+        h->source_released_ns = t;
+    return 0;
+}
+
+/* ---- the transfer model ------------------------------------------------------------------- */
+
+uint64_t kvsim_transfer_bytes(const struct kvsim_transfer_model *m, uint64_t tokens)
+{
+    return tokens > UINT64_MAX / (m->kv_bytes_per_token ? m->kv_bytes_per_token : 1)
+               ? UINT64_MAX
+               : tokens * m->kv_bytes_per_token;
+}
+
+int64_t kvsim_transfer_duration_ns(const struct kvsim_transfer_model *m, uint64_t tokens)
+{
+    double ns = (double)kvsim_transfer_bytes(m, tokens) / m->gbps; /* bytes / (GB/s) = ns */
+    double total = ns + (double)m->latency_ns;
+    if (!(total < 9.0e18))
+        return INT64_MAX / 4; /* beyond any replay: it never ends in practice */
+    int64_t d = (int64_t)llround(total);
+    return d >= 1 ? d : 1;
+}
+
+int64_t kvsim_transfer_min_ns(const struct kvsim_transfer_model *m)
+{
+    return m->latency_ns >= 1 ? m->latency_ns : 1;
+}

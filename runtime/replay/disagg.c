@@ -1,0 +1,429 @@
+/*
+ * disagg.c - the coordinator of a disaggregated replay (replay.h, docs/disagg.md).
+ *
+ * Engines [0, P) serve prefills, [P, P + D) decodes; each pool has its router. An epoch runs the
+ * prefill engines, then the decode engines (replay.c, disagg_epoch). Between the two phases the
+ * coordinator reads the prefill engines' outboxes in (instant, engine, order): each pin is
+ * routed to a decode engine at its instant (the decode router sees the decode engines' loads as
+ * of the epoch's start plus its own bookings of the epoch) and posted there as an arrival; each
+ * abort of a routed handoff is posted as a cancel. After the decode phase it reads the decode
+ * engines' reservations the same way and starts their transfers on the prefill engines' links,
+ * first come first served; a transfer's end is posted to both engines as a release and an
+ * activation.
+ *
+ * Why this is exact: a prefill engine's messages reach the decode engines within the epoch at
+ * their instants, because the decode phase runs after the prefill phase. The other direction,
+ * a release caused by a reservation, would come too late if it fell inside the epoch, so the
+ * epoch never extends past the earliest instant a reservation could happen plus the shortest
+ * transfer (replay__disagg_bound): every transfer reserved in it ends after it, and its release
+ * and activation are posted before either engine gets there. A pin's abort deadline is the
+ * prefill engine's own event; the cancel it sends travels forward like a pin. Nothing depends
+ * on thread timing: the phases and the merge orders fix everything.
+ */
+#include "runtime/replay/replay_internal.h"
+
+#include "runtime/runtime.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int replay__disagg_setup(struct replay *rp)
+{
+    const struct kvsim_disagg_config *dc = &rp->cfg->disagg;
+    size_t R = rp->trace.num_reqs;
+    rp->handoffs = calloc(R ? R : 1, sizeof *rp->handoffs); /* all KVSIM_HANDOFF_NONE */
+    rp->link_free = calloc(rp->num_prefill, sizeof *rp->link_free);
+    if (!rp->handoffs || !rp->link_free)
+        return -ENOMEM;
+    rp->disagg = (struct kvsim_engine_disagg){
+        .handoffs = rp->handoffs,
+        .abort_timeout_ns = dc->abort_timeout_ns,
+        .release_immediately = dc->release_immediately,
+        .decode_max_model_len = dc->decode_sched.max_model_len,
+        .decode_block_size = dc->decode_sched.block_size,
+        .decode_num_blocks = dc->decode_sched.num_blocks,
+    };
+    int rc = kvsim_router_create(dc->decode_router, rp->num_decode, rp->cfg->overlap_weight,
+                                 &rp->decode_router);
+    if (rc == 0 && !rp->drain_events)
+        kvsim_router_use_pools(rp->decode_router, rp->pools + rp->num_prefill);
+    return rc;
+}
+
+void replay__disagg_free(struct replay *rp)
+{
+    kvsim_router_destroy(rp->decode_router);
+    free(rp->handoffs);
+    free(rp->link_free);
+    free(rp->msgs);
+    free(rp->msg_engine);
+}
+
+static struct kvsim_transfer_model transfer_model(const struct replay *rp)
+{
+    struct kvsim_transfer_model m = rp->cfg->disagg.transfer;
+    m.kv_bytes_per_token = rp->cfg->kv_bytes_per_token;
+    return m;
+}
+
+static int64_t add_sat(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+int64_t replay__disagg_bound(const struct replay *rp)
+{
+    int64_t first = INT64_MAX, first_pin = INT64_MAX;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        int64_t h = rp->pubs[e]->earliest_handoff;
+        if (h < first)
+            first = h;
+        if (e < rp->num_prefill && h < first_pin)
+            first_pin = h;
+    }
+    struct kvsim_transfer_model m = transfer_model(rp);
+    int64_t bound = first == INT64_MAX ? INT64_MAX : add_sat(first, kvsim_transfer_min_ns(&m) - 1);
+    /* A session turn that arrives on a decode engine in this epoch finishes no earlier than one
+     * decode step later, and its follow-up comes min_delay after that. */
+    if (rp->parents_in_flight && first_pin != INT64_MAX) {
+        int64_t step = kvsim_step_model_min_duration_ns(&rp->cfg->model);
+        int64_t follow = add_sat(add_sat(first_pin, step), rp->min_delay);
+        if (follow < bound)
+            bound = follow;
+    }
+    return bound;
+}
+
+/* ---- merging the outboxes ------------------------------------------------------------------ */
+
+static int msg_cmp(const void *a, const void *b, void *ctx)
+{
+    const struct replay *sort_rp = ctx;
+    size_t i = *(const size_t *)a, j = *(const size_t *)b;
+    const struct kvsim_engine_msg *x = &sort_rp->msgs[i], *y = &sort_rp->msgs[j];
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    if (sort_rp->msg_engine[i] != sort_rp->msg_engine[j])
+        return sort_rp->msg_engine[i] < sort_rp->msg_engine[j] ? -1 : 1;
+    return (i > j) - (i < j); /* an engine's own order */
+}
+
+/* Collects the outboxes of engines [lo, hi) and returns their messages' order in *order
+ * (indexes into rp->msgs), by (instant, engine, the engine's order). Returns the count or a
+ * negative errno. */
+static int64_t merge_outboxes(struct replay *rp, uint32_t lo, uint32_t hi, size_t **order)
+{
+    rp->num_msgs = 0;
+    for (uint32_t e = lo; e < hi; e++) {
+        uint32_t n;
+        const struct kvsim_engine_msg *m = kvsim_engine_take_outbox(rp->engines[e], &n);
+        if (rp->num_msgs + n > rp->cap_msgs) {
+            size_t nc = rp->cap_msgs ? rp->cap_msgs : 64;
+            while (nc < rp->num_msgs + n)
+                nc *= 2;
+            struct kvsim_engine_msg *nm = realloc(rp->msgs, nc * sizeof *nm);
+            if (nm)
+                rp->msgs = nm;
+            uint32_t *ne = realloc(rp->msg_engine, nc * sizeof *ne);
+            if (ne)
+                rp->msg_engine = ne;
+            if (!nm || !ne)
+                return -ENOMEM;
+            rp->cap_msgs = nc;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            rp->msgs[rp->num_msgs] = m[i];
+            rp->msg_engine[rp->num_msgs++] = e;
+        }
+    }
+    *order = malloc((rp->num_msgs ? rp->num_msgs : 1) * sizeof **order);
+    if (!*order)
+        return -ENOMEM;
+    for (size_t i = 0; i < rp->num_msgs; i++)
+        (*order)[i] = i;
+    qsort_r(*order, rp->num_msgs, sizeof **order, msg_cmp, rp);
+    return (int64_t)rp->num_msgs;
+}
+
+static int post(struct replay *rp, uint32_t engine, int64_t t, enum kvsim_engine_msg_kind kind,
+                uint32_t req)
+{
+    struct kvsim_engine_msg m = {t, (uint32_t)kind, req};
+    return kvsim_engine_post(rp->engines[engine], &m);
+}
+
+/* ---- after the prefill phase: routing pins, cancelling aborts ------------------------------ */
+
+static int route_pin(struct replay *rp, const struct kvsim_engine_msg *m)
+{
+    struct kvsim_handoff *h = &rp->handoffs[m->req];
+    int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
+                              rp->cfg->disagg.decode_sched.block_size);
+    if (d < 0)
+        return (int)d;
+    uint32_t engine = rp->num_prefill + (uint32_t)d;
+    int rc = kvsim_handoff_route(h, m->t, (int32_t)engine);
+    if (rc == KVSIM_HANDOFF_IGNORED) /* aborted at its pin instant: nothing to route */
+        return 0;
+    return rc ? rc : post(rp, engine, m->t, KVSIM_MSG_ARRIVE, m->req);
+}
+
+int replay__disagg_after_prefill(struct replay *rp)
+{
+    size_t *order;
+    int64_t n = merge_outboxes(rp, 0, rp->num_prefill, &order);
+    if (n < 0)
+        return (int)n;
+    kvsim_router_new_boundary(rp->decode_router);
+    int rc = 0;
+    for (int64_t k = 0; k < n && rc == 0; k++) {
+        const struct kvsim_engine_msg *m = &rp->msgs[order[k]];
+        const struct kvsim_handoff *h = &rp->handoffs[m->req];
+        if (m->kind == KVSIM_MSG_PINNED)
+            rc = route_pin(rp, m);
+        else if (m->kind == KVSIM_MSG_ABORTED && h->decode_engine >= 0)
+            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_CANCEL, m->req);
+    }
+    free(order);
+    return rc;
+}
+
+/* ---- after the decode phase: transfers ----------------------------------------------------- */
+
+static int start_transfer(struct replay *rp, const struct kvsim_engine_msg *m, char *err,
+                          size_t errlen)
+{
+    struct kvsim_handoff *h = &rp->handoffs[m->req];
+    if (kvsim_handoff_is_final(h))
+        return 0; /* aborted after the reservation (the decode engine cancelled it) */
+    struct kvsim_transfer_model tm = transfer_model(rp);
+    uint32_t p = (uint32_t)h->prefill_engine;
+    int64_t start = m->t > rp->link_free[p] ? m->t : rp->link_free[p];
+    int64_t end = add_sat(start, kvsim_transfer_duration_ns(&tm, h->transfer_tokens));
+    if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */
+        snprintf(err, errlen,
+                 "internal error: handoff %" PRIu64 " reserved at %" PRId64 " ns ends at %" PRId64
+                 " ns, inside the epoch (%" PRId64 ", %" PRId64 "]",
+                 h->id, m->t, end, rp->b_cur, rp->b_next);
+        return KVSIM_EINVARIANT;
+    }
+    rp->link_free[p] = end;
+    int rc = kvsim_handoff_transfer(h, start, end, kvsim_transfer_bytes(&tm, h->transfer_tokens));
+    if (rc == 0)
+        rc = post(rp, p, end, KVSIM_MSG_RELEASE, m->req);
+    if (rc == 0)
+        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, m->req);
+    return rc;
+}
+
+int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen)
+{
+    size_t *order;
+    int64_t n = merge_outboxes(rp, rp->num_prefill, rp->num_engines, &order);
+    if (n < 0)
+        return (int)n;
+    int rc = 0;
+    for (int64_t k = 0; k < n && rc == 0; k++) {
+        const struct kvsim_engine_msg *m = &rp->msgs[order[k]];
+        if (m->kind == KVSIM_MSG_RESERVED)
+            rc = start_transfer(rp, m, err, errlen);
+    }
+    free(order);
+    return rc;
+}
+
+bool replay__disagg_stuck(const struct replay *rp, char *err, size_t errlen)
+{
+    uint32_t unfinished = 0, pinned = 0;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        unfinished += kvsim_engine_unfinished(rp->engines[e]);
+        pinned += rp->pubs[e]->pinned_blocks;
+    }
+    if (!unfinished)
+        return false;
+    snprintf(err, errlen,
+             "dead end: the disaggregated replay can make no more progress with %u unfinished "
+             "requests (%u blocks pinned on prefill engines): no step, transfer, arrival or "
+             "abort deadline is left (is the decode pool too small for a request and the abort "
+             "timeout off?)",
+             unfinished, pinned);
+    return true;
+}
+
+/* ---- the report ---------------------------------------------------------------------------- */
+
+static enum kvsim_req_handoff outcome_of(const struct kvsim_handoff *h)
+{
+    if (h->state == KVSIM_HANDOFF_COMPLETED)
+        return KVSIM_REQ_HANDOFF_COMPLETED;
+    if (h->state == KVSIM_HANDOFF_ABORTED)
+        return KVSIM_REQ_HANDOFF_ABORTED;
+    return KVSIM_REQ_HANDOFF_PENDING;
+}
+
+static bool timed(int64_t t) { return t != KVSIM_HANDOFF_TIME_NONE; }
+
+int replay__disagg_records(struct replay *rp)
+{
+    for (size_t i = 0; i < rp->trace.num_reqs; i++) {
+        const struct kvsim_handoff *h = &rp->handoffs[i];
+        if (h->state == KVSIM_HANDOFF_NONE)
+            continue;
+        int64_t pin = timed(h->pin_ns) && timed(h->source_released_ns)
+                          ? h->source_released_ns - h->pin_ns
+                          : KVSIM_TIME_NONE;
+        int64_t xfer = h->state == KVSIM_HANDOFF_COMPLETED
+                           ? h->transfer_end_ns - h->transfer_start_ns
+                           : KVSIM_TIME_NONE;
+        int rc = kvsim_metrics_set_handoff(rp->metrics, (uint32_t)i, h->prefill_engine,
+                                           outcome_of(h), pin, xfer);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report)
+{
+    struct kvsim_disagg_summary *d = &report->disagg;
+    memset(d, 0, sizeof *d);
+    d->enabled = true;
+    d->prefill_engines = rp->num_prefill;
+    d->decode_engines = rp->num_decode;
+    d->epochs = rp->epochs;
+    size_t R = rp->trace.num_reqs;
+    double *pin = malloc((R ? R : 1) * sizeof *pin), *xfer = malloc((R ? R : 1) * sizeof *xfer);
+    double *wait = malloc((R ? R : 1) * sizeof *wait);
+    d->per_prefill = calloc(rp->num_prefill, sizeof *d->per_prefill);
+    if (!pin || !xfer || !wait || !d->per_prefill) {
+        free(pin), free(xfer), free(wait);
+        return -ENOMEM;
+    }
+    size_t np = 0, nx = 0, nw = 0;
+    for (size_t i = 0; i < R; i++) { /* request order: the sums do not depend on threads */
+        const struct kvsim_handoff *h = &rp->handoffs[i];
+        if (h->state == KVSIM_HANDOFF_NONE || h->state == KVSIM_HANDOFF_PREFILLING)
+            continue;
+        d->handoffs++;
+        d->completed += h->state == KVSIM_HANDOFF_COMPLETED;
+        d->aborted += h->state == KVSIM_HANDOFF_ABORTED;
+        if (timed(h->source_released_ns))
+            pin[np++] = (double)(h->source_released_ns - h->pin_ns);
+        if (timed(h->reserved_ns))
+            wait[nw++] = (double)(h->reserved_ns - h->routed_ns);
+        if (h->state == KVSIM_HANDOFF_COMPLETED) {
+            xfer[nx++] = (double)(h->transfer_end_ns - h->transfer_start_ns);
+            d->transferred_bytes += h->transfer_bytes;
+            d->transferred_tokens += h->transfer_tokens;
+        }
+    }
+    d->pending = d->handoffs - d->completed - d->aborted;
+    kvsim_latency_of(pin, np, &d->pin);
+    kvsim_latency_of(xfer, nx, &d->transfer);
+    kvsim_latency_of(wait, nw, &d->decode_wait);
+    free(pin), free(xfer), free(wait);
+    for (uint32_t p = 0; p < rp->num_prefill; p++) {
+        double block_ns;
+        uint32_t peak;
+        kvsim_engine_pin_stats(rp->engines[p], &block_ns, &peak);
+        d->per_prefill[p] = (struct kvsim_prefill_pins){block_ns / 1e9, peak};
+        d->pinned_block_seconds += block_ns / 1e9;
+        if (peak > d->peak_pinned_blocks)
+            d->peak_pinned_blocks = peak;
+    }
+    return 0;
+}
+
+/* ---- the handoff event log ------------------------------------------------------------------ */
+
+enum event_kind {
+    EV_PIN_START = 0,
+    EV_WAIT_START,
+    EV_RESERVED,
+    EV_TRANSFER_START,
+    EV_TRANSFER_END,
+    EV_PIN_END,
+};
+static const char *const event_names[] = {"prefill_kv_pin_start", "decode_kv_wait_start",
+                                          "destination_reserved", "transfer_start",
+                                          "transfer_end",         "prefill_kv_pin_end"};
+
+struct event {
+    int64_t t;
+    uint32_t req;
+    uint32_t kind;
+};
+
+static int event_cmp(const void *a, const void *b)
+{
+    const struct event *x = a, *y = b;
+    if (x->t != y->t)
+        return x->t < y->t ? -1 : 1;
+    if (x->req != y->req)
+        return x->req < y->req ? -1 : 1;
+    return (x->kind > y->kind) - (x->kind < y->kind);
+}
+
+static void write_event(FILE *f, const struct kvsim_handoff *h, const struct event *ev)
+{
+    fprintf(f,
+            "{\"event\":\"%s\",\"t_ms\":%.6f,\"handoff\":%" PRIu64 ",\"request\":%" PRIu32
+            ",\"prefill_engine\":%" PRId32,
+            event_names[ev->kind], (double)ev->t / 1e6, h->id, h->req, h->prefill_engine);
+    if (ev->kind != EV_PIN_START && h->decode_engine >= 0)
+        fprintf(f, ",\"decode_engine\":%" PRId32, h->decode_engine);
+    switch ((enum event_kind)ev->kind) {
+    case EV_PIN_START:
+        fprintf(f, ",\"blocks\":%" PRIu32 ",\"tokens\":%" PRIu64, h->pinned_blocks,
+                h->pinned_tokens);
+        break;
+    case EV_RESERVED: fprintf(f, ",\"missing_tokens\":%" PRIu64, h->transfer_tokens); break;
+    case EV_TRANSFER_START: fprintf(f, ",\"bytes\":%" PRIu64, h->transfer_bytes); break;
+    case EV_PIN_END:
+        fprintf(f, ",\"outcome\":\"%s\",\"duration_ms\":%.6f",
+                h->state == KVSIM_HANDOFF_COMPLETED ? "completed" : "aborted",
+                (double)(h->source_released_ns - h->pin_ns) / 1e6);
+        break;
+    default: break;
+    }
+    fputs("}\n", f);
+}
+
+int replay__disagg_write_events(const struct replay *rp, const char *path, char *err, size_t errlen)
+{
+    size_t R = rp->trace.num_reqs, n = 0;
+    struct event *evs = malloc((R ? R : 1) * 6 * sizeof *evs);
+    if (!evs)
+        return -ENOMEM;
+    for (size_t i = 0; i < R; i++) {
+        const struct kvsim_handoff *h = &rp->handoffs[i];
+        int64_t t[6] = {h->pin_ns,          h->routed_ns,
+                        h->reserved_ns,     h->transfer_start_ns,
+                        h->transfer_end_ns, h->source_released_ns};
+        if (h->state == KVSIM_HANDOFF_NONE)
+            continue;
+        for (uint32_t k = 0; k < 6; k++) {
+            /* a transfer cut short by an abort did not end */
+            bool cut = k == EV_TRANSFER_END && h->state != KVSIM_HANDOFF_COMPLETED;
+            if (timed(t[k]) && !cut)
+                evs[n++] = (struct event){t[k], (uint32_t)i, k};
+        }
+    }
+    qsort(evs, n, sizeof *evs, event_cmp);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        free(evs);
+        return -e;
+    }
+    for (size_t k = 0; k < n; k++)
+        write_event(f, &rp->handoffs[evs[k].req], &evs[k]);
+    free(evs);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        snprintf(err, errlen, "%s: write error", path);
+        return -EIO;
+    }
+    return 0;
+}

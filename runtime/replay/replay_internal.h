@@ -1,0 +1,127 @@
+/*
+ * replay_internal.h - the replay's state, shared by replay.c (epochs, workers, arrivals,
+ * routing) and disagg.c (the disaggregated coordinator). Private to runtime/replay/. Everything
+ * here is the coordinator's, read by workers only inside a phase (the barrier orders both).
+ */
+#ifndef KVSIM_REPLAY_INTERNAL_H
+#define KVSIM_REPLAY_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <urcu/wfcqueue.h>
+
+#include "runtime/replay/replay.h"
+
+struct barrier {
+    _Atomic uint32_t arrived;
+    _Atomic uint32_t generation; /* futex word */
+    uint32_t parties;
+};
+
+enum phase {
+    PHASE_ADMIT,             /* admit at b_cur, start steps at b_cur */
+    PHASE_ADVANCE,           /* advance to b_next */
+    PHASE_ADMIT_AND_ADVANCE, /* both, when b_next does not depend on the steps just started */
+    /* disaggregated epochs: the prefill engines first, then the decode engines */
+    PHASE_PREFILL_ADMIT,   /* prefill engines: admit at b_cur, start steps at b_cur */
+    PHASE_PREFILL_ADVANCE, /* prefill engines: advance to b_next */
+    PHASE_DECODE_ADVANCE,  /* decode engines: advance to b_next (applying posted messages) */
+};
+
+struct follow_up {
+    int64_t t;
+    uint32_t req;
+};
+
+struct replay {
+    const struct kvsim_replay_config *cfg;
+    struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
+    struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
+    bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_router *router;
+    struct kvsim_engine **engines;
+    const struct kvsim_engine_pub **pubs;
+    const struct kvpool **pools;
+    bool drain_events; /* kv policy fed by events */
+    uint32_t num_engines, num_threads;
+    /*
+     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
+     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
+     * other engines' threads enqueue cross-engine messages the same way. The nodes are
+     * preallocated, one per request: no allocation per hand-off.
+     */
+    struct __cds_wfcq_head *inbox_head;
+    struct cds_wfcq_tail *inbox_tail;
+    struct cds_wfcq_node *nodes;
+    int *engine_rc;
+    /* epoch */
+    int64_t b_cur, b_next;
+    enum phase phase;
+    bool finished;
+    struct barrier barrier;
+    /* arrivals */
+    size_t open_cursor;     /* next open-loop request in trace order */
+    int32_t *next_turn;     /* follow-up of each request, or -1 */
+    struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
+    size_t heap_len, heap_cap;
+    uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
+    int64_t min_delay;
+    uint64_t routed;
+    /* router scratch */
+    struct kvpool_token_run *runs;
+    uint32_t cap_runs;
+    kvpool_hash *hashes;
+    uint32_t cap_hashes;
+    /* progress */
+    bool progress;
+    int64_t last_progress; /* wall ns */
+    /* disaggregated serving (disagg.c): engines [0, num_prefill) prefill, the rest decode;
+     * num_prefill 0: aggregated */
+    uint32_t num_prefill, num_decode;
+    struct kvsim_router *decode_router;
+    struct kvsim_handoff *handoffs;    /* [R] */
+    struct kvsim_engine_disagg disagg; /* every engine's view */
+    int64_t *link_free;                /* [num_prefill]: when each prefill link is free */
+    struct kvsim_engine_msg *msgs;     /* scratch: the outboxes merged */
+    uint32_t *msg_engine;
+    size_t num_msgs, cap_msgs;
+    uint64_t epochs;
+};
+
+struct event_ctx {
+    struct kvsim_router *router;
+    uint32_t engine;
+    int rc;
+};
+
+/* Places request req on one of the n engines behind router (pubs[0..n) their loads), hashing
+ * its prompt at block_size for the kv policy. Returns the engine's index among them (>= 0) or
+ * a negative errno. */
+int64_t replay__route(struct replay *rp, struct kvsim_router *router,
+                      const struct kvsim_engine_pub *const *pubs, uint32_t req,
+                      uint32_t block_size);
+
+/* ---- disagg.c ------------------------------------------------------------------------------ */
+
+/* Allocates the handoff table, the links and the decode router. Returns 0 or -ENOMEM. */
+int replay__disagg_setup(struct replay *rp);
+/* The lookahead bound on the next boundary (INT64_MAX: none). */
+int64_t replay__disagg_bound(const struct replay *rp);
+/* After the prefill phase: pins routed to decode engines, aborts turned into cancels. */
+int replay__disagg_after_prefill(struct replay *rp);
+/* After the decode phase: reservations turned into transfers (releases, activations). */
+int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen);
+/* Whether a disaggregated replay with no event left still holds unfinished requests. */
+bool replay__disagg_stuck(const struct replay *rp, char *err, size_t errlen);
+/* The records' handoff fields (before the metrics are summarized), the report's disagg section
+ * (after), and the handoff event log. */
+int replay__disagg_records(struct replay *rp);
+int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report);
+int replay__disagg_write_events(const struct replay *rp, const char *path, char *err,
+                                size_t errlen);
+void replay__disagg_free(struct replay *rp);
+
+#endif /* KVSIM_REPLAY_INTERNAL_H */

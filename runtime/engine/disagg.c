@@ -1,10 +1,14 @@
 /*
  * disagg.c - an engine's disaggregated roles (engine.h, docs/disagg.md).
  *
+ * The handoff's state belongs to the coordinator, which applies the facts in virtual-time order;
+ * an engine reports facts through its outbox and keeps only its own part of the handoff (the
+ * private fields: a prefill engine's pin, a decode engine's request).
+ *
  * Prefill engine. Every request is a prefill (max_tokens 1, kv_producer): when it finishes, the
- * scheduler pins its blocks (sched_pin) and the handoff enters SOURCE_PINNED with its abort
- * deadline; the outbox says PINNED. The pin ends on a RELEASE message (the transfer ended:
- * COMPLETED) or when its deadline passes (ABORTED; the outbox says so). As vLLM checks
+ * scheduler pins its blocks (sched_pin); the outbox says PINNED, and the pin's deadline is the
+ * pin instant plus the abort timeout. The pin ends on a RELEASE message (the transfer ended:
+ * COMPLETED) or when its deadline passes (ABORTED). As vLLM checks
  * deadlines in get_finished once per engine step, a deadline is acted on at the end of the step
  * running then, or at the deadline itself when the engine is between steps (an engine holding
  * only pinned blocks neither spins nor sleeps through it). Pins are made in time order and all
@@ -103,7 +107,8 @@ int64_t engine__next_message(const struct kvsim_engine *e)
     return e->num_inbox ? e->inbox[0].t : INT64_MAX;
 }
 
-static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, uint32_t req)
+static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, uint32_t req,
+                       uint64_t a, uint64_t b)
 {
     if (e->num_outbox == e->cap_outbox) {
         uint32_t nc = e->cap_outbox ? e->cap_outbox * 2 : 64;
@@ -113,7 +118,7 @@ static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, 
         e->outbox = no;
         e->cap_outbox = nc;
     }
-    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){e->now, (uint32_t)kind, req};
+    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){e->now, (uint32_t)kind, req, a, b};
     return 0;
 }
 
@@ -163,11 +168,11 @@ void kvsim_engine_pin_stats(const struct kvsim_engine *e, double *block_ns, uint
     *peak_blocks = e->peak_pinned_blocks;
 }
 
-static int fifo_push(struct kvsim_engine *e, uint32_t req)
+static int fifo_push(struct kvsim_engine *e, uint32_t req, int64_t deadline)
 {
     if (e->pin_tail - e->pin_head == e->pin_cap) {
         uint32_t nc = e->pin_cap ? e->pin_cap * 2 : 64;
-        uint32_t *nf = malloc(nc * sizeof *nf);
+        struct engine_pin_deadline *nf = malloc(nc * sizeof *nf);
         if (!nf)
             return engine__fail(e, -ENOMEM);
         for (uint32_t i = 0; i < e->pin_tail - e->pin_head; i++)
@@ -178,17 +183,15 @@ static int fifo_push(struct kvsim_engine *e, uint32_t req)
         e->pin_head = 0;
         e->pin_cap = nc;
     }
-    e->pin_fifo[e->pin_tail++ % e->pin_cap] = req;
+    e->pin_fifo[e->pin_tail++ % e->pin_cap] = (struct engine_pin_deadline){req, deadline};
     return 0;
 }
 
-/* Frees a pin's blocks at t. */
-static int release_source(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+/* Frees a pin's blocks (now). */
+static void release_source(struct kvsim_engine *e, struct kvsim_handoff *h)
 {
     sched_release_pin(e->s, h->source);
     h->source = NULL;
-    int rc = kvsim_handoff_release_source(h, t);
-    return rc < 0 ? engine__fail(e, rc) : 0;
 }
 
 int engine__pins_made(struct kvsim_engine *e)
@@ -199,16 +202,15 @@ int engine__pins_made(struct kvsim_engine *e)
     for (uint32_t i = 0; i < n; i++) {
         struct sched_pin *pin = pins[i];
         struct kvsim_handoff *h = handoff_of(e, (uint32_t)pin->id);
-        int64_t timeout = d->release_immediately ? 0 : d->abort_timeout_ns;
-        int rc = kvsim_handoff_pin(h, e->now, pin->kv.num_blocks, pin->num_tokens, timeout);
-        if (rc)
-            return engine__fail(e, rc < 0 ? rc : -EPROTO);
         h->source = pin;
+        int rc = outbox_push(e, KVSIM_MSG_PINNED, (uint32_t)pin->id, pin->kv.num_blocks,
+                             pin->num_tokens);
+        if (rc)
+            return rc;
         if (d->release_immediately)
-            rc = release_source(e, h, e->now); /* the unfaithful what-if: nothing strands */
-        else if (h->deadline_ns != INT64_MAX)
-            rc = fifo_push(e, (uint32_t)pin->id);
-        if (rc || (rc = outbox_push(e, KVSIM_MSG_PINNED, (uint32_t)pin->id)) != 0)
+            release_source(e, h); /* the unfaithful what-if: nothing strands */
+        else if (d->abort_timeout_ns > 0 && e->now <= INT64_MAX - d->abort_timeout_ns &&
+                 (rc = fifo_push(e, (uint32_t)pin->id, e->now + d->abort_timeout_ns)) != 0)
             return rc;
     }
     return 0;
@@ -218,9 +220,9 @@ int engine__pins_made(struct kvsim_engine *e)
 int64_t engine__next_deadline(struct kvsim_engine *e)
 {
     while (e->pin_head != e->pin_tail) {
-        const struct kvsim_handoff *h = handoff_of(e, e->pin_fifo[e->pin_head % e->pin_cap]);
-        if (h->source)
-            return h->deadline_ns;
+        const struct engine_pin_deadline *p = &e->pin_fifo[e->pin_head % e->pin_cap];
+        if (handoff_of(e, p->req)->source)
+            return p->deadline;
         e->pin_head++;
     }
     return INT64_MAX;
@@ -229,32 +231,30 @@ int64_t engine__next_deadline(struct kvsim_engine *e)
 static int expire_pins(struct kvsim_engine *e, int64_t t)
 {
     while (engine__next_deadline(e) <= t) {
-        uint32_t req = e->pin_fifo[e->pin_head++ % e->pin_cap];
-        struct kvsim_handoff *h = handoff_of(e, req);
-        int rc = kvsim_handoff_abort(h, t);
-        if (rc < 0)
-            return engine__fail(e, rc);
-        if ((rc = release_source(e, h, t)) != 0 || (rc = outbox_push(e, KVSIM_MSG_ABORTED, req)))
+        uint32_t req = e->pin_fifo[e->pin_head++ % e->pin_cap].req;
+        release_source(e, handoff_of(e, req));
+        int rc = outbox_push(e, KVSIM_MSG_ABORTED, req, 0, 0);
+        if (rc)
             return rc;
     }
     return 0;
 }
 
-/* RELEASE: the transfer ended at t; a source the abort timeout already freed stays freed. */
-static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+/* RELEASE: the transfer ended. With the source still held (or released at the pin by the
+ * what-if) the handoff completes; a source the abort timeout freed stays freed. */
+static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h)
 {
-    int rc = kvsim_handoff_complete(h, t);
-    if (rc < 0)
-        return engine__fail(e, rc);
-    return rc == 0 && h->source ? release_source(e, h, t) : 0;
+    if (h->source)
+        release_source(e, h);
+    else if (!e->cfg.disagg->release_immediately)
+        return 0;
+    return outbox_push(e, KVSIM_MSG_COMPLETED, h->req, 0, 0);
 }
 
 /* ---- decode: arrivals, reservations, activations, cancels -------------------------------- */
 
 static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
 {
-    if (kvsim_handoff_is_final(h))
-        return 0; /* aborted before it could arrive: nothing to serve */
     const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[h->req];
     uint32_t n = kvsim_prompt_runs(e->cfg.trace, h->req, e->runs, e->cap_runs);
     if (n > e->cap_runs) {
@@ -282,6 +282,7 @@ static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
         return engine__fail(e, rc);
     e->unfinished++;
     e->waiting_handoffs++;
+    h->decode_waiting = true;
     e->pub.queued_tokens += spec->input_len;
     return 0;
 }
@@ -289,12 +290,12 @@ static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
 static int reserved(struct kvsim_engine *e, struct sched_request *r, uint64_t missing)
 {
     struct kvsim_handoff *h = handoff_of(e, (uint32_t)r->id);
-    int rc = kvsim_handoff_reserve(h, e->now, missing);
-    if (rc < 0)
-        return engine__fail(e, rc);
+    if (!h->decode_waiting)
+        return engine__fail(e, -EPROTO); /* a second reservation for one transfer */
+    h->decode_waiting = false;
     e->waiting_handoffs--;
     e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
-    return outbox_push(e, KVSIM_MSG_RESERVED, (uint32_t)r->id);
+    return outbox_push(e, KVSIM_MSG_RESERVED, (uint32_t)r->id, missing, 0);
 }
 
 int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *st)
@@ -305,7 +306,7 @@ int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *s
     /* All local hits: admitted at once, with an empty read to let the source go. */
     for (uint32_t i = 0; i < st->num_new && rc == 0; i++) {
         struct sched_request *r = st->new_reqs[i];
-        if (handoff_of(e, (uint32_t)r->id)->state == KVSIM_HANDOFF_DECODE_ROUTED)
+        if (handoff_of(e, (uint32_t)r->id)->decode_waiting)
             rc = reserved(e, r, 0);
     }
     return rc;
@@ -328,8 +329,11 @@ static int apply_cancel(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
     if (!r || r->status == SCHED_RUNNING || sched_status_is_finished(r->status))
         return 0;
     bool reserved_dest = r->status == SCHED_WAITING_FOR_REMOTE_KVS;
-    if (!reserved_dest)
-        e->waiting_handoffs--, e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+    if (h->decode_waiting) {
+        h->decode_waiting = false;
+        e->waiting_handoffs--;
+        e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+    }
     int rc = sched_abort(e->s, r);
     if (rc == 0 && reserved_dest)
         rc = sched_load_finished(e->s, r, false); /* the transfer never writes them now */
@@ -337,6 +341,8 @@ static int apply_cancel(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
         rc = kvsim_metrics_on_abort(e->cfg.metrics, h->req, t, "handoff_aborted");
     if (rc == 0)
         rc = sched_release(e->s, r);
+    if (rc == 0) /* finished for its session: the next turn still comes */
+        rc = engine__push_done(e, h->req, t);
     if (rc)
         return engine__fail(e, rc);
     h->decode_req = NULL;
@@ -353,7 +359,7 @@ int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire)
         struct kvsim_handoff *h = handoff_of(e, m.req);
         int rc = 0;
         switch ((enum kvsim_engine_msg_kind)m.kind) {
-        case KVSIM_MSG_RELEASE: rc = apply_release(e, h, m.t); break;
+        case KVSIM_MSG_RELEASE: rc = apply_release(e, h); break;
         case KVSIM_MSG_ACTIVATE: rc = apply_activate(e, h); break;
         case KVSIM_MSG_CANCEL: rc = apply_cancel(e, h, m.t); break;
         case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t); break;

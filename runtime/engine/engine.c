@@ -212,7 +212,7 @@ int engine__fail(struct kvsim_engine *e, int rc)
     return rc;
 }
 
-static int push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
+int engine__push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
 {
     if (e->num_done == e->cap_done) {
         uint32_t nc = e->cap_done ? e->cap_done * 2 : 64;
@@ -271,7 +271,7 @@ int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
     if (reject) {
         /* Explicitly rejected, and finished for its session: the next turn still comes. */
         mrc = kvsim_metrics_on_reject(m, req, t, reject);
-        return mrc ? engine__fail(e, mrc) : push_done(e, req, t);
+        return mrc ? engine__fail(e, mrc) : engine__push_done(e, req, t);
     }
     uint32_t n = kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
     if (n > e->cap_runs) {
@@ -297,9 +297,7 @@ int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
     int rc = sched_add(e->s, &p, &r);
     if (rc)
         return rc;
-    if (prefill)
-        kvsim_handoff_init(&e->cfg.disagg->handoffs[req], (uint64_t)req + 1, req,
-                           (int32_t)e->cfg.id);
+
     e->unfinished++;
     e->pub.queued_tokens += spec->input_len;
     return 0;
@@ -430,7 +428,7 @@ static int complete_step(struct kvsim_engine *e)
     for (uint32_t i = 0; i < nf && !prefill; i++) {
         uint32_t req = (uint32_t)fin[i]->id;
         if ((rc = kvsim_metrics_on_finish(m, req, e->now)) != 0 ||
-            (rc = push_done(e, req, e->now)) != 0)
+            (rc = engine__push_done(e, req, e->now)) != 0)
             return engine__fail(e, rc);
     }
     if (prefill && (rc = engine__pins_made(e)) != 0)

@@ -142,8 +142,9 @@ KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
  *
  * The transition functions record the instant and check the order. Facts are idempotent and a
  * late fact about a finished handoff changes nothing (KVSIM_HANDOFF_IGNORED); a fact out of
- * order is an error (-EINVAL). Threads: a handoff is plain data, written by whichever thread
- * owns the engine the fact happens on (the replay's phases order them).
+ * order is an error (-EINVAL). Threads: a handoff is plain data. In a replay the coordinator
+ * alone applies the transitions, in virtual-time order, from the facts the engines report; the
+ * engines keep their own parts of it in the private fields.
  */
 enum kvsim_handoff_state {
     KVSIM_HANDOFF_NONE = 0, /* not a disaggregated request */
@@ -176,10 +177,12 @@ struct kvsim_handoff {
     uint64_t pinned_tokens;   /* tokens whose KV the source holds */
     uint64_t transfer_tokens; /* tokens the destination lacked (what moves) */
     uint64_t transfer_bytes;
-    /* private: the prefill engine's pin and the decode engine's request, each used by its own
-     * engine only */
-    struct sched_pin *source;
-    struct sched_request *decode_req;
+    /* private: what the two engines keep of the handoff, each touching its own only (the
+     * fields above are the coordinator's, written in virtual-time order: an engine reports
+     * facts through its outbox, never by writing here) */
+    struct sched_pin *source;         /* prefill engine: the pin, NULL once freed */
+    struct sched_request *decode_req; /* decode engine: its request, NULL once gone */
+    bool decode_waiting;              /* decode engine: routed, not reserved yet */
 };
 
 /* A handoff in PREFILLING with every instant unset. */
@@ -390,14 +393,19 @@ enum kvsim_engine_msg_kind {
     KVSIM_MSG_ACTIVATE,    /* to a decode engine: the transfer ended, activate the destination */
     KVSIM_MSG_CANCEL,      /* to a decode engine: the handoff was aborted, cancel its request */
     KVSIM_MSG_ARRIVE,      /* to a decode engine: the decode request arrives */
-    KVSIM_MSG_PINNED,      /* from a prefill engine: the prefill finished, its source pinned */
+    KVSIM_MSG_PINNED,      /* from a prefill engine: the prefill finished, its source pinned
+                            * (a: the pin's blocks, b: its tokens) */
     KVSIM_MSG_ABORTED,     /* from a prefill engine: the abort timeout freed the source */
-    KVSIM_MSG_RESERVED,    /* from a decode engine: its destination is reserved */
+    KVSIM_MSG_COMPLETED,   /* from a prefill engine: the transfer ended with the source held:
+                            * the destination is activated, the source released */
+    KVSIM_MSG_RESERVED,    /* from a decode engine: its destination is reserved (a: the tokens
+                            * it lacks) */
 };
 struct kvsim_engine_msg {
     int64_t t;
     uint32_t kind; /* enum kvsim_engine_msg_kind */
     uint32_t req;  /* the request (its handoff is handoffs[req]) */
+    uint64_t a, b; /* what the kind says */
 };
 /* Posts m, to be applied at m->t (not before the engine's clock). Returns 0 or -ENOMEM. */
 KVSIM_EXTERN int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m);

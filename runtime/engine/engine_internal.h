@@ -12,6 +12,12 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/tiers.h"
 
+/* A prefill engine's pin and the instant its abort timeout expires. */
+struct engine_pin_deadline {
+    uint32_t req;
+    int64_t deadline;
+};
+
 struct kvsim_engine {
     struct kvsim_engine_config cfg;
     struct sched *s;
@@ -44,7 +50,7 @@ struct kvsim_engine {
     uint64_t next_seq;
     struct kvsim_engine_msg *outbox;
     uint32_t num_outbox, cap_outbox;
-    uint32_t *pin_fifo; /* prefill: requests pinned, in pin (= deadline) order */
+    struct engine_pin_deadline *pin_fifo; /* prefill: pins in pin (= deadline) order */
     uint32_t pin_head, pin_tail, pin_cap;
     uint32_t pinned_blocks, peak_pinned_blocks;
     int64_t pinned_since; /* the instant pinned_blocks last changed */
@@ -54,6 +60,8 @@ struct kvsim_engine {
 
 /* Formats an error of engine e at its clock into e->err and returns rc. */
 int engine__fail(struct kvsim_engine *e, int rc);
+/* Lists req as finished at t for session follow-ups. Returns 0 or -ENOMEM. */
+int engine__push_done(struct kvsim_engine *e, uint32_t req, int64_t t);
 
 /* ---- disagg.c ------------------------------------------------------------------------------ */
 

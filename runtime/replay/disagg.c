@@ -60,6 +60,7 @@ void replay__disagg_free(struct replay *rp)
     free(rp->link_free);
     free(rp->msgs);
     free(rp->msg_engine);
+    free(rp->pfacts);
 }
 
 static struct kvsim_transfer_model transfer_model(const struct replay *rp)
@@ -148,26 +149,33 @@ static int64_t merge_outboxes(struct replay *rp, uint32_t lo, uint32_t hi, size_
 static int post(struct replay *rp, uint32_t engine, int64_t t, enum kvsim_engine_msg_kind kind,
                 uint32_t req)
 {
-    struct kvsim_engine_msg m = {t, (uint32_t)kind, req};
+    struct kvsim_engine_msg m = {.t = t, .kind = (uint32_t)kind, .req = req};
     return kvsim_engine_post(rp->engines[engine], &m);
+}
+
+/* Keeps a prefill fact for after_decode. Returns 0 or -ENOMEM. */
+static int keep_fact(struct replay *rp, const struct kvsim_engine_msg *m)
+{
+    if (rp->num_pfacts == rp->cap_pfacts) {
+        size_t nc = rp->cap_pfacts ? rp->cap_pfacts * 2 : 64;
+        struct kvsim_engine_msg *np = realloc(rp->pfacts, nc * sizeof *np);
+        if (!np)
+            return -ENOMEM;
+        rp->pfacts = np;
+        rp->cap_pfacts = nc;
+    }
+    rp->pfacts[rp->num_pfacts++] = *m;
+    return 0;
 }
 
 /* ---- after the prefill phase: routing pins, cancelling aborts ------------------------------ */
 
-static int route_pin(struct replay *rp, const struct kvsim_engine_msg *m)
-{
-    struct kvsim_handoff *h = &rp->handoffs[m->req];
-    int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
-                              rp->cfg->disagg.decode_sched.block_size);
-    if (d < 0)
-        return (int)d;
-    uint32_t engine = rp->num_prefill + (uint32_t)d;
-    int rc = kvsim_handoff_route(h, m->t, (int32_t)engine);
-    if (rc == KVSIM_HANDOFF_IGNORED) /* aborted at its pin instant: nothing to route */
-        return 0;
-    return rc ? rc : post(rp, engine, m->t, KVSIM_MSG_ARRIVE, m->req);
-}
-
+/*
+ * The prefill engines' facts of the epoch, in (instant, engine, order): each pin is routed to a
+ * decode engine at its instant and posted there as an arrival; each abort of a routed handoff
+ * is posted as a cancel. The facts themselves are applied to the handoffs after the decode
+ * phase, merged with the decode engines' facts in virtual-time order (after_decode).
+ */
 int replay__disagg_after_prefill(struct replay *rp)
 {
     size_t *order;
@@ -175,45 +183,87 @@ int replay__disagg_after_prefill(struct replay *rp)
     if (n < 0)
         return (int)n;
     kvsim_router_new_boundary(rp->decode_router);
+    rp->num_pfacts = 0;
     int rc = 0;
     for (int64_t k = 0; k < n && rc == 0; k++) {
         const struct kvsim_engine_msg *m = &rp->msgs[order[k]];
-        const struct kvsim_handoff *h = &rp->handoffs[m->req];
-        if (m->kind == KVSIM_MSG_PINNED)
-            rc = route_pin(rp, m);
-        else if (m->kind == KVSIM_MSG_ABORTED && h->decode_engine >= 0)
+        struct kvsim_handoff *h = &rp->handoffs[m->req];
+        if (m->kind == KVSIM_MSG_PINNED) {
+            int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
+                                      rp->cfg->disagg.decode_sched.block_size);
+            if (d < 0) {
+                rc = (int)d;
+                break;
+            }
+            h->decode_engine = (int32_t)(rp->num_prefill + (uint32_t)d); /* the booking */
+            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_ARRIVE, m->req);
+        } else if (m->kind == KVSIM_MSG_ABORTED && h->decode_engine >= 0) {
             rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_CANCEL, m->req);
+        }
+        if (rc == 0)
+            rc = keep_fact(rp, m);
     }
     free(order);
     return rc;
 }
 
-/* ---- after the decode phase: transfers ----------------------------------------------------- */
+/* ---- after the decode phase: the epoch's facts in order, transfers ------------------------- */
 
-static int start_transfer(struct replay *rp, const struct kvsim_engine_msg *m, char *err,
+/* Starts the transfer of a reserved handoff on its prefill engine's link. */
+static int start_transfer(struct replay *rp, struct kvsim_handoff *h, int64_t t, char *err,
                           size_t errlen)
 {
-    struct kvsim_handoff *h = &rp->handoffs[m->req];
-    if (kvsim_handoff_is_final(h))
-        return 0; /* aborted after the reservation (the decode engine cancelled it) */
     struct kvsim_transfer_model tm = transfer_model(rp);
     uint32_t p = (uint32_t)h->prefill_engine;
-    int64_t start = m->t > rp->link_free[p] ? m->t : rp->link_free[p];
+    int64_t start = t > rp->link_free[p] ? t : rp->link_free[p];
     int64_t end = add_sat(start, kvsim_transfer_duration_ns(&tm, h->transfer_tokens));
     if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */
         snprintf(err, errlen,
                  "internal error: handoff %" PRIu64 " reserved at %" PRId64 " ns ends at %" PRId64
                  " ns, inside the epoch (%" PRId64 ", %" PRId64 "]",
-                 h->id, m->t, end, rp->b_cur, rp->b_next);
+                 h->id, t, end, rp->b_cur, rp->b_next);
         return KVSIM_EINVARIANT;
     }
     rp->link_free[p] = end;
     int rc = kvsim_handoff_transfer(h, start, end, kvsim_transfer_bytes(&tm, h->transfer_tokens));
     if (rc == 0)
-        rc = post(rp, p, end, KVSIM_MSG_RELEASE, m->req);
+        rc = post(rp, p, end, KVSIM_MSG_RELEASE, h->req);
     if (rc == 0)
-        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, m->req);
+        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, h->req);
     return rc;
+}
+
+/* Applies one fact to its handoff. A fact the state machine ignores (a reservation after the
+ * abort that cancels it, at the same instant) starts nothing. */
+static int apply_fact(struct replay *rp, const struct kvsim_engine_msg *m, char *err, size_t errlen)
+{
+    const struct kvsim_disagg_config *dc = &rp->cfg->disagg;
+    struct kvsim_handoff *h = &rp->handoffs[m->req];
+    int rc = 0;
+    switch ((enum kvsim_engine_msg_kind)m->kind) {
+    case KVSIM_MSG_PINNED:
+        rc = kvsim_handoff_pin(h, m->t, (uint32_t)m->a, m->b,
+                               dc->release_immediately ? 0 : dc->abort_timeout_ns);
+        if (rc == 0 && dc->release_immediately)
+            rc = kvsim_handoff_release_source(h, m->t);
+        if (rc == 0)
+            rc = kvsim_handoff_route(h, m->t, h->decode_engine);
+        break;
+    case KVSIM_MSG_ABORTED: rc = kvsim_handoff_abort(h, m->t); break;
+    case KVSIM_MSG_COMPLETED: rc = kvsim_handoff_complete(h, m->t); break;
+    case KVSIM_MSG_RESERVED:
+        rc = kvsim_handoff_reserve(h, m->t, m->a);
+        if (rc == 0)
+            rc = start_transfer(rp, h, m->t, err, errlen);
+        break;
+    default: rc = -EINVAL; break;
+    }
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen,
+                 "internal error: handoff %" PRIu64 " (%s) refused a fact of kind %" PRIu32
+                 " at %" PRId64 " ns",
+                 h->id, kvsim_handoff_state_name(h->state), m->kind, m->t);
+    return rc < 0 ? rc : 0;
 }
 
 int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen)
@@ -222,11 +272,14 @@ int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen)
     int64_t n = merge_outboxes(rp, rp->num_prefill, rp->num_engines, &order);
     if (n < 0)
         return (int)n;
+    /* Merge with the prefill facts kept: by instant, the prefill engines' first (their phase
+     * ran first: a decode engine saw their messages at an instant before acting at it). */
     int rc = 0;
-    for (int64_t k = 0; k < n && rc == 0; k++) {
-        const struct kvsim_engine_msg *m = &rp->msgs[order[k]];
-        if (m->kind == KVSIM_MSG_RESERVED)
-            rc = start_transfer(rp, m, err, errlen);
+    size_t i = 0;
+    int64_t k = 0;
+    while (rc == 0 && (i < rp->num_pfacts || k < n)) {
+        bool take_p = k == n || (i < rp->num_pfacts && rp->pfacts[i].t <= rp->msgs[order[k]].t);
+        rc = apply_fact(rp, take_p ? &rp->pfacts[i++] : &rp->msgs[order[k++]], err, errlen);
     }
     free(order);
     return rc;
@@ -267,8 +320,10 @@ int replay__disagg_records(struct replay *rp)
 {
     for (size_t i = 0; i < rp->trace.num_reqs; i++) {
         const struct kvsim_handoff *h = &rp->handoffs[i];
-        if (h->state == KVSIM_HANDOFF_NONE)
-            continue;
+        const struct kvsim_req_record *rec = kvsim_metrics_record(rp->metrics, (uint32_t)i);
+        if (h->state == KVSIM_HANDOFF_NONE ||
+            (h->state == KVSIM_HANDOFF_PREFILLING && rec->status == KVSIM_REQ_REJECTED))
+            continue; /* refused by the prefill engine: no handoff */
         int64_t pin = timed(h->pin_ns) && timed(h->source_released_ns)
                           ? h->source_released_ns - h->pin_ns
                           : KVSIM_TIME_NONE;

@@ -196,6 +196,8 @@ static int route_one(struct replay *rp, uint32_t req)
     if (e < 0)
         return (int)e;
     rp->routed++;
+    if (rp->num_prefill) /* ids never reused: one handoff per request */
+        kvsim_handoff_init(&rp->handoffs[req], (uint64_t)req + 1, req, (int32_t)e);
     if (rp->next_turn[req] >= 0)
         rp->parents_in_flight++;
     inbox_push(rp, (uint32_t)e, req);

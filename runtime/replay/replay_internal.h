@@ -86,6 +86,8 @@ struct replay {
     struct kvsim_engine_disagg disagg; /* every engine's view */
     int64_t *link_free;                /* [num_prefill]: when each prefill link is free */
     struct kvsim_engine_msg *msgs;     /* scratch: the outboxes merged */
+    struct kvsim_engine_msg *pfacts;   /* the prefill facts of the epoch, in order */
+    size_t num_pfacts, cap_pfacts;
     uint32_t *msg_engine;
     size_t num_msgs, cap_msgs;
     uint64_t epochs;
@@ -110,9 +112,11 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
 int replay__disagg_setup(struct replay *rp);
 /* The lookahead bound on the next boundary (INT64_MAX: none). */
 int64_t replay__disagg_bound(const struct replay *rp);
-/* After the prefill phase: pins routed to decode engines, aborts turned into cancels. */
+/* After the prefill phase: pins routed to decode engines, aborts turned into cancels (the
+ * facts kept for after_decode). */
 int replay__disagg_after_prefill(struct replay *rp);
-/* After the decode phase: reservations turned into transfers (releases, activations). */
+/* After the decode phase: the epoch's facts applied to the handoffs in virtual-time order,
+ * reservations turned into transfers (releases and activations posted). */
 int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen);
 /* Whether a disaggregated replay with no event left still holds unfinished requests. */
 bool replay__disagg_stuck(const struct replay *rp, char *err, size_t errlen);

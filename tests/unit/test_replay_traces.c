@@ -114,3 +114,32 @@ Test(replay_offload, conversation_identical_for_both_executors_and_threads, .tim
     kvsim_test_trace_path(path, sizeof path, "conversation_trace.jsonl");
     replay_check_offload_deterministic(path);
 }
+
+/* Disaggregated serving on the Mooncake trace, 2 prefill + 2 decode engines, with each of the
+ * three routers for each pool: every request completes, and 1 and 2 threads give the same
+ * report and records (issue 11's first "done when"). */
+Test(replay_disagg, mooncake_1000_every_router_pair_1_vs_2_threads, .timeout = 900)
+{
+    static const enum kvsim_router_policy routers[] = {KVSIM_ROUTER_KV, KVSIM_ROUTER_ROUND_ROBIN,
+                                                       KVSIM_ROUTER_LEAST_LOADED};
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
+    for (int p = 0; p < 3; p++)
+        for (int d = 0; d < 3; d++) {
+            struct kvsim_replay_config c;
+            replay_base_config(&c, path);
+            c.disagg.prefill_engines = c.disagg.decode_engines = 2;
+            c.disagg.prefill_sched = c.disagg.decode_sched = c.sched;
+            c.disagg.prefill_router = routers[p];
+            c.disagg.decode_router = routers[d];
+            struct kvsim_report r1 = replay_run(&c, 1, "d1"), r2 = replay_run(&c, 2, "d2");
+            cr_assert_eq(r1.completed, r1.num_requests, "%s/%s: every request completes",
+                         kvsim_router_policy_name(routers[p]),
+                         kvsim_router_policy_name(routers[d]));
+            cr_assert_eq(r1.disagg.completed, r1.num_requests);
+            kvsim_report_fini(&r1);
+            kvsim_report_fini(&r2);
+            replay_assert_same_files("d1", "d2", "json");
+            replay_assert_same_files("d1", "d2", "jsonl");
+        }
+}

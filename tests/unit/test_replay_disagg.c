@@ -1,0 +1,248 @@
+/*
+ * test_replay_disagg.c - disaggregated replays on the built-in workload (docs/disagg.md): every
+ * request accounted for and the same at 1 and 2 threads; a starved decode pool strands KV on
+ * the prefill engines (pinned block-seconds and TTFT rise) unlike the immediate-release what-if;
+ * a short abort timeout aborts handoffs with nothing leaked; the handoff event log rebuilds the
+ * pins. The Mooncake router matrix is in test_replay_traces.c.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/runtime.h"
+
+#include "common.h"
+
+/* 2 prefill + 2 decode engines on the built-in workload, invariants checked at every boundary. */
+static void disagg_config(struct kvsim_replay_config *c)
+{
+    kvsim_replay_config_default(c);
+    c->quiet = true;
+    c->sched.check_invariants = true;
+    c->disagg.prefill_engines = 2;
+    c->disagg.decode_engines = 2;
+    c->disagg.prefill_sched = c->disagg.decode_sched = c->sched;
+}
+
+static void path_of(char *buf, size_t len, const char *tag, const char *ext)
+{
+    snprintf(buf, len, "/tmp/kvsim-disagg-%d-%s.%s", (int)getpid(), tag, ext);
+}
+
+/* Runs c at threads; writes the report (wall fields dropped), records and events under tag. */
+static struct kvsim_report run(const struct kvsim_replay_config *base, uint32_t threads,
+                               const char *tag)
+{
+    char rec[256], rep[256], ev[256], err[512];
+    path_of(rec, sizeof rec, tag, "jsonl");
+    path_of(rep, sizeof rep, tag, "json");
+    path_of(ev, sizeof ev, tag, "events");
+    struct kvsim_replay_config c = *base;
+    c.num_threads = threads;
+    c.requests_path = rec;
+    c.disagg.events_path = ev;
+    struct kvsim_report r;
+    int rc = kvsim_replay_run(&c, &r, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s: %s", tag, err);
+    r.wall_ns = 0;
+    r.speed = r.wall_requests_per_s = 0;
+    r.num_threads = 0;
+    cr_assert_eq(kvsim_report_write_json(rep, &r, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.completed + r.rejected + r.aborted + r.incomplete, r.num_requests,
+                 "%s: every request accounted for", tag);
+    cr_assert(r.disagg.enabled);
+    cr_assert_eq(r.disagg.completed + r.disagg.aborted + r.disagg.pending, r.disagg.handoffs);
+    return r;
+}
+
+static void assert_same(const char *a, const char *b, const char *ext)
+{
+    char pa[256], pb[256];
+    path_of(pa, sizeof pa, a, ext);
+    path_of(pb, sizeof pb, b, ext);
+    size_t na, nb;
+    char *x = kvsim_test_read_file(pa, &na), *y = kvsim_test_read_file(pb, &nb);
+    cr_assert(na == nb && memcmp(x, y, na) == 0, "%s and %s differ", pa, pb);
+    free(x);
+    free(y);
+}
+
+static void remove_outputs(const char *tag)
+{
+    static const char *const exts[] = {"json", "jsonl", "events"};
+    for (int i = 0; i < 3; i++) {
+        char p[256];
+        path_of(p, sizeof p, tag, exts[i]);
+        unlink(p);
+    }
+}
+
+Test(disagg, every_request_completes_and_threads_change_nothing, .timeout = 300)
+{
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    struct kvsim_report a = run(&c, 1, "t1"), b = run(&c, 2, "t2");
+    cr_assert_eq(a.completed, a.num_requests, "an ample decode pool serves everything");
+    cr_assert_eq(a.disagg.handoffs, a.num_requests);
+    cr_assert_eq(a.disagg.completed, a.num_requests);
+    cr_assert_eq(a.disagg.prefill_engines, 2);
+    cr_assert_gt(a.disagg.transferred_bytes, 0);
+    cr_assert_gt(a.disagg.pin.count, 0);
+    cr_assert_gt(a.disagg.epochs, 0);
+    static const char *const exts[] = {"json", "jsonl", "events"};
+    for (int i = 0; i < 3; i++)
+        assert_same("t1", "t2", exts[i]);
+    (void)b;
+    kvsim_report_fini(&a);
+    kvsim_report_fini(&b);
+    remove_outputs("t1");
+    remove_outputs("t2");
+}
+
+/* A decode pool short of blocks and sequence slots keeps completed prefills pinned: the
+ * prefill pools fill with stranded KV (up to their whole capacity) and TTFT rises. Freeing the
+ * source at the prefill's end (the unfaithful what-if) strands nothing, and the runs differ:
+ * with pins the prefill engines also wait for capacity. */
+Test(disagg, a_starved_decode_pool_strands_kv_unlike_immediate_release, .timeout = 300)
+{
+    struct kvsim_replay_config ample, starved, immediate;
+    disagg_config(&ample);
+    ample.sched.check_invariants = false; /* speed: the other tests check */
+    ample.disagg.prefill_sched.check_invariants = ample.disagg.decode_sched.check_invariants = 0;
+    ample.disagg.prefill_sched.num_blocks = 4000; /* small enough for pins to fill it */
+    starved = ample;
+    starved.disagg.decode_sched.num_blocks = 2500;
+    starved.disagg.decode_sched.max_num_seqs = 8;
+    immediate = starved;
+    immediate.disagg.release_immediately = true;
+    struct kvsim_report ra = run(&ample, 2, "ample"), rs = run(&starved, 2, "starved"),
+                        ri = run(&immediate, 2, "immediate");
+    cr_assert_gt(rs.disagg.pinned_block_seconds, 2 * ra.disagg.pinned_block_seconds,
+                 "starved %.1f vs ample %.1f block-s", rs.disagg.pinned_block_seconds,
+                 ra.disagg.pinned_block_seconds);
+    cr_assert_gt(rs.disagg.peak_pinned_blocks, ra.disagg.peak_pinned_blocks);
+    cr_assert_gt(rs.ttft.p50, ra.ttft.p50, "TTFT rises: %.0f vs %.0f ns", rs.ttft.p50, ra.ttft.p50);
+    cr_assert_gt(rs.disagg.decode_wait.p50, ra.disagg.decode_wait.p50,
+                 "the pin tracks the decode admission");
+    cr_assert_eq(ri.disagg.pinned_block_seconds, 0.0, "immediate release strands nothing");
+    cr_assert_eq(ri.disagg.peak_pinned_blocks, 0);
+    cr_assert(ri.ttft.p50 != rs.ttft.p50 || ri.ttft.p99 != rs.ttft.p99,
+              "stranding must change the run");
+    kvsim_report_fini(&ra);
+    kvsim_report_fini(&rs);
+    kvsim_report_fini(&ri);
+    remove_outputs("ample");
+    remove_outputs("starved");
+    remove_outputs("immediate");
+}
+
+/* A short abort timeout on a starved decode pool: handoffs abort (their requests are reported
+ * aborted), every request is accounted for, and the invariant checks at every boundary (pins,
+ * reservations, the ownership of every block) find nothing left behind. */
+Test(disagg, a_short_abort_timeout_aborts_handoffs_cleanly, .timeout = 300)
+{
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    c.disagg.decode_sched.num_blocks = 2500;
+    c.disagg.decode_sched.max_num_seqs = 8;
+    c.disagg.decode_sched.check_invariants = c.disagg.prefill_sched.check_invariants = true;
+    c.disagg.abort_timeout_ns = 300 * 1000000LL;
+    struct kvsim_report r = run(&c, 2, "abort");
+    cr_assert_gt(r.disagg.aborted, 0, "pins expired");
+    cr_assert_eq(r.aborted, r.disagg.aborted, "each aborted handoff is an aborted request");
+    cr_assert_eq(r.disagg.pending, 0, "nothing under way at the end");
+    cr_assert_eq(r.completed + r.aborted, r.num_requests);
+    cr_assert_geq(r.disagg.pin.max, 300e6, "a pin lasts until its deadline");
+    cr_assert_lt(r.disagg.pin.max, 300e6 + 1e9, "and ends at the step after it");
+    /* The records say the same. */
+    char rec[256];
+    path_of(rec, sizeof rec, "abort", "jsonl");
+    char *text = kvsim_test_read_file(rec, NULL);
+    uint64_t aborted = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s", je.text);
+        const char *h = json_string_value(json_object_get(o, "handoff"));
+        const char *st = json_string_value(json_object_get(o, "status"));
+        cr_assert_not_null(h);
+        if (!strcmp(h, "aborted")) {
+            aborted++;
+            cr_assert_str_eq(st, "aborted");
+            cr_assert(json_is_null(json_object_get(o, "transfer_ms")));
+        }
+        json_decref(o);
+    }
+    free(text);
+    cr_assert_eq(aborted, r.aborted);
+    kvsim_report_fini(&r);
+    remove_outputs("abort");
+}
+
+/* The event log alone rebuilds the stranding: every pin has a start and one end whose duration
+ * is end - start, and the pins' total equals the report's. */
+Test(disagg, the_event_log_rebuilds_every_pin, .timeout = 300)
+{
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    c.disagg.decode_sched.max_num_seqs = 16;
+    struct kvsim_report r = run(&c, 2, "events");
+    char ev[256];
+    path_of(ev, sizeof ev, "events", "events");
+    char *text = kvsim_test_read_file(ev, NULL);
+    size_t R = r.num_requests;
+    double *start = calloc(R + 1, sizeof *start), total = 0, last_t = -1;
+    uint64_t starts = 0, ends = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s", je.text);
+        const char *name = json_string_value(json_object_get(o, "event"));
+        double t = json_real_value(json_object_get(o, "t_ms"));
+        json_int_t h = json_integer_value(json_object_get(o, "handoff"));
+        cr_assert_geq(t, last_t, "the log is in time order");
+        last_t = t;
+        cr_assert(h >= 1 && (size_t)h <= R);
+        if (!strcmp(name, "prefill_kv_pin_start")) {
+            start[h] = t;
+            starts++;
+        } else if (!strcmp(name, "prefill_kv_pin_end")) {
+            double d = json_real_value(json_object_get(o, "duration_ms"));
+            cr_assert(fabs(d - (t - start[h])) < 1e-6, "duration = end - start");
+            total += d;
+            ends++;
+        }
+        json_decref(o);
+    }
+    free(text);
+    free(start);
+    cr_assert_eq(starts, r.disagg.handoffs);
+    cr_assert_eq(ends, r.disagg.completed + r.disagg.aborted);
+    cr_assert(fabs(total * 1e6 - r.disagg.pin.mean * (double)r.disagg.pin.count) <
+                  1e-3 * total * 1e6 + 1.0,
+              "the log's pins add up to the report's");
+    kvsim_report_fini(&r);
+    remove_outputs("events");
+}
+
+/* Requests the decode pool could never serve are refused up front (their KV would only be
+ * stranded), with reasons naming the decode side. */
+Test(disagg, what_the_decode_pool_cannot_serve_is_refused_at_the_prefill)
+{
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    c.disagg.decode_sched.max_model_len = 1500;
+    struct kvsim_report r = run(&c, 2, "refuse");
+    cr_assert_gt(r.rejected, 0);
+    bool named = false;
+    for (uint32_t i = 0; i < r.num_reject_reasons; i++)
+        named |= !strncmp(r.rejects[i].reason, "decode_", 7);
+    cr_assert(named, "a reject reason names the decode pool");
+    cr_assert_eq(r.disagg.handoffs + r.rejected, r.num_requests);
+    kvsim_report_fini(&r);
+    remove_outputs("refuse");
+}

@@ -107,8 +107,10 @@ int64_t engine__next_message(const struct kvsim_engine *e)
     return e->num_inbox ? e->inbox[0].t : INT64_MAX;
 }
 
-static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, uint32_t req,
-                       uint64_t a, uint64_t b)
+/* Reports a fact that happened at t (a message applied while a step runs happens at its own
+ * instant, not at the engine's clock, which is the step's start). */
+static int outbox_push(struct kvsim_engine *e, int64_t t, enum kvsim_engine_msg_kind kind,
+                       uint32_t req, uint64_t a, uint64_t b)
 {
     if (e->num_outbox == e->cap_outbox) {
         uint32_t nc = e->cap_outbox ? e->cap_outbox * 2 : 64;
@@ -118,7 +120,7 @@ static int outbox_push(struct kvsim_engine *e, enum kvsim_engine_msg_kind kind, 
         e->outbox = no;
         e->cap_outbox = nc;
     }
-    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){e->now, (uint32_t)kind, req, a, b};
+    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){t, (uint32_t)kind, req, a, b};
     return 0;
 }
 
@@ -203,7 +205,7 @@ int engine__pins_made(struct kvsim_engine *e)
         struct sched_pin *pin = pins[i];
         struct kvsim_handoff *h = handoff_of(e, (uint32_t)pin->id);
         h->source = pin;
-        int rc = outbox_push(e, KVSIM_MSG_PINNED, (uint32_t)pin->id, pin->kv.num_blocks,
+        int rc = outbox_push(e, e->now, KVSIM_MSG_PINNED, (uint32_t)pin->id, pin->kv.num_blocks,
                              pin->num_tokens);
         if (rc)
             return rc;
@@ -233,7 +235,7 @@ static int expire_pins(struct kvsim_engine *e, int64_t t)
     while (engine__next_deadline(e) <= t) {
         uint32_t req = e->pin_fifo[e->pin_head++ % e->pin_cap].req;
         release_source(e, handoff_of(e, req));
-        int rc = outbox_push(e, KVSIM_MSG_ABORTED, req, 0, 0);
+        int rc = outbox_push(e, t, KVSIM_MSG_ABORTED, req, 0, 0);
         if (rc)
             return rc;
     }
@@ -242,13 +244,13 @@ static int expire_pins(struct kvsim_engine *e, int64_t t)
 
 /* RELEASE: the transfer ended. With the source still held (or released at the pin by the
  * what-if) the handoff completes; a source the abort timeout freed stays freed. */
-static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h)
+static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
 {
     if (h->source)
         release_source(e, h);
     else if (!e->cfg.disagg->release_immediately)
         return 0;
-    return outbox_push(e, KVSIM_MSG_COMPLETED, h->req, 0, 0);
+    return outbox_push(e, t, KVSIM_MSG_COMPLETED, h->req, 0, 0);
 }
 
 /* ---- decode: arrivals, reservations, activations, cancels -------------------------------- */
@@ -295,7 +297,7 @@ static int reserved(struct kvsim_engine *e, struct sched_request *r, uint64_t mi
     h->decode_waiting = false;
     e->waiting_handoffs--;
     e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
-    return outbox_push(e, KVSIM_MSG_RESERVED, (uint32_t)r->id, missing, 0);
+    return outbox_push(e, e->now, KVSIM_MSG_RESERVED, (uint32_t)r->id, missing, 0);
 }
 
 int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *st)
@@ -359,7 +361,7 @@ int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire)
         struct kvsim_handoff *h = handoff_of(e, m.req);
         int rc = 0;
         switch ((enum kvsim_engine_msg_kind)m.kind) {
-        case KVSIM_MSG_RELEASE: rc = apply_release(e, h); break;
+        case KVSIM_MSG_RELEASE: rc = apply_release(e, h, m.t); break;
         case KVSIM_MSG_ACTIVATE: rc = apply_activate(e, h); break;
         case KVSIM_MSG_CANCEL: rc = apply_cancel(e, h, m.t); break;
         case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t); break;

@@ -142,7 +142,8 @@ KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
  *
  * The transition functions record the instant and check the order. Facts are idempotent and a
  * late fact about a finished handoff changes nothing (KVSIM_HANDOFF_IGNORED); a fact out of
- * order is an error (-EINVAL). Threads: a handoff is plain data. In a replay the coordinator
+ * order (one that skips a state, or is dated before an instant already recorded; COMPLETED
+ * before the transfer's end) is an error (-EINVAL). Threads: a handoff is plain data. In a replay the coordinator
  * alone applies the transitions, in virtual-time order, from the facts the engines report; the
  * engines keep their own parts of it in the private fields.
  */

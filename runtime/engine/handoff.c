@@ -3,7 +3,8 @@
  *
  * Each transition checks the state it leaves: a repeated fact (the state it would enter is the
  * current one, or a later one) and any fact about a finished handoff change nothing and answer
- * KVSIM_HANDOFF_IGNORED; a fact that skips a state is out of order (-EINVAL). Pure functions of
+ * KVSIM_HANDOFF_IGNORED; a fact that skips a state, or comes before an instant already recorded,
+ * is out of order (-EINVAL). Pure functions of
  * the handoff: any thread that owns it.
  */
 #include "runtime/engine/engine.h"
@@ -41,19 +42,34 @@ void kvsim_handoff_init(struct kvsim_handoff *h, uint64_t id, uint32_t req, int3
     h->deadline_ns = INT64_MAX;
 }
 
+/* The latest instant a fact was recorded at (a transfer's end is scheduled, not recorded). */
+static int64_t last_fact_ns(const struct kvsim_handoff *h)
+{
+    int64_t last = KVSIM_HANDOFF_TIME_NONE;
+    const int64_t at[] = {h->pin_ns, h->routed_ns, h->reserved_ns, h->transfer_start_ns,
+                          h->source_released_ns};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        if (at[i] != KVSIM_HANDOFF_TIME_NONE && (last == KVSIM_HANDOFF_TIME_NONE || at[i] > last))
+            last = at[i];
+    return last;
+}
+
 /* The common check: 0 when h is in `from` (apply), IGNORED when it is past it or final,
- * -EINVAL when it has not reached it. */
-static int step_from(const struct kvsim_handoff *h, enum kvsim_handoff_state from)
+ * -EINVAL when it has not reached it or t is before a fact already recorded. */
+static int step_from(const struct kvsim_handoff *h, enum kvsim_handoff_state from, int64_t t)
 {
     if (kvsim_handoff_is_final(h) || h->state > from)
         return KVSIM_HANDOFF_IGNORED;
-    return h->state == from ? 0 : -EINVAL;
+    if (h->state != from)
+        return -EINVAL;
+    int64_t last = last_fact_ns(h);
+    return last != KVSIM_HANDOFF_TIME_NONE && t < last ? -EINVAL : 0;
 }
 
 int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks, uint64_t tokens,
                       int64_t timeout_ns)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_PREFILLING);
+    int rc = step_from(h, KVSIM_HANDOFF_PREFILLING, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_SOURCE_PINNED;
@@ -70,13 +86,15 @@ int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t)
         return -EINVAL;
     if (h->source_released_ns != KVSIM_HANDOFF_TIME_NONE)
         return KVSIM_HANDOFF_IGNORED;
+    if (t < h->pin_ns)
+        return -EINVAL;
     h->source_released_ns = t;
     return 0;
 }
 
 int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engine)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_SOURCE_PINNED);
+    int rc = step_from(h, KVSIM_HANDOFF_SOURCE_PINNED, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_DECODE_ROUTED;
@@ -87,7 +105,7 @@ int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engin
 
 int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_tokens)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED);
+    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_DESTINATION_RESERVED;
@@ -98,7 +116,7 @@ int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_t
 
 int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end, uint64_t bytes)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_DESTINATION_RESERVED);
+    int rc = step_from(h, KVSIM_HANDOFF_DESTINATION_RESERVED, start);
     if (rc)
         return rc;
     if (start < h->reserved_ns || end <= start)
@@ -112,9 +130,11 @@ int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end, 
 
 int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_TRANSFERRING);
+    int rc = step_from(h, KVSIM_HANDOFF_TRANSFERRING, t);
     if (rc)
         return rc;
+    if (t < h->transfer_end_ns)
+        return -EINVAL; /* the source is released once the destination has the KV */
     h->state = KVSIM_HANDOFF_COMPLETED;
     h->end_ns = t;
     if (h->source_released_ns == KVSIM_HANDOFF_TIME_NONE)
@@ -126,7 +146,8 @@ int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t)
 {
     if (kvsim_handoff_is_final(h))
         return KVSIM_HANDOFF_IGNORED;
-    if (h->state == KVSIM_HANDOFF_NONE)
+    int64_t last = last_fact_ns(h);
+    if (h->state == KVSIM_HANDOFF_NONE || (last != KVSIM_HANDOFF_TIME_NONE && t < last))
         return -EINVAL;
     h->state = KVSIM_HANDOFF_ABORTED;
     h->end_ns = t;

@@ -185,6 +185,22 @@ Test(disagg, a_short_abort_timeout_aborts_handoffs_cleanly, .timeout = 300)
 
 /* The event log alone rebuilds the stranding: every pin has a start and one end whose duration
  * is end - start, and the pins' total equals the report's. */
+/* Each handoff's events in lifecycle order; a completed source is released exactly when its
+ * transfer ends (never at its start), so a pin lasts at least its transfer. */
+enum { EV_PIN, EV_WAIT, EV_RESERVED, EV_XSTART, EV_XEND, EV_PIN_END, EV_KINDS };
+
+static int event_kind(const char *name)
+{
+    static const char *const names[EV_KINDS] = {"prefill_kv_pin_start", "decode_kv_wait_start",
+                                                "destination_reserved", "transfer_start",
+                                                "transfer_end",         "prefill_kv_pin_end"};
+    for (int k = 0; k < EV_KINDS; k++)
+        if (!strcmp(name, names[k]))
+            return k;
+    cr_assert_fail("unknown event '%s'", name);
+    return -1;
+}
+
 Test(disagg, the_event_log_rebuilds_every_pin, .timeout = 300)
 {
     struct kvsim_replay_config c;
@@ -195,36 +211,69 @@ Test(disagg, the_event_log_rebuilds_every_pin, .timeout = 300)
     path_of(ev, sizeof ev, "events", "events");
     char *text = kvsim_test_read_file(ev, NULL);
     size_t R = r.num_requests;
-    double *start = calloc(R + 1, sizeof *start), total = 0, last_t = -1;
-    uint64_t starts = 0, ends = 0;
+    double(*at)[EV_KINDS] = calloc(R + 1, sizeof *at);
+    double *blocks = calloc(R + 1, sizeof *blocks);
+    double total = 0, block_ms = 0, last_t = -1, pin_minus_xfer_min = INFINITY;
+    uint64_t starts = 0, ends = 0, completed = 0;
+    for (size_t h = 0; h <= R; h++)
+        for (int k = 0; k < EV_KINDS; k++)
+            at[h][k] = -1;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         json_error_t je;
         json_t *o = json_loads(line, 0, &je);
         cr_assert_not_null(o, "%s", je.text);
-        const char *name = json_string_value(json_object_get(o, "event"));
+        int k = event_kind(json_string_value(json_object_get(o, "event")));
         double t = json_real_value(json_object_get(o, "t_ms"));
         json_int_t h = json_integer_value(json_object_get(o, "handoff"));
         cr_assert_geq(t, last_t, "the log is in time order");
         last_t = t;
         cr_assert(h >= 1 && (size_t)h <= R);
-        if (!strcmp(name, "prefill_kv_pin_start")) {
-            start[h] = t;
+        cr_assert_lt(at[h][k], 0, "handoff %lld: one %s event", (long long)h, line);
+        for (int j = k + 1; j < EV_KINDS; j++)
+            cr_assert_lt(at[h][j], 0, "handoff %lld: %s after a later lifecycle event",
+                         (long long)h, line);
+        at[h][k] = t;
+        if (k == EV_PIN) {
+            blocks[h] = (double)json_integer_value(json_object_get(o, "blocks"));
             starts++;
-        } else if (!strcmp(name, "prefill_kv_pin_end")) {
+        } else if (k == EV_PIN_END) {
             double d = json_real_value(json_object_get(o, "duration_ms"));
-            cr_assert(fabs(d - (t - start[h])) < 1e-6, "duration = end - start");
+            cr_assert(fabs(d - (t - at[h][EV_PIN])) < 1e-6, "duration = end - start");
             total += d;
+            block_ms += d * blocks[h];
             ends++;
+            const char *outcome = json_string_value(json_object_get(o, "outcome"));
+            if (!strcmp(outcome, "completed")) {
+                completed++;
+                cr_assert_geq(at[h][EV_XEND], 0, "handoff %lld completed without a transfer",
+                              (long long)h);
+                cr_assert_eq(t, at[h][EV_XEND],
+                             "handoff %lld: source released at %f, its "
+                             "transfer ended at %f",
+                             (long long)h, t, at[h][EV_XEND]);
+                double margin = d - (at[h][EV_XEND] - at[h][EV_XSTART]);
+                if (margin < pin_minus_xfer_min)
+                    pin_minus_xfer_min = margin;
+            }
         }
         json_decref(o);
     }
     free(text);
-    free(start);
+    free(at);
+    free(blocks);
     cr_assert_eq(starts, r.disagg.handoffs);
     cr_assert_eq(ends, r.disagg.completed + r.disagg.aborted);
+    cr_assert_eq(completed, r.disagg.completed);
+    cr_assert_geq(pin_minus_xfer_min, -1e-6, "a pin lasts at least its transfer");
     cr_assert(fabs(total * 1e6 - r.disagg.pin.mean * (double)r.disagg.pin.count) <
                   1e-3 * total * 1e6 + 1.0,
               "the log's pins add up to the report's");
+    /* The engines count a block once even when two pins share it (a prefix hit), so the log's
+     * per-pin block-seconds bound the report's from above, and stranding makes it positive. */
+    cr_assert_gt(r.disagg.pinned_block_seconds, 0);
+    cr_assert_leq(r.disagg.pinned_block_seconds, block_ms / 1e3 * (1 + 1e-9) + 1e-6,
+                  "pinned block-seconds %f above the log's %f", r.disagg.pinned_block_seconds,
+                  block_ms / 1e3);
     kvsim_report_fini(&r);
     remove_outputs("events");
 }

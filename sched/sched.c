@@ -482,9 +482,12 @@ static int pin_blocks(struct sched *s, struct sched_request *r)
     return 0;
 }
 
-static bool pins_at_finish(const struct sched_request *r, enum sched_status st)
+/* vLLM's request_finished delays the free only for a normal finish with at least one full
+ * computed block: a prompt shorter than a block is freed at once and nothing is transferred. */
+static bool pins_at_finish(const struct sched *s, const struct sched_request *r,
+                           enum sched_status st)
 {
-    return r->kv_producer && r->kv.num_blocks > 0 &&
+    return r->kv_producer && r->num_computed_tokens >= s->cfg.block_size &&
            (st == SCHED_FINISHED_STOPPED || st == SCHED_FINISHED_LENGTH_CAPPED);
 }
 
@@ -503,7 +506,7 @@ static int finish(struct sched *s, struct sched_request *r, enum sched_status st
         r->free_delayed = true; /* the load still writes these blocks (§5.1) */
         transition(s, r, SCHED_T_FREE_DELAYED);
     } else {
-        rc = pins_at_finish(r, st) ? pin_blocks(s, r) : free_request_blocks(s, r);
+        rc = pins_at_finish(s, r, st) ? pin_blocks(s, r) : free_request_blocks(s, r);
         transition(s, r, SCHED_T_FINISHED);
     }
     r->status = st;

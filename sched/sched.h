@@ -164,8 +164,9 @@ struct sched_request {
     uint32_t num_preemptions;
     uint32_t external_tokens;
     bool external_async;
-    bool external_once;        /* external_tokens are dropped after the first admission */
-    bool kv_producer;          /* a disaggregated prefill: its blocks are pinned at finish */
+    bool external_once; /* external_tokens are dropped after the first admission */
+    bool kv_producer;   /* a disaggregated prefill: its blocks are pinned at a normal finish when
+                         * it computed a full block at least */
     uint64_t loading_tokens;   /* tokens the pending (or last) async load brings in */
     bool offload_load;         /* the pending async load is an onboarding from G2/G3 */
     uint32_t onboard_blocks;   /* blocks of the pending onboarding */
@@ -290,8 +291,8 @@ struct sched_pin {
     struct kvpool_seq kv;          /* the pinned blocks */
     struct sched_pin *next, *prev; /* private: the scheduler's list of live pins */
 };
-/* Pins made by the last sched_update / sched_abort call (a producer that finished normally and
- * held blocks), in finishing order. */
+/* Pins made by the last sched_update / sched_abort call (a producer that finished normally
+ * with a full block computed at least), in finishing order. */
 KVSIM_EXTERN struct sched_pin *const *sched_last_pinned(const struct sched *s, uint32_t *n);
 /*
  * sched_release_pin - the remote decode is done with the pin's blocks (it read them, or the

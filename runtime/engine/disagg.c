@@ -7,7 +7,9 @@
  *
  * Prefill engine. Every request is a prefill (max_tokens 1, kv_producer): when it finishes, the
  * scheduler pins its blocks (sched_pin); the outbox says PINNED, and the pin's deadline is the
- * pin instant plus the abort timeout. The pin ends on a RELEASE message (the transfer ended:
+ * pin instant plus the abort timeout. A prompt shorter than a block pins nothing (vLLM frees it
+ * at once and sends no block ids): the outbox says PINNED with no blocks, and the decode engine
+ * computes the prompt itself. The pin ends on a RELEASE message (the transfer ended:
  * COMPLETED) or when its deadline passes (ABORTED). As vLLM checks
  * deadlines in get_finished once per engine step, a deadline is acted on at the end of the step
  * running then, or at the deadline itself when the engine is between steps (an engine holding
@@ -196,13 +198,20 @@ static void release_source(struct kvsim_engine *e, struct kvsim_handoff *h)
     h->source = NULL;
 }
 
-int engine__pins_made(struct kvsim_engine *e)
+int engine__prefills_finished(struct kvsim_engine *e, struct sched_request *const *fin, uint32_t nf)
 {
     const struct kvsim_engine_disagg *d = e->cfg.disagg;
-    uint32_t n;
+    uint32_t n, j = 0;
     struct sched_pin *const *pins = sched_last_pinned(e->s, &n);
-    for (uint32_t i = 0; i < n; i++) {
-        struct sched_pin *pin = pins[i];
+    for (uint32_t i = 0; i < nf; i++) {
+        if (j == n || pins[j]->id != fin[i]->id) {
+            /* Not a full block computed: freed already, nothing to hand off but the request. */
+            int rc = outbox_push(e, e->now, KVSIM_MSG_PINNED, (uint32_t)fin[i]->id, 0, 0);
+            if (rc)
+                return rc;
+            continue;
+        }
+        struct sched_pin *pin = pins[j++];
         struct kvsim_handoff *h = handoff_of(e, (uint32_t)pin->id);
         h->source = pin;
         int rc = outbox_push(e, e->now, KVSIM_MSG_PINNED, (uint32_t)pin->id, pin->kv.num_blocks,
@@ -255,7 +264,9 @@ static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h, int64_
 
 /* ---- decode: arrivals, reservations, activations, cancels -------------------------------- */
 
-static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t)
+/* ARRIVE: the decode request, with its whole prompt offered by the connector (has_kv), or with
+ * nothing to load (a prompt shorter than a block: computed here). */
+static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t, bool has_kv)
 {
     const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[h->req];
     uint32_t n = kvsim_prompt_runs(e->cfg.trace, h->req, e->runs, e->cap_runs);
@@ -275,16 +286,20 @@ static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
         .max_tokens = spec->output_len,
         .arrival = (double)t,
         .eos_token_id = -1,
-        .external_tokens = spec->input_len, /* the connector offers the whole prompt */
-        .external_async = true,
-        .external_once = true,
+        .external_tokens = has_kv ? spec->input_len : 0, /* the connector offers the prompt */
+        .external_async = has_kv,
+        .external_once = has_kv,
     };
     int rc = sched_add(e->s, &p, &h->decode_req);
     if (rc)
         return engine__fail(e, rc);
     e->unfinished++;
-    e->waiting_handoffs++;
-    h->decode_waiting = true;
+    if (has_kv) {
+        e->waiting_handoffs++;
+        h->decode_waiting = true;
+    } else {
+        h->decode_local = true;
+    }
     e->pub.queued_tokens += spec->input_len;
     return 0;
 }
@@ -305,11 +320,17 @@ int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *s
     int rc = 0;
     for (uint32_t i = 0; i < st->num_parked && rc == 0; i++)
         rc = reserved(e, st->parked[i], st->parked[i]->loading_tokens);
-    /* All local hits: admitted at once, with an empty read to let the source go. */
+    /* All local hits: admitted at once, with an empty read to let the source go. Nothing to
+     * load: admitted like any request. */
     for (uint32_t i = 0; i < st->num_new && rc == 0; i++) {
         struct sched_request *r = st->new_reqs[i];
-        if (handoff_of(e, (uint32_t)r->id)->decode_waiting)
+        struct kvsim_handoff *h = handoff_of(e, (uint32_t)r->id);
+        if (h->decode_waiting) {
             rc = reserved(e, r, 0);
+        } else if (h->decode_local) {
+            h->decode_local = false;
+            e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+        }
     }
     return rc;
 }
@@ -364,7 +385,7 @@ int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire)
         case KVSIM_MSG_RELEASE: rc = apply_release(e, h, m.t); break;
         case KVSIM_MSG_ACTIVATE: rc = apply_activate(e, h); break;
         case KVSIM_MSG_CANCEL: rc = apply_cancel(e, h, m.t); break;
-        case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t); break;
+        case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t, m.a != 0); break;
         default: rc = engine__fail(e, -EINVAL); break;
         }
         if (rc)

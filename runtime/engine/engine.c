@@ -431,7 +431,7 @@ static int complete_step(struct kvsim_engine *e)
             (rc = engine__push_done(e, req, e->now)) != 0)
             return engine__fail(e, rc);
     }
-    if (prefill && (rc = engine__pins_made(e)) != 0)
+    if (prefill && (rc = engine__prefills_finished(e, fin, nf)) != 0)
         return rc;
     /* Release finished requests: memory is bounded by the in-flight set. */
     for (uint32_t i = 0; i < nf; i++)

@@ -143,9 +143,9 @@ KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
  * The transition functions record the instant and check the order. Facts are idempotent and a
  * late fact about a finished handoff changes nothing (KVSIM_HANDOFF_IGNORED); a fact out of
  * order (one that skips a state, or is dated before an instant already recorded; COMPLETED
- * before the transfer's end) is an error (-EINVAL). Threads: a handoff is plain data. In a replay the coordinator
- * alone applies the transitions, in virtual-time order, from the facts the engines report; the
- * engines keep their own parts of it in the private fields.
+ * before the transfer's end) is an error (-EINVAL). Threads: a handoff is plain data. In a replay
+ * the coordinator alone applies the transitions, in virtual-time order, from the facts the engines
+ * report; the engines keep their own parts of it in the private fields.
  */
 enum kvsim_handoff_state {
     KVSIM_HANDOFF_NONE = 0, /* not a disaggregated request */
@@ -184,6 +184,7 @@ struct kvsim_handoff {
     struct sched_pin *source;         /* prefill engine: the pin, NULL once freed */
     struct sched_request *decode_req; /* decode engine: its request, NULL once gone */
     bool decode_waiting;              /* decode engine: routed, not reserved yet */
+    bool decode_local;                /* decode engine: nothing to load, not admitted yet */
 };
 
 /* A handoff in PREFILLING with every instant unset. */
@@ -205,6 +206,9 @@ KVSIM_EXTERN int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, 
                                         uint64_t bytes);
 /* COMPLETED at t (the transfer's end: destination activated, source released). */
 KVSIM_EXTERN int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t);
+/* COMPLETED at t with nothing handed off (DECODE_ROUTED, no blocks pinned: a prompt shorter
+ * than a block, which the decode engine computes itself); -EINVAL when blocks were pinned. */
+KVSIM_EXTERN int kvsim_handoff_complete_without_kv(struct kvsim_handoff *h, int64_t t);
 /* ABORTED at t (from any state but a final one). */
 KVSIM_EXTERN int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t);
 static inline bool kvsim_handoff_is_final(const struct kvsim_handoff *h)
@@ -393,9 +397,11 @@ enum kvsim_engine_msg_kind {
     KVSIM_MSG_RELEASE = 0, /* to a prefill engine: the transfer ended, release the source */
     KVSIM_MSG_ACTIVATE,    /* to a decode engine: the transfer ended, activate the destination */
     KVSIM_MSG_CANCEL,      /* to a decode engine: the handoff was aborted, cancel its request */
-    KVSIM_MSG_ARRIVE,      /* to a decode engine: the decode request arrives */
+    KVSIM_MSG_ARRIVE,      /* to a decode engine: the decode request arrives (a: 1 when its KV
+                            * is handed off, 0 when the decode computes the prompt) */
     KVSIM_MSG_PINNED,      /* from a prefill engine: the prefill finished, its source pinned
-                            * (a: the pin's blocks, b: its tokens) */
+                            * (a: the pin's blocks, b: its tokens; a = 0: a prompt shorter
+                            * than a block, freed at once, nothing to hand off) */
     KVSIM_MSG_ABORTED,     /* from a prefill engine: the abort timeout freed the source */
     KVSIM_MSG_COMPLETED,   /* from a prefill engine: the transfer ended with the source held:
                             * the destination is activated, the source released */

@@ -72,8 +72,10 @@ int64_t engine__next_deadline(struct kvsim_engine *e);
 /* Applies every posted message at or before t in order, then (expire) every pin deadline at or
  * before t. Returns 0 or a negative errno (e->err says why). */
 int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire);
-/* A prefill engine: the pins its last update made, at e->now. Returns 0 or a negative errno. */
-int engine__pins_made(struct kvsim_engine *e);
+/* A prefill engine: the prefills its last update finished (fin[0..nf), in finishing order),
+ * pinned or not, reported at e->now. Returns 0 or a negative errno. */
+int engine__prefills_finished(struct kvsim_engine *e, struct sched_request *const *fin,
+                              uint32_t nf);
 /* A decode engine: the reservations its last schedule made, at e->now. */
 int engine__reservations_made(struct kvsim_engine *e, const struct sched_step *st);
 /* A prefill engine's pinned-block accounting after the events at t. */

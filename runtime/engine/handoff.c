@@ -142,6 +142,20 @@ int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t)
     return 0;
 }
 
+int kvsim_handoff_complete_without_kv(struct kvsim_handoff *h, int64_t t)
+{
+    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED, t);
+    if (rc)
+        return rc;
+    if (h->pinned_blocks != 0)
+        return -EINVAL; /* pinned KV must be transferred or aborted */
+    h->state = KVSIM_HANDOFF_COMPLETED;
+    h->end_ns = t;
+    if (h->source_released_ns == KVSIM_HANDOFF_TIME_NONE)
+        h->source_released_ns = t;
+    return 0;
+}
+
 int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t)
 {
     if (kvsim_handoff_is_final(h))

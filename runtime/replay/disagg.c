@@ -147,9 +147,9 @@ static int64_t merge_outboxes(struct replay *rp, uint32_t lo, uint32_t hi, size_
 }
 
 static int post(struct replay *rp, uint32_t engine, int64_t t, enum kvsim_engine_msg_kind kind,
-                uint32_t req)
+                uint32_t req, uint64_t a)
 {
-    struct kvsim_engine_msg m = {.t = t, .kind = (uint32_t)kind, .req = req};
+    struct kvsim_engine_msg m = {.t = t, .kind = (uint32_t)kind, .req = req, .a = a};
     return kvsim_engine_post(rp->engines[engine], &m);
 }
 
@@ -196,9 +196,9 @@ int replay__disagg_after_prefill(struct replay *rp)
                 break;
             }
             h->decode_engine = (int32_t)(rp->num_prefill + (uint32_t)d); /* the booking */
-            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_ARRIVE, m->req);
+            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_ARRIVE, m->req, m->a != 0);
         } else if (m->kind == KVSIM_MSG_ABORTED && h->decode_engine >= 0) {
-            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_CANCEL, m->req);
+            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_CANCEL, m->req, 0);
         }
         if (rc == 0)
             rc = keep_fact(rp, m);
@@ -227,9 +227,9 @@ static int start_transfer(struct replay *rp, struct kvsim_handoff *h, int64_t t,
     rp->link_free[p] = end;
     int rc = kvsim_handoff_transfer(h, start, end, kvsim_transfer_bytes(&tm, h->transfer_tokens));
     if (rc == 0)
-        rc = post(rp, p, end, KVSIM_MSG_RELEASE, h->req);
+        rc = post(rp, p, end, KVSIM_MSG_RELEASE, h->req, 0);
     if (rc == 0)
-        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, h->req);
+        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, h->req, 0);
     return rc;
 }
 
@@ -243,11 +243,13 @@ static int apply_fact(struct replay *rp, const struct kvsim_engine_msg *m, char 
     switch ((enum kvsim_engine_msg_kind)m->kind) {
     case KVSIM_MSG_PINNED:
         rc = kvsim_handoff_pin(h, m->t, (uint32_t)m->a, m->b,
-                               dc->release_immediately ? 0 : dc->abort_timeout_ns);
-        if (rc == 0 && dc->release_immediately)
+                               dc->release_immediately || m->a == 0 ? 0 : dc->abort_timeout_ns);
+        if (rc == 0 && (dc->release_immediately || m->a == 0))
             rc = kvsim_handoff_release_source(h, m->t);
         if (rc == 0)
             rc = kvsim_handoff_route(h, m->t, h->decode_engine);
+        if (rc == 0 && m->a == 0) /* nothing pinned: the decode computes the prompt */
+            rc = kvsim_handoff_complete_without_kv(h, m->t);
         break;
     case KVSIM_MSG_ABORTED: rc = kvsim_handoff_abort(h, m->t); break;
     case KVSIM_MSG_COMPLETED: rc = kvsim_handoff_complete(h, m->t); break;
@@ -327,7 +329,7 @@ int replay__disagg_records(struct replay *rp)
         int64_t pin = timed(h->pin_ns) && timed(h->source_released_ns)
                           ? h->source_released_ns - h->pin_ns
                           : KVSIM_TIME_NONE;
-        int64_t xfer = h->state == KVSIM_HANDOFF_COMPLETED
+        int64_t xfer = h->state == KVSIM_HANDOFF_COMPLETED && timed(h->transfer_start_ns)
                            ? h->transfer_end_ns - h->transfer_start_ns
                            : KVSIM_TIME_NONE;
         int rc = kvsim_metrics_set_handoff(rp->metrics, (uint32_t)i, h->prefill_engine,
@@ -366,7 +368,7 @@ int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report)
             pin[np++] = (double)(h->source_released_ns - h->pin_ns);
         if (timed(h->reserved_ns))
             wait[nw++] = (double)(h->reserved_ns - h->routed_ns);
-        if (h->state == KVSIM_HANDOFF_COMPLETED) {
+        if (h->state == KVSIM_HANDOFF_COMPLETED && timed(h->transfer_start_ns)) {
             xfer[nx++] = (double)(h->transfer_end_ns - h->transfer_start_ns);
             d->transferred_bytes += h->transfer_bytes;
             d->transferred_tokens += h->transfer_tokens;
@@ -460,6 +462,8 @@ int replay__disagg_write_events(const struct replay *rp, const char *path, char 
         for (uint32_t k = 0; k < 6; k++) {
             /* a transfer cut short by an abort did not end */
             bool cut = k == EV_TRANSFER_END && h->state != KVSIM_HANDOFF_COMPLETED;
+            /* nothing pinned (a prompt shorter than a block): the decode waits for no KV */
+            cut = cut || (k == EV_WAIT_START && h->pinned_blocks == 0);
             if (timed(t[k]) && !cut)
                 evs[n++] = (struct event){t[k], (uint32_t)i, k};
         }

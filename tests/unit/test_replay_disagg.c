@@ -243,7 +243,10 @@ Test(disagg, the_event_log_rebuilds_every_pin, .timeout = 300)
             block_ms += d * blocks[h];
             ends++;
             const char *outcome = json_string_value(json_object_get(o, "outcome"));
-            if (!strcmp(outcome, "completed")) {
+            if (!strcmp(outcome, "completed") && blocks[h] == 0) {
+                completed++; /* nothing pinned: nothing to transfer */
+                cr_assert_lt(at[h][EV_XSTART], 0, "handoff %lld moved nothing", (long long)h);
+            } else if (!strcmp(outcome, "completed")) {
                 completed++;
                 cr_assert_geq(at[h][EV_XEND], 0, "handoff %lld completed without a transfer",
                               (long long)h);
@@ -294,4 +297,68 @@ Test(disagg, what_the_decode_pool_cannot_serve_is_refused_at_the_prefill)
     cr_assert_eq(r.disagg.handoffs + r.rejected, r.num_requests);
     kvsim_report_fini(&r);
     remove_outputs("refuse");
+}
+
+/* A prompt shorter than a block pins nothing (vLLM frees it at once and sends no block ids):
+ * its handoff completes at the prefill's end with nothing moved and the decode engine computes
+ * the prompt; a longer one next to it pins and transfers as usual. */
+Test(disagg, a_prompt_shorter_than_a_block_pins_and_moves_nothing)
+{
+    char trace[256], rec[256], ev[256];
+    path_of(trace, sizeof trace, "short", "trace.jsonl");
+    FILE *f = fopen(trace, "w");
+    cr_assert_not_null(f);
+    fputs("{\"timestamp\":0,\"input_length\":8,\"output_length\":4,\"hash_ids\":[1]}\n"
+          "{\"timestamp\":0,\"input_length\":600,\"output_length\":4,\"hash_ids\":[2,3]}\n",
+          f);
+    cr_assert_eq(fclose(f), 0);
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    c.trace_path = trace;
+    struct kvsim_report r = run(&c, 1, "short");
+    cr_assert_eq(r.completed, 2);
+    cr_assert_eq(r.disagg.completed, 2);
+    cr_assert_eq(r.disagg.transfer.count, 1, "only the long prompt moves");
+    cr_assert_eq(r.disagg.transferred_tokens, 600);
+    path_of(rec, sizeof rec, "short", "jsonl");
+    char *text = kvsim_test_read_file(rec, NULL);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        cr_assert_not_null(o, "%s", je.text);
+        json_int_t id = json_integer_value(json_object_get(o, "id"));
+        cr_assert_str_eq(json_string_value(json_object_get(o, "handoff")), "completed");
+        double pin = json_real_value(json_object_get(o, "pin_ms"));
+        json_t *xfer = json_object_get(o, "transfer_ms");
+        if (id == 0) {
+            cr_assert_eq(pin, 0.0, "nothing pinned");
+            cr_assert(json_is_null(xfer), "nothing transferred");
+        } else {
+            cr_assert_gt(json_real_value(xfer), 0.0);
+            cr_assert_geq(pin, json_real_value(xfer));
+        }
+        json_decref(o);
+    }
+    free(text);
+    path_of(ev, sizeof ev, "short", "events");
+    text = kvsim_test_read_file(ev, NULL);
+    uint32_t short_events = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o);
+        if (json_integer_value(json_object_get(o, "request")) == 0) {
+            const char *name = json_string_value(json_object_get(o, "event"));
+            cr_assert(!strcmp(name, "prefill_kv_pin_start") || !strcmp(name, "prefill_kv_pin_end"),
+                      "request 0 logged %s", name);
+            if (!strcmp(name, "prefill_kv_pin_start"))
+                cr_assert_eq(json_integer_value(json_object_get(o, "blocks")), 0);
+            short_events++;
+        }
+        json_decref(o);
+    }
+    free(text);
+    cr_assert_eq(short_events, 2);
+    kvsim_report_fini(&r);
+    remove_outputs("short");
+    unlink(trace);
 }

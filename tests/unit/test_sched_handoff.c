@@ -105,6 +105,32 @@ Test(pin, a_finished_producer_keeps_its_blocks_in_a_pin)
     sched_destroy(s);
 }
 
+/* vLLM's request_finished delays the free only with a full block computed: a shorter prompt is
+ * freed at once and nothing is handed off. */
+Test(pin, a_producer_shorter_than_a_block_pins_nothing)
+{
+    struct sched *s = make(20);
+    struct kvpool *pool = sched_pool(s);
+    uint32_t free0 = kvpool_num_free_blocks(pool);
+    struct sched_request *r = add(s, 7, 3, 15, 1, true, 0);
+    step(s);
+    cr_assert_eq(r->status, SCHED_FINISHED_LENGTH_CAPPED);
+    uint32_t n;
+    sched_last_pinned(s, &n);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(sched_num_pins(s), 0);
+    cr_assert_eq(kvpool_num_free_blocks(pool), free0, "freed at the finish");
+    cr_assert_eq(sched_release(s, r), 0);
+    /* One block's worth is enough to pin. */
+    r = add(s, 8, 4, 16, 1, true, 0);
+    step(s);
+    sched_last_pinned(s, &n);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(sched_num_pinned_blocks(s), 1);
+    cr_assert_eq(sched_check(s, NULL), 0);
+    sched_destroy(s);
+}
+
 Test(pin, release_returns_the_blocks_as_cached_evictable_blocks)
 {
     struct sched *s = make(20);

@@ -317,42 +317,46 @@ static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
     }
 }
 
-/* The parallel part of an epoch for worker w. */
+/* Engine e's part of a phase (the thread that owns e in this phase). */
+static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
+{
+    struct kvsim_engine *eng = rp->engines[e];
+    bool admit =
+        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
+    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
+    int rc = 0;
+    if (admit) {
+        /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
+        struct cds_wfcq_node *n;
+        while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
+            uint32_t req = (uint32_t)(n - rp->nodes);
+            cds_wfcq_node_init(n);
+            if (rc == 0)
+                rc = kvsim_engine_admit(eng, req, rp->b_cur);
+        }
+    }
+    if (rc == 0)
+        rc = kvsim_engine_advance(eng, to_cur ? rp->b_cur : rp->b_next);
+    if (rc == 0 && rp->drain_events) {
+        /* This engine's KV events up to the boundary, into its indexer shard. */
+        bool decode = rp->num_prefill && e >= rp->num_prefill;
+        struct event_ctx ec = {decode ? rp->decode_router : rp->router,
+                               decode ? e - rp->num_prefill : e, 0};
+        kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
+        rc = ec.rc;
+    }
+    if (rp->g3)
+        kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
+    if (rc && !rp->engine_rc[e])
+        rp->engine_rc[e] = rc;
+}
+
+/* The parallel part of an epoch for worker w: the engines w, w + T, ... */
 static void work(struct replay *rp, uint32_t w, enum phase phase)
 {
-    for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads) {
-        if (!works_in(rp, e, phase))
-            continue;
-        struct kvsim_engine *eng = rp->engines[e];
-        bool admit = phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE ||
-                     phase == PHASE_PREFILL_ADMIT;
-        bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
-        int rc = 0;
-        if (admit) {
-            /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
-            struct cds_wfcq_node *n;
-            while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
-                uint32_t req = (uint32_t)(n - rp->nodes);
-                cds_wfcq_node_init(n);
-                if (rc == 0)
-                    rc = kvsim_engine_admit(eng, req, rp->b_cur);
-            }
-        }
-        if (rc == 0)
-            rc = kvsim_engine_advance(eng, to_cur ? rp->b_cur : rp->b_next);
-        if (rc == 0 && rp->drain_events) {
-            /* This engine's KV events up to the boundary, into its indexer shard. */
-            bool decode = rp->num_prefill && e >= rp->num_prefill;
-            struct event_ctx ec = {decode ? rp->decode_router : rp->router,
-                                   decode ? e - rp->num_prefill : e, 0};
-            kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
-            rc = ec.rc;
-        }
-        if (rp->g3)
-            kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
-        if (rc && !rp->engine_rc[e])
-            rp->engine_rc[e] = rc;
-    }
+    for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads)
+        if (works_in(rp, e, phase))
+            work_engine(rp, e, phase);
 }
 
 struct worker_arg {
@@ -486,15 +490,41 @@ static void replay_free(struct replay *rp)
     kvsim_trace_free(&rp->trace);
 }
 
-/* One phase on every worker: the coordinator takes part, the barrier orders it. */
+/* How many engines have something to do in the phase: an arrival to admit, or an event (a step
+ * end, a message, a deadline) at or before the instant the phase advances them to. Stops
+ * counting at 2. Coordinator, workers parked. */
+static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
+{
+    bool admit = phase == PHASE_PREFILL_ADMIT;
+    int64_t until = admit ? rp->b_cur : rp->b_next;
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < rp->num_engines && n < 2; e++)
+        if (works_in(rp, e, phase) &&
+            ((admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e])) ||
+             kvsim_engine_next_event(rp->engines[e]) <= until))
+            n++;
+    return n;
+}
+
+/*
+ * One phase of a disaggregated epoch. With work for two engines or more, every worker takes its
+ * engines and the barrier orders the phase; otherwise the coordinator advances them all itself
+ * and the workers stay parked: the short epochs of the handoff lookahead often have work for
+ * one engine only, and two barriers would cost more than the work. Which thread advances an
+ * engine never changes what it does, so the results stay the same for any --threads.
+ */
 static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errlen)
 {
     rp->phase = phase;
-    if (rp->num_threads > 1)
+    if (rp->num_threads > 1 && engines_with_work(rp, phase) >= 2) {
         epoch_barrier(rp);
-    work(rp, 0, phase);
-    if (rp->num_threads > 1)
+        work(rp, 0, phase);
         epoch_barrier(rp);
+    } else {
+        for (uint32_t e = 0; e < rp->num_engines; e++)
+            if (works_in(rp, e, phase))
+                work_engine(rp, e, phase);
+    }
     return check_engines(rp, err, errlen);
 }
 

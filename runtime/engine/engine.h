@@ -140,6 +140,12 @@ KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
  *   ABORTED               the abort timeout fired first: the source was freed and the decode
  *                         side cancelled
  *
+ * That is the source-first order (vLLM, TRT-LLM). A handoff can instead follow the
+ * destination-first order (SGLang: the decode reserves before the prefill is dispatched):
+ * PREFILLING, DECODE_ROUTED, DESTINATION_RESERVED, SOURCE_PINNED, TRANSFERRING, then COMPLETED
+ * or ABORTED. The transitions are the same functions; the order decides which state each one
+ * leaves (kvsim_handoff_set_order). The replay drives the source-first order only.
+ *
  * The transition functions record the instant and check the order. Facts are idempotent and a
  * late fact about a finished handoff changes nothing (KVSIM_HANDOFF_IGNORED); a fact out of
  * order (one that skips a state, or is dated before an instant already recorded; COMPLETED
@@ -165,8 +171,15 @@ KVSIM_EXTERN const char *kvsim_handoff_state_name(enum kvsim_handoff_state s);
 /* An instant that has not happened. */
 #define KVSIM_HANDOFF_TIME_NONE INT64_MIN
 
+/* The order of a handoff's commitments: which side is committed first. */
+enum kvsim_handoff_order {
+    KVSIM_HANDOFF_SOURCE_FIRST = 0,  /* vLLM's NixlConnector: pin, route, reserve, transfer */
+    KVSIM_HANDOFF_DESTINATION_FIRST, /* SGLang: route, reserve, pin, transfer */
+};
+
 struct kvsim_handoff {
     uint64_t id; /* never reused within a run */
+    enum kvsim_handoff_order order;
     uint32_t req;
     int32_t prefill_engine, decode_engine; /* -1 until known */
     enum kvsim_handoff_state state;
@@ -187,27 +200,32 @@ struct kvsim_handoff {
     bool decode_local;                /* decode engine: nothing to load, not admitted yet */
 };
 
-/* A handoff in PREFILLING with every instant unset. */
+/* A source-first handoff in PREFILLING with every instant unset. */
 KVSIM_EXTERN void kvsim_handoff_init(struct kvsim_handoff *h, uint64_t id, uint32_t req,
                                      int32_t prefill_engine);
-/* SOURCE_PINNED at t with the pin's blocks and tokens; the deadline is t + timeout_ns
- * (timeout_ns <= 0: never). */
+/* Chooses the order of a handoff that has not moved yet (PREFILLING). Returns 0, or -EINVAL
+ * once it has (or for an unknown order). */
+KVSIM_EXTERN int kvsim_handoff_set_order(struct kvsim_handoff *h, enum kvsim_handoff_order order);
+/* SOURCE_PINNED at t with the pin's blocks and tokens (from PREFILLING, or from
+ * DESTINATION_RESERVED destination-first); the deadline is t + timeout_ns (<= 0: never). */
 KVSIM_EXTERN int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks,
                                    uint64_t tokens, int64_t timeout_ns);
 /* The source's blocks were freed at t (at completion, at an abort, or at the pin itself with
  * --handoff-release immediate); no state change. */
 KVSIM_EXTERN int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t);
-/* DECODE_ROUTED at t to decode_engine. */
+/* DECODE_ROUTED at t to decode_engine (from SOURCE_PINNED, or PREFILLING destination-first). */
 KVSIM_EXTERN int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engine);
 /* DESTINATION_RESERVED at t: the destination lacks missing_tokens. */
 KVSIM_EXTERN int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_tokens);
-/* TRANSFERRING from start to end (bytes move). */
+/* TRANSFERRING from start to end (bytes move): from DESTINATION_RESERVED, or SOURCE_PINNED
+ * destination-first. */
 KVSIM_EXTERN int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end,
                                         uint64_t bytes);
 /* COMPLETED at t (the transfer's end: destination activated, source released). */
 KVSIM_EXTERN int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t);
-/* COMPLETED at t with nothing handed off (DECODE_ROUTED, no blocks pinned: a prompt shorter
- * than a block, which the decode engine computes itself); -EINVAL when blocks were pinned. */
+/* COMPLETED at t with nothing handed off: no blocks pinned (a prompt shorter than a block,
+ * which the decode engine computes itself), from DECODE_ROUTED (SOURCE_PINNED
+ * destination-first); -EINVAL when blocks were pinned. */
 KVSIM_EXTERN int kvsim_handoff_complete_without_kv(struct kvsim_handoff *h, int64_t t);
 /* ABORTED at t (from any state but a final one). */
 KVSIM_EXTERN int kvsim_handoff_abort(struct kvsim_handoff *h, int64_t t);

@@ -1,11 +1,11 @@
 /*
  * handoff.c - the disaggregated handoff's typed lifecycle and the KV transfer model (engine.h).
  *
- * Each transition checks the state it leaves: a repeated fact (the state it would enter is the
- * current one, or a later one) and any fact about a finished handoff change nothing and answer
- * KVSIM_HANDOFF_IGNORED; a fact that skips a state, or comes before an instant already recorded,
- * is out of order (-EINVAL). Pure functions of
- * the handoff: any thread that owns it.
+ * Each transition checks the state it leaves, which the handoff's order (source-first or
+ * destination-first) decides: a repeated fact (the state it would enter is the current one, or
+ * a later one in that order) and any fact about a finished handoff change nothing and answer
+ * KVSIM_HANDOFF_IGNORED; a fact that skips a state, or comes before an instant already
+ * recorded, is out of order (-EINVAL). Pure functions of the handoff: any thread that owns it.
  */
 #include "runtime/engine/engine.h"
 
@@ -54,11 +54,52 @@ static int64_t last_fact_ns(const struct kvsim_handoff *h)
     return last;
 }
 
-/* The common check: 0 when h is in `from` (apply), IGNORED when it is past it or final,
- * -EINVAL when it has not reached it or t is before a fact already recorded. */
-static int step_from(const struct kvsim_handoff *h, enum kvsim_handoff_state from, int64_t t)
+/* A state's place in h's order (final states last). */
+static int rank_of(const struct kvsim_handoff *h, enum kvsim_handoff_state st)
 {
-    if (kvsim_handoff_is_final(h) || h->state > from)
+    static const int source_first[] = {
+        [KVSIM_HANDOFF_NONE] = 0,
+        [KVSIM_HANDOFF_PREFILLING] = 1,
+        [KVSIM_HANDOFF_SOURCE_PINNED] = 2,
+        [KVSIM_HANDOFF_DECODE_ROUTED] = 3,
+        [KVSIM_HANDOFF_DESTINATION_RESERVED] = 4,
+        [KVSIM_HANDOFF_TRANSFERRING] = 5,
+        [KVSIM_HANDOFF_COMPLETED] = 6,
+        [KVSIM_HANDOFF_ABORTED] = 6,
+    };
+    static const int destination_first[] = {
+        [KVSIM_HANDOFF_NONE] = 0,          [KVSIM_HANDOFF_PREFILLING] = 1,
+        [KVSIM_HANDOFF_DECODE_ROUTED] = 2, [KVSIM_HANDOFF_DESTINATION_RESERVED] = 3,
+        [KVSIM_HANDOFF_SOURCE_PINNED] = 4, [KVSIM_HANDOFF_TRANSFERRING] = 5,
+        [KVSIM_HANDOFF_COMPLETED] = 6,     [KVSIM_HANDOFF_ABORTED] = 6,
+    };
+    return h->order == KVSIM_HANDOFF_DESTINATION_FIRST ? destination_first[st] : source_first[st];
+}
+
+/* The state a transition leaves in h's order. */
+static enum kvsim_handoff_state before(const struct kvsim_handoff *h, enum kvsim_handoff_state to)
+{
+    bool df = h->order == KVSIM_HANDOFF_DESTINATION_FIRST;
+    switch (to) {
+    case KVSIM_HANDOFF_SOURCE_PINNED:
+        return df ? KVSIM_HANDOFF_DESTINATION_RESERVED : KVSIM_HANDOFF_PREFILLING;
+    case KVSIM_HANDOFF_DECODE_ROUTED:
+        return df ? KVSIM_HANDOFF_PREFILLING : KVSIM_HANDOFF_SOURCE_PINNED;
+    case KVSIM_HANDOFF_DESTINATION_RESERVED: return KVSIM_HANDOFF_DECODE_ROUTED;
+    case KVSIM_HANDOFF_TRANSFERRING:
+        return df ? KVSIM_HANDOFF_SOURCE_PINNED : KVSIM_HANDOFF_DESTINATION_RESERVED;
+    case KVSIM_HANDOFF_COMPLETED: return KVSIM_HANDOFF_TRANSFERRING;
+    default: return KVSIM_HANDOFF_NONE;
+    }
+}
+
+/* The common check for entering `to`: 0 when h is in the state before it (apply), IGNORED when
+ * it is past that state or final, -EINVAL when it has not reached it or t is before a fact
+ * already recorded. */
+static int step_to(const struct kvsim_handoff *h, enum kvsim_handoff_state to, int64_t t)
+{
+    enum kvsim_handoff_state from = before(h, to);
+    if (kvsim_handoff_is_final(h) || rank_of(h, h->state) > rank_of(h, from))
         return KVSIM_HANDOFF_IGNORED;
     if (h->state != from)
         return -EINVAL;
@@ -66,10 +107,19 @@ static int step_from(const struct kvsim_handoff *h, enum kvsim_handoff_state fro
     return last != KVSIM_HANDOFF_TIME_NONE && t < last ? -EINVAL : 0;
 }
 
+int kvsim_handoff_set_order(struct kvsim_handoff *h, enum kvsim_handoff_order order)
+{
+    if (h->state != KVSIM_HANDOFF_PREFILLING || last_fact_ns(h) != KVSIM_HANDOFF_TIME_NONE ||
+        (order != KVSIM_HANDOFF_SOURCE_FIRST && order != KVSIM_HANDOFF_DESTINATION_FIRST))
+        return -EINVAL;
+    h->order = order;
+    return 0;
+}
+
 int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks, uint64_t tokens,
                       int64_t timeout_ns)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_PREFILLING, t);
+    int rc = step_to(h, KVSIM_HANDOFF_SOURCE_PINNED, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_SOURCE_PINNED;
@@ -82,8 +132,8 @@ int kvsim_handoff_pin(struct kvsim_handoff *h, int64_t t, uint32_t blocks, uint6
 
 int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t)
 {
-    if (h->state < KVSIM_HANDOFF_SOURCE_PINNED)
-        return -EINVAL;
+    if (h->pin_ns == KVSIM_HANDOFF_TIME_NONE)
+        return -EINVAL; /* nothing pinned yet */
     if (h->source_released_ns != KVSIM_HANDOFF_TIME_NONE)
         return KVSIM_HANDOFF_IGNORED;
     if (t < h->pin_ns)
@@ -94,7 +144,7 @@ int kvsim_handoff_release_source(struct kvsim_handoff *h, int64_t t)
 
 int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engine)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_SOURCE_PINNED, t);
+    int rc = step_to(h, KVSIM_HANDOFF_DECODE_ROUTED, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_DECODE_ROUTED;
@@ -105,7 +155,7 @@ int kvsim_handoff_route(struct kvsim_handoff *h, int64_t t, int32_t decode_engin
 
 int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_tokens)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED, t);
+    int rc = step_to(h, KVSIM_HANDOFF_DESTINATION_RESERVED, t);
     if (rc)
         return rc;
     h->state = KVSIM_HANDOFF_DESTINATION_RESERVED;
@@ -116,7 +166,7 @@ int kvsim_handoff_reserve(struct kvsim_handoff *h, int64_t t, uint64_t missing_t
 
 int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end, uint64_t bytes)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_DESTINATION_RESERVED, start);
+    int rc = step_to(h, KVSIM_HANDOFF_TRANSFERRING, start);
     if (rc)
         return rc;
     if (start < h->reserved_ns || end <= start)
@@ -130,7 +180,7 @@ int kvsim_handoff_transfer(struct kvsim_handoff *h, int64_t start, int64_t end, 
 
 int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_TRANSFERRING, t);
+    int rc = step_to(h, KVSIM_HANDOFF_COMPLETED, t);
     if (rc)
         return rc;
     if (t < h->transfer_end_ns)
@@ -144,9 +194,16 @@ int kvsim_handoff_complete(struct kvsim_handoff *h, int64_t t)
 
 int kvsim_handoff_complete_without_kv(struct kvsim_handoff *h, int64_t t)
 {
-    int rc = step_from(h, KVSIM_HANDOFF_DECODE_ROUTED, t);
-    if (rc)
-        return rc;
+    /* the state a transfer would leave: routed (source-first) or pinned (destination-first) */
+    enum kvsim_handoff_state from = h->order == KVSIM_HANDOFF_DESTINATION_FIRST
+                                        ? KVSIM_HANDOFF_SOURCE_PINNED
+                                        : KVSIM_HANDOFF_DECODE_ROUTED;
+    if (kvsim_handoff_is_final(h))
+        return KVSIM_HANDOFF_IGNORED;
+    int64_t last = last_fact_ns(h);
+    if (h->state != from || h->pin_ns == KVSIM_HANDOFF_TIME_NONE ||
+        (last != KVSIM_HANDOFF_TIME_NONE && t < last))
+        return -EINVAL;
     if (h->pinned_blocks != 0)
         return -EINVAL; /* pinned KV must be transferred or aborted */
     h->state = KVSIM_HANDOFF_COMPLETED;

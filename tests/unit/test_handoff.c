@@ -102,3 +102,40 @@ Test(handoff, the_transfer_model)
     cr_assert_eq(kvsim_transfer_bytes(&m, UINT64_MAX), UINT64_MAX, "saturates");
     cr_assert_gt(kvsim_transfer_duration_ns(&m, UINT64_MAX), 0);
 }
+
+/* SGLang's order: the decode reserves before the source exists; the same transitions, checked
+ * against that order. */
+Test(handoff, the_destination_first_order)
+{
+    struct kvsim_handoff h;
+    kvsim_handoff_init(&h, 9, 8, 0);
+    cr_assert_eq(kvsim_handoff_set_order(&h, KVSIM_HANDOFF_DESTINATION_FIRST), 0);
+    cr_assert_eq(kvsim_handoff_pin(&h, 10, 4, 64, 100), -EINVAL, "pinned before reserved");
+    cr_assert_eq(kvsim_handoff_route(&h, 10, 2), 0);
+    cr_assert_eq(kvsim_handoff_reserve(&h, 20, 64), 0);
+    cr_assert_eq(kvsim_handoff_transfer(&h, 30, 40, 64), -EINVAL, "moved before the source");
+    cr_assert_eq(kvsim_handoff_route(&h, 25, 3), KVSIM_HANDOFF_IGNORED, "a repeated route");
+    cr_assert_eq(kvsim_handoff_pin(&h, 15, 4, 64, 100), -EINVAL, "pinned before the reservation");
+    cr_assert_eq(kvsim_handoff_pin(&h, 50, 4, 64, 100), 0);
+    cr_assert_eq(h.deadline_ns, 150, "the abort clock still starts at the pin");
+    cr_assert_eq(kvsim_handoff_reserve(&h, 60, 1), KVSIM_HANDOFF_IGNORED, "already reserved");
+    cr_assert_eq(kvsim_handoff_transfer(&h, 50, 70, 64), 0);
+    cr_assert_eq(kvsim_handoff_complete(&h, 70), 0);
+    cr_assert_eq(h.source_released_ns, 70);
+    cr_assert_eq(kvsim_handoff_set_order(&h, KVSIM_HANDOFF_SOURCE_FIRST), -EINVAL,
+                 "the order is chosen before the handoff moves");
+}
+
+Test(handoff, a_handoff_without_kv_completes_at_once)
+{
+    struct kvsim_handoff h = pinned_at(100, 0);
+    h.pinned_blocks = 0; /* what a prompt shorter than a block pins */
+    cr_assert_eq(kvsim_handoff_complete_without_kv(&h, 100), -EINVAL, "not routed yet");
+    cr_assert_eq(kvsim_handoff_route(&h, 100, 1), 0);
+    cr_assert_eq(kvsim_handoff_complete_without_kv(&h, 100), 0);
+    cr_assert_eq(h.state, KVSIM_HANDOFF_COMPLETED);
+    cr_assert_eq(h.transfer_start_ns, KVSIM_HANDOFF_TIME_NONE, "nothing moved");
+    struct kvsim_handoff k = pinned_at(100, 0);
+    cr_assert_eq(kvsim_handoff_route(&k, 100, 1), 0);
+    cr_assert_eq(kvsim_handoff_complete_without_kv(&k, 100), -EINVAL, "pinned KV must move");
+}

@@ -9,6 +9,9 @@
  * whether the two thread counts gave identical results. It also replays with the kv router
  * on 1 thread at engine block size 512 (same KV capacity in tokens) and prints the wall ratio
  * block size 16 / block size 512: per-step cost must follow the batch, not the block count.
+ * Last, the cost of disaggregated serving (docs/disagg.md): the kv routers on 4 prefill + 4
+ * decode engines at 1 and 2 threads against the aggregated kv runs on 8 engines (wall ratio,
+ * epochs per handoff, identical results at both thread counts).
  *
  * Every run is a forked child (fork + wait4), so that each gets its own peak RSS (ru_maxrss)
  * and CPU time (ru_utime + ru_stime). The child times kvsim_replay_run() (trace loading
@@ -42,6 +45,8 @@
 #define SMALL_BLOCK_BLOCKS 16384u /* the replay default; null block included */
 #define LARGE_BLOCK        512u
 #define LARGE_BLOCK_BLOCKS 513u /* 512 usable + the null block */
+#define DISAGG_PREFILL     4u   /* the disaggregated runs: 4 prefill + 4 decode engines */
+#define DISAGG_DECODE      (NUM_ENGINES - DISAGG_PREFILL)
 
 /* DESIGN.md, "Performance targets". */
 #define GOAL_REQ_PER_S_1T   100000.0
@@ -69,6 +74,7 @@ struct run_cfg {
     uint32_t threads;
     uint32_t block_size;
     uint32_t num_blocks; /* null block included */
+    bool disagg;         /* DISAGG_PREFILL + DISAGG_DECODE engines instead of NUM_ENGINES */
 };
 
 #define MAX_CONFIGS 16
@@ -118,6 +124,12 @@ static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
     cfg.router = c->router;
     cfg.sched.block_size = c->block_size;
     cfg.sched.num_blocks = c->num_blocks;
+    if (c->disagg) {
+        cfg.disagg.prefill_engines = DISAGG_PREFILL;
+        cfg.disagg.decode_engines = DISAGG_DECODE;
+        cfg.disagg.prefill_sched = cfg.disagg.decode_sched = cfg.sched;
+        cfg.disagg.prefill_router = cfg.disagg.decode_router = c->router;
+    }
     bench_replay_child(&cfg, false, msg);
 }
 
@@ -126,6 +138,9 @@ static void describe(const void *ctx, size_t i, struct bench_config *bc)
     const struct run_cfg *c = &((const struct replay_ctx *)ctx)->cfgs[i];
     if (c->kind == RUN_LOAD)
         snprintf(bc->label, sizeof bc->label, "trace load only");
+    else if (c->disagg)
+        snprintf(bc->label, sizeof bc->label, "%s, %uP+%uD", kvsim_router_policy_name(c->router),
+                 DISAGG_PREFILL, DISAGG_DECODE);
     else if (c->block_size != SMALL_BLOCK)
         snprintf(bc->label, sizeof bc->label, "%s, block %u", kvsim_router_policy_name(c->router),
                  c->block_size);
@@ -144,6 +159,10 @@ static json_t *config_json(const struct bench_suite *s, const struct run_cfg *c,
         json_object_set_new(j, "router", json_string(kvsim_router_policy_name(c->router)));
         json_object_set_new(j, "threads", json_integer(c->threads));
         json_object_set_new(j, "engines", json_integer(NUM_ENGINES));
+        if (c->disagg) {
+            json_object_set_new(j, "prefill_engines", json_integer(DISAGG_PREFILL));
+            json_object_set_new(j, "decode_engines", json_integer(DISAGG_DECODE));
+        }
         json_object_set_new(j, "block_size", json_integer(c->block_size));
         json_object_set_new(j, "num_blocks", json_integer(c->num_blocks));
     }
@@ -167,7 +186,8 @@ static void usage(FILE *out)
             "Replays a trace on %u engines with each router (round-robin, least-loaded, kv)\n"
             "at 1 and 2 threads, each run in its own child process, and prints requests per\n"
             "wall second, simulated-to-wall speed, CPU ns per output token, peak RSS, the\n"
-            "2-thread speedup and the block-size-16/512 wall ratio next to DESIGN.md's targets.\n"
+            "2-thread speedup and the block-size-16/512 wall ratio next to DESIGN.md's targets,\n"
+            "then the cost of disaggregated serving (kv, 4 prefill + 4 decode engines).\n"
             "\n"
             "options:\n"
             "  --trace FILE  Mooncake JSONL trace (default %s)\n"
@@ -209,21 +229,82 @@ static size_t build_configs(const struct bench_trace_opts *o, struct run_cfg *cf
         c.threads = 2;
         cfgs[n++] = c;
     }
+    for (uint32_t t = 1; t <= 2; t++)
+        cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
+                                     .router = KVSIM_ROUTER_KV,
+                                     .threads = t,
+                                     .block_size = SMALL_BLOCK,
+                                     .num_blocks = SMALL_BLOCK_BLOCKS,
+                                     .disagg = true};
     return n;
 }
 
-static const struct bench_config *find_config(const struct bench_suite *s,
-                                              enum kvsim_router_policy router, uint32_t threads,
-                                              uint32_t block_size)
+static const struct bench_config *find_run(const struct bench_suite *s,
+                                           enum kvsim_router_policy router, uint32_t threads,
+                                           uint32_t block_size, bool disagg)
 {
     const struct run_cfg *cfgs = ((const struct replay_ctx *)s->ctx)->cfgs;
     for (size_t i = 0; i < s->num_configs; i++) {
         const struct run_cfg *c = &cfgs[i];
         if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
-            c->block_size == block_size)
+            c->block_size == block_size && c->disagg == disagg)
             return &s->configs[i];
     }
     return NULL;
+}
+
+/* An aggregated run. */
+static const struct bench_config *find_config(const struct bench_suite *s,
+                                              enum kvsim_router_policy router, uint32_t threads,
+                                              uint32_t block_size)
+{
+    return find_run(s, router, threads, block_size, false);
+}
+
+/* The disaggregated runs against the aggregated kv runs; prints a table, returns the JSON and
+ * whether both thread counts gave identical results. */
+static json_t *disagg_cost(const struct bench_suite *s, bool *identical)
+{
+    printf("\ndisaggregated serving (kv routers, %u prefill + %u decode engines) against %u "
+           "aggregated engines (kv)\n",
+           DISAGG_PREFILL, DISAGG_DECODE, NUM_ENGINES);
+    printf("%-8s %12s %12s %10s %10s %10s %15s\n", "threads", "aggregated s", "disagg s", "ratio",
+           "epochs", "handoffs", "epochs/handoff");
+    bench_print_rule(100);
+    json_t *rows = json_array();
+    const struct bench_rep *d1 = NULL, *d2 = NULL;
+    const struct bench_config *c1 = NULL, *c2 = NULL;
+    for (uint32_t t = 1; t <= 2; t++) {
+        const struct bench_config *ca = find_run(s, KVSIM_ROUTER_KV, t, SMALL_BLOCK, false);
+        const struct bench_config *cd = find_run(s, KVSIM_ROUTER_KV, t, SMALL_BLOCK, true);
+        const struct bench_rep *a = ca ? bench_best(ca) : NULL, *d = cd ? bench_best(cd) : NULL;
+        if (t == 1)
+            d1 = d, c1 = cd;
+        else
+            d2 = d, c2 = cd;
+        if (!a || !d) {
+            printf("%-8u  not measured (a run failed)\n", t);
+            continue;
+        }
+        double wa = (double)a->msg.wall_ns * 1e-9, wd = (double)d->msg.wall_ns * 1e-9;
+        double ratio = wa > 0 ? wd / wa : 0.0;
+        double per = d->msg.handoffs ? (double)d->msg.epochs / (double)d->msg.handoffs : 0.0;
+        printf("%-8u %12.3f %12.3f %9.2fx %10" PRIu64 " %10" PRIu64 " %15.2f\n", t, wa, wd, ratio,
+               d->msg.epochs, d->msg.handoffs, per);
+        json_array_append_new(
+            rows,
+            json_pack("{s:I, s:f, s:f, s:f, s:I, s:I, s:f, s:I, s:I}", "threads", (json_int_t)t,
+                      "wall_aggregated_s", wa, "wall_disagg_s", wd, "ratio_disagg_to_aggregated",
+                      ratio, "epochs", (json_int_t)d->msg.epochs, "handoffs",
+                      (json_int_t)d->msg.handoffs, "epochs_per_handoff", per, "completed",
+                      (json_int_t)d->msg.completed, "requests", (json_int_t)d->msg.num_requests));
+    }
+    *identical = d1 && d2 && c1->ok && c2->ok && c1->reps_identical && c2->reps_identical &&
+                 d1->msg.digest == d2->msg.digest && d1->msg.digest != 0;
+    printf("results 1T vs 2T: %s\n", *identical ? "identical" : "DIFFER (or a run failed)");
+    return json_pack("{s:I, s:I, s:o, s:b}", "prefill_engines", (json_int_t)DISAGG_PREFILL,
+                     "decode_engines", (json_int_t)DISAGG_DECODE, "runs", rows, "identical",
+                     *identical);
 }
 
 /* One row of the targets table: per router "measured (measured/goal[ met])"; fmt NULL prints
@@ -405,6 +486,10 @@ int main(int argc, char **argv)
         printf("  not measured (a run failed)\n");
     }
 
+    bool disagg_identical;
+    json_t *dcj = disagg_cost(&suite, &disagg_identical);
+    all_identical = all_identical && disagg_identical;
+
     /* ---- targets ---- */
     printf("\ntargets (DESIGN.md); cells: measured (measured/goal)\n");
     printf("%-34s %-12s", "figure", "goal");
@@ -449,6 +534,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "runs", jruns);
     json_object_set_new(root, "speedups", speedups);
     json_object_set_new(root, "block_size_check", bsj);
+    json_object_set_new(root, "disagg_cost", dcj);
     json_t *targets = json_object();
     json_object_set_new(targets, "requests_per_wall_s_1_thread",
                         goal_json(GOAL_REQ_PER_S_1T, ">=", "requests/s"));

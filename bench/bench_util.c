@@ -421,6 +421,31 @@ static void dig_report(struct digest *d, const struct kvsim_report *r)
     dig_latency(d, &r->e2e);
 }
 
+/* A disaggregated replay's section and its aborted requests. */
+static void dig_disagg(struct digest *d, const struct kvsim_report *r)
+{
+    const struct kvsim_disagg_summary *g = &r->disagg;
+    dig_u64(d, r->aborted);
+    dig_u64(d, g->prefill_engines);
+    dig_u64(d, g->decode_engines);
+    dig_u64(d, g->epochs);
+    dig_u64(d, g->handoffs);
+    dig_u64(d, g->completed);
+    dig_u64(d, g->aborted);
+    dig_u64(d, g->pending);
+    dig_latency(d, &g->pin);
+    dig_latency(d, &g->transfer);
+    dig_latency(d, &g->decode_wait);
+    dig_u64(d, g->transferred_bytes);
+    dig_u64(d, g->transferred_tokens);
+    dig_f64(d, g->pinned_block_seconds);
+    dig_u64(d, g->peak_pinned_blocks);
+    for (uint32_t p = 0; p < g->prefill_engines && g->per_prefill; p++) {
+        dig_f64(d, g->per_prefill[p].pinned_block_seconds);
+        dig_u64(d, g->per_prefill[p].peak_pinned_blocks);
+    }
+}
+
 /* The offload section as bench_offload's digests always had it: g3_shared and g3_evictions are
  * left out, so that the digests stay comparable with earlier results. */
 static void dig_offload(struct digest *d, const struct kvsim_offload_summary *o)
@@ -621,12 +646,17 @@ void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload
     msg->prefix_cache_reuse = rep.prefix_cache_reuse;
     msg->ttft = rep.ttft;
     msg->offload = rep.offload;
+    msg->epochs = rep.disagg.epochs;
+    msg->handoffs = rep.disagg.handoffs;
     struct digest d;
     digest_init(&d);
     dig_report(&d, &rep);
     if (with_offload)
         dig_offload(&d, &rep.offload);
+    if (rep.disagg.enabled)
+        dig_disagg(&d, &rep);
     msg->digest = digest_value(&d);
+    kvsim_report_fini(&rep);
 }
 
 struct suite_job {

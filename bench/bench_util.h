@@ -149,13 +149,15 @@ struct bench_msg {
     double prefix_cache_reuse;
     struct kvsim_latency ttft; /* ns */
     struct kvsim_offload_summary offload;
+    uint64_t epochs, handoffs; /* a disaggregated replay's (0 otherwise) */
     uint64_t digest;
     char err[256];
 };
 
 /* In the child: times kvsim_replay_run(cfg) (trace loading included) and copies the report's
  * figures into msg, with an XXH3 digest of every field that depends neither on the wall clock
- * nor on the thread count (the offload section too if with_offload). */
+ * nor on the thread count (the offload section too if with_offload; the disaggregated section
+ * of a disaggregated replay). */
 void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload,
                         struct bench_msg *msg);
 

@@ -462,6 +462,9 @@ int replay__disagg_write_events(const struct replay *rp, const char *path, char 
         for (uint32_t k = 0; k < 6; k++) {
             /* a transfer cut short by an abort did not end */
             bool cut = k == EV_TRANSFER_END && h->state != KVSIM_HANDOFF_COMPLETED;
+            /* a transfer still waiting for the link when the abort came never started */
+            cut = cut ||
+                  (k == EV_TRANSFER_START && h->state == KVSIM_HANDOFF_ABORTED && t[k] > h->end_ns);
             /* nothing pinned (a prompt shorter than a block): the decode waits for no KV */
             cut = cut || (k == EV_WAIT_START && h->pinned_blocks == 0);
             if (timed(t[k]) && !cut)

@@ -71,10 +71,17 @@ Test(handoff, facts_out_of_order_are_refused)
     cr_assert_eq(kvsim_handoff_transfer(&h, 115, 130, 1), 0);
     cr_assert_eq(kvsim_handoff_complete(&h, 115), -EINVAL, "completed at the transfer's start");
     cr_assert_eq(kvsim_handoff_complete(&h, 129), -EINVAL, "completed before the transfer ends");
-    cr_assert_eq(kvsim_handoff_abort(&h, 114), -EINVAL, "aborted before the transfer started");
+    cr_assert_eq(kvsim_handoff_abort(&h, 105), -EINVAL, "aborted before the reservation");
     cr_assert_eq(h.state, KVSIM_HANDOFF_TRANSFERRING, "refusals change nothing");
     cr_assert_eq(kvsim_handoff_abort(&h, 125), 0, "the timeout may fire mid-transfer");
     cr_assert_eq(h.source_released_ns, 125);
+    /* A transfer waiting for a busy link: its start is scheduled, and an abort may come first. */
+    h = pinned_at(100, 0);
+    cr_assert_eq(kvsim_handoff_route(&h, 100, 1), 0);
+    cr_assert_eq(kvsim_handoff_reserve(&h, 110, 1), 0);
+    cr_assert_eq(kvsim_handoff_transfer(&h, 200, 300, 1), 0);
+    cr_assert_eq(kvsim_handoff_abort(&h, 150), 0, "aborted while queued for the link");
+    cr_assert_eq(h.end_ns, 150);
 }
 
 Test(handoff, immediate_release_is_recorded_at_the_pin)

@@ -362,3 +362,52 @@ Test(disagg, a_prompt_shorter_than_a_block_pins_and_moves_nothing)
     remove_outputs("short");
     unlink(trace);
 }
+
+/* A slow link queues transfers behind each other, and a 1 ms abort timeout fires while some are
+ * still waiting for it: the handoff is aborted before its transfer starts (the event log has no
+ * transfer_start for it), and every request is still accounted for. */
+Test(disagg, an_abort_while_a_transfer_waits_for_the_link, .timeout = 300)
+{
+    struct kvsim_replay_config c;
+    disagg_config(&c);
+    c.disagg.prefill_engines = c.disagg.decode_engines = 1;
+    c.disagg.transfer.gbps = 0.05;
+    c.disagg.abort_timeout_ns = 1000000;
+    c.trace_opts.max_requests = 200;
+    struct kvsim_report r = run(&c, 1, "queued");
+    cr_assert_gt(r.aborted, 0);
+    cr_assert_eq(r.disagg.aborted, r.aborted);
+    char ev[256];
+    path_of(ev, sizeof ev, "queued", "events");
+    char *text = kvsim_test_read_file(ev, NULL);
+    size_t R = r.num_requests;
+    double *started = calloc(R + 1, sizeof *started), *reserved = calloc(R + 1, sizeof *reserved);
+    bool queued_abort = false;
+    for (size_t i = 0; i <= R; i++)
+        started[i] = reserved[i] = -1;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o);
+        const char *name = json_string_value(json_object_get(o, "event"));
+        json_int_t h = json_integer_value(json_object_get(o, "handoff"));
+        double t = json_real_value(json_object_get(o, "t_ms"));
+        if (!strcmp(name, "transfer_start"))
+            started[h] = t;
+        if (!strcmp(name, "destination_reserved"))
+            reserved[h] = t;
+        if (!strcmp(name, "prefill_kv_pin_end")) {
+            cr_assert(started[h] < 0 || started[h] <= t, "handoff %lld: started after its end",
+                      (long long)h);
+            const char *outcome = json_string_value(json_object_get(o, "outcome"));
+            queued_abort |= !strcmp(outcome, "aborted") && reserved[h] >= 0 && started[h] < 0;
+        }
+        json_decref(o);
+    }
+    free(text);
+    free(started);
+    free(reserved);
+    cr_assert(queued_abort, "some handoff was aborted after its reservation, before its transfer "
+                            "started");
+    kvsim_report_fini(&r);
+    remove_outputs("queued");
+}

@@ -1,6 +1,9 @@
 /*
  * conform_ops.c - the scenario operations (add, schedule, output, abort, kv_lookup, kv_allocate,
- * advance, ...) against the scheduler core, the G1 pool and the offload tiers.
+ * advance, ...) against the scheduler core, the G1 pool and the offload tiers; and, in the
+ * two-engine form, the disaggregated handoff's (route, pins at a prefill output, reservations at
+ * a decode schedule, transfers and abort deadlines in advance), applied as the replay's
+ * coordinator and engines apply them (runtime/replay/disagg.c, runtime/engine/disagg.c).
  */
 #include "runtime/verify/conform_internal.h"
 
@@ -11,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *conform__engine_name(int e) { return e == CONFORM_DECODE ? "decode" : "prefill"; }
 
 /* ---- execution ----------------------------------------------------------------------------- */
 
@@ -27,26 +32,180 @@ struct creq *conform__find_req(struct kvsim_conform_runner *c, const char *name)
 struct creq *conform__need_req(struct kvsim_conform_runner *c, const char *name, const char *where)
 {
     struct creq *q = conform__find_req(c, name);
-    if ((!q || !q->r) && !c->lenient)
+    if (!q && !c->lenient)
         conform__fail(c, "%s: unknown request id '%s'", where, name);
-    return q && q->r ? q : NULL;
+    return q;
 }
 
+/* The request with this id on engine e (the current op's); NULL (and a failure unless lenient)
+ * when there is none there. */
+static struct sched_request *need_on(struct kvsim_conform_runner *c, const char *name, int e,
+                                     const char *where, struct creq **qout)
+{
+    struct creq *q = conform__find_req(c, name);
+    if (qout)
+        *qout = q;
+    if (q && q->r[e])
+        return q->r[e];
+    if (!c->lenient) {
+        if (q && c->disagg)
+            conform__fail(c, "%s: request '%s' is not on the %s engine", where, name,
+                          conform__engine_name(e));
+        else
+            conform__fail(c, "%s: unknown request id '%s'", where, name);
+    }
+    return NULL;
+}
+
+/* The request's index (its scheduler id is index + 1 on every engine). */
+static size_t req_index(const struct kvsim_conform_runner *c, const struct creq *q)
+{
+    return (size_t)(q - c->reqs);
+}
+
+/* A handoff transition refused (-EINVAL) where the runner derived it from what the engines did:
+ * the runner's or the lifecycle's fault, not the scenario's. */
+static int handoff_error(struct kvsim_conform_runner *c, const struct creq *q, const char *where,
+                         const char *what, int rc)
+{
+    return conform__fail_kind(c, "handoff_error", "%s: handoff of '%s' (%s): %s: %s", where,
+                              q->name, kvsim_handoff_state_name(q->h.state), what,
+                              kvsim_strerror(rc < 0 ? rc : -EPROTO));
+}
+
+static void note(json_t **list, const char *id)
+{
+    if (!*list)
+        *list = json_array();
+    json_array_append_new(*list, json_string(id));
+}
+
+static void note_finished(struct kvsim_conform_runner *c, int e)
+{
+    uint32_t nf;
+    struct sched_request *const *f = sched_last_finished(c->eng[e].s, &nf);
+    if (!c->eng[e].finished)
+        c->eng[e].finished = json_array();
+    json_t *done = conform__ids_json(c, f, nf);
+    json_array_extend(c->eng[e].finished, done);
+    json_decref(done);
+}
+
+/* ---- FIFOs of request indexes ---- */
+
+static int fifo_push(struct conform_fifo *f, size_t v)
+{
+    if (f->tail - f->head == f->cap) {
+        size_t nc = f->cap ? f->cap * 2 : 16;
+        size_t *nv = malloc(nc * sizeof *nv);
+        if (!nv)
+            return -ENOMEM;
+        for (size_t i = 0; i < f->tail - f->head; i++)
+            nv[i] = f->v[(f->head + i) % f->cap];
+        free(f->v);
+        f->v = nv;
+        f->tail -= f->head;
+        f->head = 0;
+        f->cap = nc;
+    }
+    f->v[f->tail++ % f->cap] = v;
+    return 0;
+}
+
+static bool fifo_empty(const struct conform_fifo *f) { return f->head == f->tail; }
+static size_t fifo_peek(const struct conform_fifo *f, size_t i)
+{
+    return f->v[(f->head + i) % f->cap];
+}
+static size_t fifo_len(const struct conform_fifo *f) { return f->tail - f->head; }
+
+void conform__fifo_free(struct conform_fifo *f)
+{
+    free(f->v);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- add ---- */
+
+/* The request parameters of an add op (prompt and stop tokens into *prompt / *stops, owned by
+ * the caller). Returns 0 or the failure. */
+static int add_params(struct kvsim_conform_runner *c, json_t *st, const char *where,
+                      struct sched_request_params *p, kvpool_token **prompt, kvpool_token **stops)
+{
+    size_t n = 0, cap = 0, ns = 0, caps = 0;
+    memset(p, 0, sizeof *p);
+    *prompt = *stops = NULL;
+    if (conform__tokens_parse(c, json_object_get(st, "prompt"), prompt, &n, &cap, where))
+        return conform__failed(c);
+    json_t *v;
+    if ((v = json_object_get(st, "stop_token_ids")) &&
+        conform__tokens_parse(c, v, stops, &ns, &caps, where))
+        return conform__failed(c);
+    p->prompt = *prompt;
+    p->num_prompt_tokens = (uint32_t)n;
+    p->max_tokens = (uint32_t)json_integer_value(json_object_get(st, "max_tokens"));
+    p->min_tokens = (uint32_t)json_integer_value(json_object_get(st, "min_tokens"));
+    p->priority = json_integer_value(json_object_get(st, "priority"));
+    v = json_object_get(st, "arrival");
+    p->arrival = v ? json_number_value(v) : (double)c->adds;
+    p->stop_token_ids = *stops;
+    p->num_stop_token_ids = (uint32_t)ns;
+    v = json_object_get(st, "eos_token_id");
+    p->eos_token_id = v ? json_integer_value(v) : -1;
+    p->ignore_eos = json_is_true(json_object_get(st, "ignore_eos"));
+    p->cache_salt = json_string_value(json_object_get(st, "cache_salt"));
+    p->prompt_logprobs = json_is_true(json_object_get(st, "prompt_logprobs"));
+    if ((v = json_object_get(st, "external"))) {
+        p->external_tokens = (uint32_t)json_integer_value(json_object_get(v, "tokens"));
+        p->external_async = json_is_true(json_object_get(v, "async"));
+    }
+    return 0;
+}
+
+/* The engine an op names (two-engine form), or CONFORM_NO_ENGINE. */
+static int op_engine(const struct kvsim_conform_runner *c, json_t *st)
+{
+    const char *e = json_string_value(json_object_get(st, "engine"));
+    if (!c->disagg || !e)
+        return CONFORM_NO_ENGINE;
+    return !strcmp(e, "decode") ? CONFORM_DECODE : CONFORM_PREFILL;
+}
+
+/*
+ * add. One-engine form: the request. Two-engine form with "engine": a plain (aggregated)
+ * request on that engine. Without it: a disaggregated request, added on the prefill engine as a
+ * producer with max_tokens 1 (vLLM's proxy sends the prefill so; its sampling limits belong to
+ * the decode), with a handoff in PREFILLING; the decode request comes with its route.
+ */
 int conform__op_add(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
     const char *id = json_string_value(json_object_get(st, "id"));
     if (conform__find_req(c, id))
         return conform__fail(c, "%s: key 'id': request '%s' was already added", where, id);
-    struct sched_request_params p = {0};
-    kvpool_token *prompt = NULL, *stops = NULL;
-    size_t n = 0, cap = 0, ns = 0, caps = 0;
-    if (conform__tokens_parse(c, json_object_get(st, "prompt"), &prompt, &n, &cap, where))
-        return conform__failed(c);
-    json_t *v;
-    if ((v = json_object_get(st, "stop_token_ids")) &&
-        conform__tokens_parse(c, v, &stops, &ns, &caps, where)) {
+    struct sched_request_params p;
+    kvpool_token *prompt, *stops;
+    if (add_params(c, st, where, &p, &prompt, &stops)) {
         free(prompt);
+        free(stops);
         return conform__failed(c);
+    }
+    int eng = op_engine(c, st);
+    bool disagg = c->disagg && eng == CONFORM_NO_ENGINE;
+    if (eng == CONFORM_NO_ENGINE)
+        eng = 0;
+    if (disagg) {
+        struct sched_request_params pp = {
+            .prompt = p.prompt,
+            .num_prompt_tokens = p.num_prompt_tokens,
+            .max_tokens = 1,
+            .priority = p.priority,
+            .arrival = p.arrival,
+            .eos_token_id = -1,
+            .cache_salt = p.cache_salt,
+            .prompt_logprobs = p.prompt_logprobs,
+            .kv_producer = true,
+        };
+        p = pp;
     }
     char *name = strdup(id);
     struct creq *na = NULL;
@@ -62,36 +221,29 @@ int conform__op_add(struct kvsim_conform_runner *c, json_t *st, const char *wher
         return conform__fail(c, "out of memory");
     }
     p.id = c->nreqs + 1;
-    p.prompt = prompt;
-    p.num_prompt_tokens = (uint32_t)n;
-    p.max_tokens = (uint32_t)json_integer_value(json_object_get(st, "max_tokens"));
-    p.min_tokens = (uint32_t)json_integer_value(json_object_get(st, "min_tokens"));
-    p.priority = json_integer_value(json_object_get(st, "priority"));
-    v = json_object_get(st, "arrival");
-    p.arrival = v ? json_number_value(v) : (double)c->adds;
-    p.stop_token_ids = stops;
-    p.num_stop_token_ids = (uint32_t)ns;
-    v = json_object_get(st, "eos_token_id");
-    p.eos_token_id = v ? json_integer_value(v) : -1;
-    p.ignore_eos = json_is_true(json_object_get(st, "ignore_eos"));
-    p.cache_salt = json_string_value(json_object_get(st, "cache_salt"));
-    p.prompt_logprobs = json_is_true(json_object_get(st, "prompt_logprobs"));
-    if ((v = json_object_get(st, "external"))) {
-        p.external_tokens = (uint32_t)json_integer_value(json_object_get(v, "tokens"));
-        p.external_async = json_is_true(json_object_get(v, "async"));
-    }
     struct creq *q = &c->reqs[c->nreqs];
     memset(q, 0, sizeof *q);
     q->name = name;
-    int rc = sched_add(c->s, &p, &q->r);
+    q->eng = eng;
+    int rc = sched_add(c->eng[eng].s, &p, &q->r[eng]);
     free(prompt);
     free(stops);
     if (rc) {
         free(name);
-        return conform__fail(c, "%s: cannot add request '%s': %s", where, id, kvsim_strerror(rc));
+        return conform__fail(
+            c, "%s: cannot add request '%s'%s%s: %s", where, id, c->disagg ? " on the " : "",
+            c->disagg ? (eng == CONFORM_DECODE ? "decode engine" : "prefill engine") : "",
+            kvsim_strerror(rc));
     }
     /* Seen as "nothing" so that entering WAITING counts as a transition. */
-    q->seen_status = SCHED_FINISHED_ABORTED;
+    for (int e = 0; e < CONFORM_ENGINES; e++)
+        q->seen_status[e] = SCHED_FINISHED_ABORTED;
+    if (disagg) {
+        q->disagg = true;
+        q->add = json_incref(st);
+        kvsim_handoff_init(&q->h, (uint64_t)c->nreqs + 1, (uint32_t)c->nreqs, CONFORM_PREFILL);
+        c->stats.handoffs++;
+    }
     c->nreqs++;
     c->adds++;
     return 0;
@@ -107,46 +259,404 @@ json_t *conform__ids_json(struct kvsim_conform_runner *c, struct sched_request *
 }
 
 /* Fails with an invariant violation: the scheduler's report plus the request's scenario id. */
-int conform__violation_fail(struct kvsim_conform_runner *c, const char *where,
+int conform__violation_fail(struct kvsim_conform_runner *c, int e, const char *where,
                             const struct sched_violation *v)
 {
     char line[512];
     sched_violation_format(v, line, sizeof line);
     char kind[96];
     snprintf(kind, sizeof kind, "invariant:%s", v->rule);
+    char eng[32] = "";
+    if (c->disagg)
+        snprintf(eng, sizeof eng, "%s engine: ", conform__engine_name(e));
     if (v->request_id >= 1 && v->request_id <= c->nreqs)
-        return conform__fail_kind(c, kind, "%s: %s id='%s'", where, line,
+        return conform__fail_kind(c, kind, "%s: %s%s id='%s'", where, eng, line,
                                   c->reqs[v->request_id - 1].name);
-    return conform__fail_kind(c, kind, "%s: %s", where, line);
+    return conform__fail_kind(c, kind, "%s: %s%s", where, eng, line);
 }
 
 /* An errno from the scheduler itself (the runner only makes valid calls): kind
  * "scheduler_error", not the scenario's "error". */
-int conform__sched_error(struct kvsim_conform_runner *c, const char *where, int rc)
+int conform__sched_error(struct kvsim_conform_runner *c, int e, const char *where, int rc)
 {
-    if (rc == -EUCLEAN && sched_last_violation(c->s))
-        return conform__violation_fail(c, where, sched_last_violation(c->s));
-    return conform__fail_kind(c, "scheduler_error", "%s: scheduler error: %s", where,
+    if (rc == -EUCLEAN && sched_last_violation(c->eng[e].s))
+        return conform__violation_fail(c, e, where, sched_last_violation(c->eng[e].s));
+    return conform__fail_kind(c, "scheduler_error", "%s: %sscheduler error: %s", where,
+                              c->disagg ? (e == CONFORM_DECODE ? "decode " : "prefill ") : "",
                               kvsim_strerror(rc));
 }
 
+/* ---- the handoff's facts ---- */
+
+/* A transfer planned beyond any reachable instant ends (and starts) here. */
+#define XFER_NEVER (INT64_MAX - 1)
+
+/*
+ * A decode schedule reserved q's destination (it parked the request, or admitted it at once on
+ * local hits: nothing to move): DESTINATION_RESERVED, and its transfer is planned on the prefill
+ * engine's link, first come first served: it starts at max(now, the link's last end), when the
+ * handoff enters TRANSFERRING (at once on an idle link, else in the advance that reaches it),
+ * and ends latency + bytes / bandwidth later (kvsim_transfer_duration_ns).
+ */
+static int start_transfer(struct kvsim_conform_runner *c, struct creq *q, const char *where)
+{
+    int rc = kvsim_handoff_transfer(&q->h, q->xfer_start, q->xfer_end,
+                                    kvsim_transfer_bytes(&c->hcfg.xfer, q->h.transfer_tokens));
+    if (rc)
+        return handoff_error(c, q, where, "the transfer's start", rc);
+    q->xfer_started = true;
+    return 0;
+}
+
+static int reserve(struct kvsim_conform_runner *c, struct creq *q, uint64_t missing,
+                   const char *where)
+{
+    int rc = kvsim_handoff_reserve(&q->h, c->now_ns, missing);
+    if (rc)
+        return handoff_error(c, q, where, "the reservation", rc);
+    q->xfer_start = c->now_ns > c->link_free ? c->now_ns : c->link_free;
+    int64_t d = kvsim_transfer_duration_ns(&c->hcfg.xfer, missing); /* <= INT64_MAX / 4 */
+    /* Saturated at XFER_NEVER: beyond any advance (virtual time stays below 2^62). */
+    q->xfer_end = q->xfer_start > XFER_NEVER - d ? XFER_NEVER : q->xfer_start + d;
+    c->link_free = q->xfer_end;
+    if (fifo_push(&c->transfers, req_index(c, q)))
+        return conform__fail(c, "out of memory");
+    c->stats.reservations++;
+    return q->xfer_start == c->now_ns ? start_transfer(c, q, where) : 0;
+}
+
+static int reservations_made(struct kvsim_conform_runner *c, const struct sched_step *st,
+                             const char *where)
+{
+    for (uint32_t i = 0; i < st->num_parked; i++) {
+        struct creq *q = &c->reqs[st->parked[i]->id - 1];
+        if (q->disagg && q->r[CONFORM_DECODE] == st->parked[i] &&
+            q->h.state == KVSIM_HANDOFF_DECODE_ROUTED &&
+            reserve(c, q, st->parked[i]->loading_tokens, where))
+            return conform__failed(c);
+    }
+    /* All local hits: admitted at once; vLLM still sends the empty read that lets the source
+     * go (runtime/engine/disagg.c). */
+    for (uint32_t i = 0; i < st->num_new; i++) {
+        struct creq *q = &c->reqs[st->new_reqs[i]->id - 1];
+        if (q->disagg && q->r[CONFORM_DECODE] == st->new_reqs[i] &&
+            q->h.state == KVSIM_HANDOFF_DECODE_ROUTED && reserve(c, q, 0, where))
+            return conform__failed(c);
+    }
+    return 0;
+}
+
+/* A prefill output finished producers: each pin enters SOURCE_PINNED now, with its deadline
+ * (now + abort timeout); with "release": "immediate" the source goes back at once. */
+static int pins_made(struct kvsim_conform_runner *c, const char *where)
+{
+    struct sched *ps = c->eng[CONFORM_PREFILL].s;
+    uint32_t n;
+    struct sched_pin *const *pins = sched_last_pinned(ps, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct creq *q = &c->reqs[pins[i]->id - 1];
+        if (!q->disagg)
+            return conform__fail_kind(c, "handoff_error",
+                                      "%s: the plain request '%s' was pinned at its finish", where,
+                                      q->name);
+        int64_t timeout = c->hcfg.release_immediately ? 0 : c->hcfg.abort_timeout_ns;
+        int rc = kvsim_handoff_pin(&q->h, c->now_ns, pins[i]->kv.num_blocks, pins[i]->num_tokens,
+                                   timeout);
+        if (rc)
+            return handoff_error(c, q, where, "the pin", rc);
+        q->pin = pins[i];
+        c->stats.pins++;
+        if (c->hcfg.release_immediately) { /* the unfaithful what-if: nothing strands */
+            sched_release_pin(ps, q->pin);
+            q->pin = NULL;
+            if ((rc = kvsim_handoff_release_source(&q->h, c->now_ns)) != 0)
+                return handoff_error(c, q, where, "the immediate release", rc);
+        } else if (q->h.deadline_ns != INT64_MAX && fifo_push(&c->deadlines, req_index(c, q))) {
+            return conform__fail(c, "out of memory");
+        }
+    }
+    /* A producer that finished normally without a full block computed (a prompt shorter than a
+     * block; or one whose in-flight output came after its preemption freed its blocks, which
+     * vLLM allows too) pins nothing: vLLM's request_finished frees it at once and sends no block
+     * ids. Its handoff is pinned with no block and released at once, without a deadline; its
+     * route completes it with nothing to move, and the decode engine computes the prompt
+     * (runtime/engine/disagg.c, runtime/replay/disagg.c). */
+    struct sched_request *const *f = sched_last_finished(ps, &n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct creq *q = &c->reqs[f[i]->id - 1];
+        if (!q->disagg || q->h.state != KVSIM_HANDOFF_PREFILLING ||
+            f[i]->status == SCHED_FINISHED_ABORTED)
+            continue;
+        int rc = kvsim_handoff_pin(&q->h, c->now_ns, 0, 0, 0);
+        if (rc == 0)
+            rc = kvsim_handoff_release_source(&q->h, c->now_ns);
+        if (rc)
+            return handoff_error(c, q, where, "the end of a prefill with nothing to hand off", rc);
+        c->stats.pins++;
+        c->stats.unpinned_prefills++;
+    }
+    return 0;
+}
+
+/*
+ * The handoff ends early at t: the client cancelled the request (client) or its pin's abort
+ * deadline passed. ABORTED (a handoff already final ignores it), the source freed, the decode
+ * side cancelled: a routed request aborted, a reserved destination freed at once (the transfer
+ * never writes it now). A client cancel also aborts a prefill still running (vLLM frees it at
+ * once: no pin) and a decode already running; the abort timeout leaves a decode that runs on
+ * its own hits alone (runtime/engine/disagg.c apply_cancel).
+ */
+static int cancel_handoff(struct kvsim_conform_runner *c, struct creq *q, int64_t t, bool client,
+                          const char *where)
+{
+    int rc = kvsim_handoff_abort(&q->h, t);
+    if (rc < 0)
+        return handoff_error(c, q, where, client ? "the cancel" : "the abort timeout", rc);
+    if (rc == KVSIM_HANDOFF_IGNORED)
+        note(&c->ignored, q->name);
+    else
+        c->stats.aborted_handoffs++;
+    struct sched_request *pr = q->r[CONFORM_PREFILL], *dr = q->r[CONFORM_DECODE];
+    if (client && pr && !sched_status_is_finished(pr->status)) {
+        if ((rc = sched_abort(c->eng[CONFORM_PREFILL].s, pr)) != 0)
+            return conform__sched_error(c, CONFORM_PREFILL, where, rc);
+        note_finished(c, CONFORM_PREFILL);
+    }
+    if (q->pin) {
+        sched_release_pin(c->eng[CONFORM_PREFILL].s, q->pin);
+        q->pin = NULL;
+        if ((rc = kvsim_handoff_release_source(&q->h, t)) < 0)
+            return handoff_error(c, q, where, "the source's release", rc);
+    }
+    if (dr && !sched_status_is_finished(dr->status) && (client || dr->status != SCHED_RUNNING)) {
+        bool loading = dr->status == SCHED_WAITING_FOR_REMOTE_KVS && !dr->recv_finished;
+        struct sched *ds = c->eng[CONFORM_DECODE].s;
+        if ((rc = sched_abort(ds, dr)) != 0)
+            return conform__sched_error(c, CONFORM_DECODE, where, rc);
+        note_finished(c, CONFORM_DECODE);
+        if (loading && (rc = sched_load_finished(ds, dr, false)) != 0)
+            return conform__sched_error(c, CONFORM_DECODE, where, rc);
+    }
+    return 0;
+}
+
+/* q's transfer ended at t: COMPLETED (the destination activated: its load finished, the next
+ * decode schedule promotes it; the source released). After an abort it is a late fact. */
+static int transfer_ended(struct kvsim_conform_runner *c, struct creq *q, int64_t t,
+                          const char *where)
+{
+    int rc = kvsim_handoff_complete(&q->h, t);
+    if (rc == KVSIM_HANDOFF_IGNORED) {
+        note(&c->ignored, q->name);
+        return 0;
+    }
+    if (rc)
+        return handoff_error(c, q, where, "the transfer's end", rc);
+    c->stats.completed_handoffs++;
+    c->stats.transferred_tokens += q->h.transfer_tokens;
+    if (q->pin) {
+        sched_release_pin(c->eng[CONFORM_PREFILL].s, q->pin);
+        q->pin = NULL;
+    }
+    struct sched_request *dr = q->r[CONFORM_DECODE];
+    if (dr && dr->status == SCHED_WAITING_FOR_REMOTE_KVS && !dr->recv_finished &&
+        (rc = sched_load_finished(c->eng[CONFORM_DECODE].s, dr, true)) != 0)
+        return conform__sched_error(c, CONFORM_DECODE, where, rc);
+    return 0;
+}
+
+/* The first pin of the deadline FIFO still held (released ones are skipped), or NULL. */
+static struct creq *next_deadline_req(const struct kvsim_conform_runner *c, size_t *skip)
+{
+    for (size_t i = 0; i < fifo_len(&c->deadlines); i++) {
+        struct creq *q = &c->reqs[fifo_peek(&c->deadlines, i)];
+        if (q->pin) {
+            if (skip)
+                *skip = i;
+            return q;
+        }
+    }
+    return NULL;
+}
+
+/* The link's next event: the head transfer's start (if it has not started and its handoff
+ * still waits for it) or its end. A transfer starts no earlier than the previous one ends, so
+ * the head's event comes first. INT64_MAX when the link is idle. */
+static int64_t link_event(const struct kvsim_conform_runner *c, bool *is_start)
+{
+    *is_start = false;
+    if (fifo_empty(&c->transfers))
+        return INT64_MAX;
+    const struct creq *q = &c->reqs[fifo_peek(&c->transfers, 0)];
+    if (!q->xfer_started && q->h.state == KVSIM_HANDOFF_DESTINATION_RESERVED) {
+        *is_start = true;
+        return q->xfer_start;
+    }
+    return q->xfer_end;
+}
+
+int64_t conform__next_handoff_event(const struct kvsim_conform_runner *c)
+{
+    bool is_start;
+    int64_t t = link_event(c, &is_start);
+    const struct creq *d = next_deadline_req(c, NULL);
+    if (d && d->h.deadline_ns < t)
+        t = d->h.deadline_ns;
+    return t;
+}
+
+/* Every handoff event at or before t, in time order; at one instant a transfer's end, then the
+ * next transfer's start, then the deadlines (an engine applies its messages before it expires
+ * pins). A transfer cancelled before it started never starts; its end is a late fact. */
+static int handoff_events_until(struct kvsim_conform_runner *c, int64_t t, const char *where)
+{
+    for (;;) {
+        bool is_start;
+        int64_t te = link_event(c, &is_start), td = INT64_MAX;
+        size_t skip = 0;
+        struct creq *d = next_deadline_req(c, &skip);
+        if (d)
+            td = d->h.deadline_ns;
+        if ((te < td ? te : td) > t)
+            return 0;
+        if (te <= td) {
+            struct creq *q = &c->reqs[fifo_peek(&c->transfers, 0)];
+            if (is_start) {
+                if (start_transfer(c, q, where))
+                    return conform__failed(c);
+                continue;
+            }
+            c->transfers.head++;
+            if (transfer_ended(c, q, te, where))
+                return conform__failed(c);
+        } else {
+            c->deadlines.head += skip + 1;
+            c->stats.expired_pins++;
+            if (cancel_handoff(c, d, td, false, where))
+                return conform__failed(c);
+        }
+    }
+}
+
+/* A fact the lifecycle refuses (out of order, or about a request that has no handoff): the step
+ * fails unless its expect lists the id under "rejected" (then nothing happened). */
+static int reject(struct kvsim_conform_runner *c, json_t *st, const struct creq *q,
+                  const char *where, const char *why)
+{
+    if (c->lenient)
+        return OP_SKIPPED;
+    json_t *want = json_object_get(json_object_get(st, "expect"), "rejected");
+    for (size_t i = 0; i < json_array_size(want); i++)
+        if (!strcmp(json_string_value(json_array_get(want, i)), q->name)) {
+            note(&c->rejected, q->name);
+            return 0;
+        }
+    return conform__fail(c,
+                         "%s: rejected: %s (a step that expects it lists the id under "
+                         "'rejected')",
+                         where, why);
+}
+
+/* The decode request of q, from its add: the whole prompt reported by the connector as loadable
+ * asynchronously, once (vLLM's get_num_new_matched_tokens for do_remote_prefill); with nothing
+ * pinned, a plain request that computes its prompt. */
+static int add_decode(struct kvsim_conform_runner *c, struct creq *q, const char *where)
+{
+    bool has_kv = q->h.pinned_blocks > 0;
+    struct sched_request_params p;
+    kvpool_token *prompt, *stops;
+    int rc = add_params(c, q->add, where, &p, &prompt, &stops);
+    if (rc == 0) {
+        p.id = req_index(c, q) + 1;
+        if (!json_object_get(q->add, "arrival"))
+            p.arrival = (double)c->adds;
+        p.external_tokens = has_kv ? p.num_prompt_tokens : 0;
+        p.external_async = has_kv;
+        p.external_once = has_kv;
+        rc = sched_add(c->eng[CONFORM_DECODE].s, &p, &q->r[CONFORM_DECODE]);
+        if (rc)
+            rc = conform__fail(c, "%s: the decode engine cannot add request '%s': %s", where,
+                               q->name, kvsim_strerror(rc));
+    }
+    free(prompt);
+    free(stops);
+    if (rc)
+        return conform__failed(c);
+    c->adds++;
+    return 0;
+}
+
+/*
+ * route: a decode engine was chosen (DECODE_ROUTED, a booking): the decode request joins its
+ * waiting queue; with nothing pinned the handoff completes at once (the decode computes the
+ * prompt). A route of a handoff already aborted finds no source: the decode request is
+ * added and aborted at once (a clean abort: it holds nothing); a second route is ignored.
+ */
+int conform__op_route(struct kvsim_conform_runner *c, json_t *st, const char *where)
+{
+    const char *id = json_string_value(json_object_get(st, "id"));
+    struct creq *q = conform__need_req(c, id, where);
+    if (!q)
+        return c->lenient ? OP_SKIPPED : conform__failed(c);
+    char why[256];
+    if (!q->disagg) {
+        snprintf(why, sizeof why,
+                 "request '%s' was added on the %s engine: a plain request has no handoff to "
+                 "route",
+                 id, conform__engine_name(q->eng));
+        return reject(c, st, q, where, why);
+    }
+    int rc = kvsim_handoff_route(&q->h, c->now_ns, CONFORM_DECODE);
+    if (rc < 0) {
+        snprintf(why, sizeof why,
+                 "the handoff of '%s' is %s: a route before its pin is out of order", id,
+                 kvsim_handoff_state_name(q->h.state));
+        return reject(c, st, q, where, why);
+    }
+    if (rc == KVSIM_HANDOFF_IGNORED) {
+        note(&c->ignored, id);
+        if (!kvsim_handoff_is_final(&q->h) || q->r[CONFORM_DECODE])
+            return 0; /* routed already */
+        c->stats.late_routes++;
+        if (add_decode(c, q, where))
+            return conform__failed(c);
+        if ((rc = sched_abort(c->eng[CONFORM_DECODE].s, q->r[CONFORM_DECODE])) != 0)
+            return conform__sched_error(c, CONFORM_DECODE, where, rc);
+        note_finished(c, CONFORM_DECODE);
+        return 0;
+    }
+    c->stats.routes++;
+    if (add_decode(c, q, where))
+        return conform__failed(c);
+    /* Nothing pinned (a prompt shorter than a block): nothing to move, the handoff is over. */
+    if (q->h.pinned_blocks == 0 && (rc = kvsim_handoff_complete_without_kv(&q->h, c->now_ns)) != 0)
+        return handoff_error(c, q, where, "the completion without KV", rc);
+    if (q->h.pinned_blocks == 0)
+        c->stats.completed_handoffs++;
+    return 0;
+}
+
+/* ---- schedule, output, abort --------------------------------------------------------------- */
+
 int conform__op_schedule(struct kvsim_conform_runner *c, const char *where)
 {
-    if (c->nout == MAX_OUTSTANDING)
+    int e = conform__cur(c);
+    struct ceng *g = &c->eng[e];
+    if (g->nout == MAX_OUTSTANDING)
         return conform__fail(c, "%s: too many schedules without output", where);
-    uint64_t preempted0 = sched_num_preemptions(c->s);
-    uint32_t deferred0 = sched_num_deferred_frees(c->s);
+    uint64_t preempted0 = sched_num_preemptions(g->s);
+    uint32_t deferred0 = sched_num_deferred_frees(g->s);
     int rc;
-    struct sched_step *st = sched_schedule(c->s, &rc);
+    struct sched_step *st = sched_schedule(g->s, &rc);
     if (!st)
-        return conform__sched_error(c, where, rc);
-    c->outstanding[c->nout++] = st;
+        return conform__sched_error(c, e, where, rc);
+    g->outstanding[g->nout++] = st;
     c->step = st;
     /* Deferred frees only drain in update: new entries during a schedule are exactly the
      * preempted victims whose blocks stay held behind an in-flight step (#49675). */
-    uint32_t deferred1 = sched_num_deferred_frees(c->s);
+    uint32_t deferred1 = sched_num_deferred_frees(g->s);
     c->futile_now = deferred1 > deferred0 ? deferred1 - deferred0 : 0;
-    uint64_t preempted = sched_num_preemptions(c->s) - preempted0;
+    uint64_t preempted = sched_num_preemptions(g->s) - preempted0;
     struct kvsim_conform_stats *k = &c->stats;
     k->schedules++;
     k->scheduled_tokens += st->total_tokens;
@@ -156,6 +666,8 @@ int conform__op_schedule(struct kvsim_conform_runner *c, const char *where)
         k->zero_progress_schedules++;
     if (c->futile_now > k->max_futile_in_one_schedule)
         k->max_futile_in_one_schedule = c->futile_now;
+    if (c->disagg && e == CONFORM_DECODE)
+        return reservations_made(c, st, where);
     return 0;
 }
 
@@ -186,12 +698,16 @@ static kvpool_token filler_token(const struct sched_request *r)
 
 int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff, const char *where)
 {
-    if (c->nout == 0) {
+    int e = conform__cur(c);
+    struct ceng *g = &c->eng[e];
+    if (g->nout == 0) {
         if (c->lenient)
             return OP_SKIPPED;
-        return conform__fail(c, "%s: no schedule is waiting for its output", where);
+        return conform__fail(c, "%s: no schedule%s%s%s is waiting for its output", where,
+                             c->disagg ? " of the " : "", c->disagg ? conform__engine_name(e) : "",
+                             c->disagg ? " engine" : "");
     }
-    struct sched_step *st = c->outstanding[0];
+    struct sched_step *st = g->outstanding[0];
     uint32_t n = st->num_scheduled;
     const kvpool_token **toks = calloc(n ? n : 1, sizeof *toks);
     uint32_t *counts = calloc(n ? n : 1, sizeof *counts);
@@ -208,16 +724,16 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
     {
         if (rc)
             break;
-        struct creq *q = conform__need_req(c, id, where);
+        struct sched_request *r = need_on(c, id, e, where, NULL);
         uint32_t i = 0;
-        while (q && i < n && st->scheduled[i].req != q->r)
+        while (r && i < n && st->scheduled[i].req != r)
             i++;
-        if (!q || i == n) {
+        if (!r || i == n) {
             if (c->lenient) { /* its add was removed, or the candidate scheduled it elsewhere */
                 json_object_del(json_object_get(eff, "sampled"), id);
                 continue;
             }
-            rc = q ? conform__fail(c,
+            rc = r ? conform__fail(c,
                                    "%s: key 'sampled': request '%s' was not scheduled in that step",
                                    where, id)
                    : -1;
@@ -267,27 +783,31 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
         size_t i;
         json_array_foreach(fr, i, v)
         {
-            struct creq *q = conform__need_req(c, json_string_value(v), where);
-            /* An onboarding from the offload tiers ends with the transfer (an advance); a
-             * report of it here would promote the request under the tiers' feet. */
-            bool onboarding = q && q->r->offload_load;
-            if ((!q || onboarding) && c->lenient) {
+            struct creq *q;
+            struct sched_request *r = need_on(c, json_string_value(v), e, where, &q);
+            /* An onboarding from the offload tiers ends with the transfer (an advance), and so
+             * does a disaggregated decode's load: a report of it here would promote the
+             * request under the transfer's feet. */
+            bool onboarding = r && r->offload_load;
+            bool handoff = r && q->disagg && e == CONFORM_DECODE;
+            if ((!r || onboarding || handoff) && c->lenient) {
                 drop_from_list(eff, "finished_recving", json_string_value(v));
                 continue;
             }
-            if (onboarding) {
-                rc = conform__fail(
-                    c,
-                    "%s: key 'finished_recving': request '%s' is loading from the offload "
-                    "tiers: its load ends with its transfer (advance)",
-                    where, json_string_value(v));
+            if (onboarding || handoff) {
+                rc = conform__fail(c,
+                                   "%s: key 'finished_recving': request '%s' is loading %s: its "
+                                   "load ends with its transfer (advance)",
+                                   where, json_string_value(v),
+                                   onboarding ? "from the offload tiers"
+                                              : "from the prefill engine");
                 break;
             }
-            if (!q) {
+            if (!r) {
                 rc = conform__failed(c);
                 break;
             }
-            recv[nrecv++] = q->r;
+            recv[nrecv++] = r;
         }
     }
     json_t *fs = json_object_get(stj, "finished_sending");
@@ -296,7 +816,7 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
         json_array_foreach(fs, i, v)
         {
             /* No request of this core waits for a send: the ids must exist, nothing else. */
-            if (conform__need_req(c, json_string_value(v), where))
+            if (need_on(c, json_string_value(v), e, where, NULL))
                 continue;
             if (!c->lenient) {
                 rc = conform__failed(c);
@@ -312,14 +832,14 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
             .finished_recving = recv,
             .num_finished_recving = (uint32_t)nrecv,
         };
-        int src = sched_update(c->s, st, &out);
-        memmove(c->outstanding, c->outstanding + 1, (c->nout - 1) * sizeof *c->outstanding);
-        c->nout--;
+        int src = sched_update(g->s, st, &out);
+        memmove(g->outstanding, g->outstanding + 1, (g->nout - 1) * sizeof *g->outstanding);
+        g->nout--;
         if (src)
-            rc = conform__sched_error(c, where, src);
-        uint32_t nf;
-        struct sched_request *const *f = sched_last_finished(c->s, &nf);
-        c->sampled_finished = conform__ids_json(c, f, nf);
+            rc = conform__sched_error(c, e, where, src);
+        note_finished(c, e);
+        if (rc == 0 && c->disagg && e == CONFORM_PREFILL)
+            rc = pins_made(c, where);
     }
     for (uint32_t i = 0; owned && i < n; i++)
         free(owned[i]);
@@ -330,15 +850,22 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
     return rc;
 }
 
+/*
+ * abort. One-engine form: the request. Two-engine form: the client cancels the request on every
+ * engine it is on; a disaggregated one through its handoff (cancel_handoff: the source freed,
+ * the decode side cancelled, a prefill still running aborted).
+ */
 int conform__op_abort(struct kvsim_conform_runner *c, json_t *st, json_t *eff, const char *where)
 {
     json_t *ids = json_object_get(st, "ids");
     json_t *one = json_object_get(st, "id");
     json_t *list = ids ? json_incref(ids) : json_pack("[O]", one);
-    json_t *fin = json_array();
     size_t i, nknown = 0;
     json_t *v;
     int rc = 0;
+    for (int e = 0; e < c->neng; e++)
+        if (!c->eng[e].finished)
+            c->eng[e].finished = json_array();
     json_array_foreach(list, i, v)
     {
         struct creq *q = conform__need_req(c, json_string_value(v), where);
@@ -352,80 +879,102 @@ int conform__op_abort(struct kvsim_conform_runner *c, json_t *st, json_t *eff, c
             break;
         }
         nknown++;
-        int a = sched_abort(c->s, q->r);
+        if (q->disagg) {
+            if ((rc = cancel_handoff(c, q, c->now_ns, true, where)) != 0)
+                break;
+            continue;
+        }
+        int a = sched_abort(c->eng[q->eng].s, q->r[q->eng]);
         if (a == -EALREADY)
             continue;
         if (a) {
-            rc = conform__sched_error(c, where, a);
+            rc = conform__sched_error(c, q->eng, where, a);
             break;
         }
-        uint32_t nf;
-        struct sched_request *const *f = sched_last_finished(c->s, &nf);
-        json_t *done = conform__ids_json(c, f, nf);
-        json_array_extend(fin, done);
-        json_decref(done);
+        note_finished(c, q->eng);
     }
     json_decref(list);
-    c->sampled_finished = fin;
     if (rc == 0 && nknown == 0 && c->lenient)
         return OP_SKIPPED;
     return rc;
 }
 
+/* ---- KV-manager level ---------------------------------------------------------------------- */
+
 int conform__op_kv_lookup(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
-    struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
-    if (!q)
+    int e = conform__cur(c);
+    struct creq *q;
+    struct sched_request *r =
+        need_on(c, json_string_value(json_object_get(st, "id")), e, where, &q);
+    if (!r)
         return c->lenient ? OP_SKIPPED : conform__failed(c);
-    uint32_t cap = q->r->kv.num_hashes + 1;
+    uint32_t cap = r->kv.num_hashes + 1;
     kvpool_block_id *ids = malloc(cap * sizeof *ids);
     if (!ids)
         return conform__fail(c, "out of memory");
-    kvpool_lookup(sched_pool(c->s), &q->r->kv, &q->hits, ids, cap);
-    q->has_hits = true;
+    kvpool_lookup(sched_pool(c->eng[e].s), &r->kv, &q->hits[e], ids, cap);
+    q->has_hits[e] = true;
     json_t *blocks = json_array();
-    for (uint32_t i = 0; i < q->hits.num_blocks; i++)
+    for (uint32_t i = 0; i < q->hits[e].num_blocks; i++)
         json_array_append_new(blocks, json_integer(ids[i]));
     free(ids);
-    c->lookup =
-        json_pack("{s:o,s:I}", "hit_blocks", blocks, "hit_tokens", (json_int_t)q->hits.num_tokens);
+    c->lookup = json_pack("{s:o,s:I}", "hit_blocks", blocks, "hit_tokens",
+                          (json_int_t)q->hits[e].num_tokens);
     return 0;
 }
 
 int conform__op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
-    struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
-    if (!q)
+    int e = conform__cur(c);
+    struct creq *q;
+    struct sched_request *r =
+        need_on(c, json_string_value(json_object_get(st, "id")), e, where, &q);
+    if (!r)
         return c->lenient ? OP_SKIPPED : conform__failed(c);
     json_t *uh = json_object_get(st, "use_hits");
     bool use_hits = !uh || json_is_true(uh);
     struct kvpool_alloc_args args = {
-        .num_computed_tokens = q->r->num_computed_tokens,
+        .num_computed_tokens = r->num_computed_tokens,
         .num_new_tokens = (uint64_t)json_integer_value(json_object_get(st, "num_new_tokens")),
-        .hits = use_hits && q->has_hits ? &q->hits : NULL,
+        .hits = use_hits && q->has_hits[e] ? &q->hits[e] : NULL,
         .is_admission = true,
     };
     struct kvpool_plan plan;
-    struct kvpool *pool = sched_pool(c->s);
-    int rc = kvpool_prepare(pool, &q->r->kv, &args, &plan);
+    struct kvpool *pool = sched_pool(c->eng[e].s);
+    int rc = kvpool_prepare(pool, &r->kv, &args, &plan);
     if (rc < 0)
         return conform__fail(c, "%s: kv_allocate: %s", where, kvsim_strerror(rc));
     if (rc != KVPOOL_READY) {
         c->alloc = json_pack("{s:b,s:[]}", "fail", 1, "blocks");
         return 0;
     }
-    rc = kvpool_commit(pool, &q->r->kv, &plan);
+    rc = kvpool_commit(pool, &r->kv, &plan);
     if (rc)
         return conform__fail(c, "%s: kv_allocate commit: %s", where, kvsim_strerror(rc));
-    q->has_hits = false;
+    q->has_hits[e] = false;
     json_t *blocks = json_array();
-    for (uint32_t i = plan.first_new_index + plan.num_hit_blocks; i < q->r->kv.num_blocks; i++)
-        json_array_append_new(blocks, json_integer(q->r->kv.blocks[i]));
+    for (uint32_t i = plan.first_new_index + plan.num_hit_blocks; i < r->kv.num_blocks; i++)
+        json_array_append_new(blocks, json_integer(r->kv.blocks[i]));
     c->alloc = json_pack("{s:b,s:o}", "fail", 0, "blocks", blocks);
     return 0;
 }
 
-/* Moves virtual time; with tiers, applies every transfer that ends by then. */
+int conform__op_kv_free(struct kvsim_conform_runner *c, json_t *st, const char *where)
+{
+    int e = conform__cur(c);
+    struct sched_request *r =
+        need_on(c, json_string_value(json_object_get(st, "id")), e, where, NULL);
+    if (!r)
+        return c->lenient ? OP_SKIPPED : conform__failed(c);
+    kvpool_free(sched_pool(c->eng[e].s), &r->kv);
+    return 0;
+}
+
+/* ---- virtual time -------------------------------------------------------------------------- */
+
+/* Moves virtual time; with tiers, applies every transfer that ends by then; in the two-engine
+ * form, every handoff transfer that ends and every pin deadline that passes by then. */
 int conform__op_advance(struct kvsim_conform_runner *c, json_t *st, const char *where)
 {
     json_t *to = json_object_get(st, "to_ns"), *by = json_object_get(st, "by_ns");
@@ -444,6 +993,14 @@ int conform__op_advance(struct kvsim_conform_runner *c, json_t *st, const char *
             return conform__fail(c, "%s: key 'by_ns': virtual time would pass %" PRId64, where,
                                  MAX_NOW_NS);
         t = c->now_ns + d;
+    }
+    if (c->disagg) {
+        for (int e = 0; e < c->neng; e++)
+            if (!c->eng[e].finished)
+                c->eng[e].finished = json_array();
+        int rc = handoff_events_until(c, t, where);
+        c->now_ns = t;
+        return rc;
     }
     c->now_ns = t;
     if (!c->tiers)

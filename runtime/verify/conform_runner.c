@@ -9,7 +9,10 @@
  * dead end, max_futile_preemptions bounds the #49675 zero-progress preemptions, scheduler_checks
  * turns the scheduler's own boundary checks off; `offload` puts G2/G3 tiers behind G1 and the
  * `advance` op moves virtual time (transfers end in it); legacy_partial_alloc is issue 6's old
- * bug, on purpose.
+ * bug, on purpose. The two-engine form (config `prefill` and `decode`) runs a prefill and a
+ * decode scheduler with the disaggregated handoff between them: its ownership invariants are
+ * checked with the schedulers', and its transfers, deadlines and pending routes and
+ * reservations are wake-ups for the liveness rule.
  */
 #include "runtime/verify/conform_internal.h"
 
@@ -51,19 +54,23 @@ int conform__fail_kind(struct kvsim_conform_runner *c, const char *kind, const c
 
 /* ---- extension rules ------------------------------------------------------------------------ */
 
-/* Counts requests whose status or last ownership transition changed during the op. */
+/* Counts requests whose status or last ownership transition changed during the op (on any
+ * engine: a disaggregated request counts on each). */
 static void count_transitions(struct kvsim_conform_runner *c)
 {
     for (size_t i = 0; i < c->nreqs; i++) {
         struct creq *q = &c->reqs[i];
-        const struct sched_request *r = q->r;
-        if (!r || (r->status == q->seen_status && r->last_transition == q->seen_transition &&
-                   r->last_transition_step == q->seen_transition_step))
-            continue;
-        c->stats.transitions++;
-        q->seen_status = r->status;
-        q->seen_transition = r->last_transition;
-        q->seen_transition_step = r->last_transition_step;
+        for (int e = 0; e < c->neng; e++) {
+            const struct sched_request *r = q->r[e];
+            if (!r ||
+                (r->status == q->seen_status[e] && r->last_transition == q->seen_transition[e] &&
+                 r->last_transition_step == q->seen_transition_step[e]))
+                continue;
+            c->stats.transitions++;
+            q->seen_status[e] = r->status;
+            q->seen_transition[e] = r->last_transition;
+            q->seen_transition_step[e] = r->last_transition_step;
+        }
     }
 }
 
@@ -88,37 +95,71 @@ static int check_futile(struct kvsim_conform_runner *c, const char *where)
 }
 
 /*
+ * Two-engine form: something the handoffs will do that can wake engine e. A transfer in flight
+ * (its end releases a source on the prefill engine and activates a destination on the decode
+ * engine), a pin that can expire (its source freed, its decode cancelled), and for the prefill
+ * engine a pin waiting for its route or its decode admission (that leads to its transfer). A
+ * pin with no deadline whose decode the scenario never routes strands its blocks for good, as
+ * on a real engine: it is waiting for the route, like a load for its report.
+ */
+static bool handoff_wakeup(const struct kvsim_conform_runner *c, int e)
+{
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct creq *q = &c->reqs[i];
+        if (!q->disagg)
+            continue;
+        if (q->h.state == KVSIM_HANDOFF_DESTINATION_RESERVED ||
+            q->h.state == KVSIM_HANDOFF_TRANSFERRING)
+            return true;
+        if (q->pin && q->h.deadline_ns != INT64_MAX)
+            return true;
+        if (e == CONFORM_PREFILL && q->pin &&
+            (q->h.state == KVSIM_HANDOFF_SOURCE_PINNED ||
+             q->h.state == KVSIM_HANDOFF_DECODE_ROUTED))
+            return true;
+    }
+    return false;
+}
+
+/*
  * check_liveness - after a schedule: a dead end is a schedule that scheduled no token and
  * preempted nobody while nothing else is in flight (every other outstanding schedule is empty,
  * no deferred free is pending, no async load is unreported, no finished request waits for its
  * load) and requests are unfinished. Then schedule() is at a fixpoint: without an external
- * event (which nothing is waiting for) every later call returns the same empty step.
+ * event (which nothing is waiting for) every later call returns the same empty step. In the
+ * two-engine form this is about the engine scheduled, and the handoffs' wake-ups count too.
  */
 static int check_liveness(struct kvsim_conform_runner *c, const char *where)
 {
     const struct sched_step *st = c->step;
-    if (st->total_tokens > 0 || st->num_preempted > 0 || sched_num_unfinished(c->s) == 0 ||
-        sched_num_deferred_frees(c->s) > 0)
+    int e = conform__cur(c);
+    struct ceng *g = &c->eng[e];
+    struct sched *s = g->s;
+    if (st->total_tokens > 0 || st->num_preempted > 0 || sched_num_unfinished(s) == 0 ||
+        sched_num_deferred_frees(s) > 0)
         return 0;
-    for (size_t i = 0; i + 1 < c->nout; i++)
-        if (c->outstanding[i]->total_tokens > 0)
+    for (size_t i = 0; i + 1 < g->nout; i++)
+        if (g->outstanding[i]->total_tokens > 0)
             return 0;
     /* A pending transfer is a wake-up: it releases holds or ends a load when time reaches it. */
     if (c->tiers && kvsim_tiers_next_deadline(c->tiers) != OFFLOAD_NEVER)
         return 0;
+    if (c->disagg && handoff_wakeup(c, e))
+        return 0;
     for (size_t i = 0; i < c->nreqs; i++) {
-        const struct sched_request *r = c->reqs[i].r;
+        const struct sched_request *r = c->reqs[i].r[e];
         /* A connector load the scenario has not reported yet (an onboarding from the tiers
-         * waits for a transfer, checked above: without one it is stuck). */
-        if (r && !r->offload_load &&
+         * waits for a transfer, checked above: without one it is stuck; so does a
+         * disaggregated decode's load). */
+        if (r && !r->offload_load && !(c->reqs[i].disagg && e == CONFORM_DECODE) &&
             ((r->status == SCHED_WAITING_FOR_REMOTE_KVS && !r->recv_finished) || r->free_delayed))
             return 0;
     }
-    struct kvpool *pool = sched_pool(c->s);
+    struct kvpool *pool = sched_pool(s);
     uint32_t free_blocks = kvpool_num_free_blocks(pool);
     uint32_t active = kvpool_num_usable_blocks(pool) - free_blocks;
     struct sched_request *const *rr;
-    uint32_t nr = sched_running(c->s, &rr);
+    uint32_t nr = sched_running(s, &rr);
     for (uint32_t i = 0; i < nr; i++) {
         const struct sched_request *r = rr[i];
         /* Nothing in flight, yet computed up to its last token: an output withheld the token
@@ -132,12 +173,12 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
                 "samples)",
                 where, c->reqs[r->id - 1].name);
     }
-    struct sched_request *head = sched_waiting_head(c->s);
+    struct sched_request *head = sched_waiting_head(s);
     if (!head && nr)
         head = rr[0];
     char hs[256] = "no request is queued";
     if (head) {
-        uint64_t needs = sched_request_blocks_missing(head, sched_get_config(c->s)->block_size);
+        uint64_t needs = sched_request_blocks_missing(head, sched_get_config(s)->block_size);
         snprintf(hs, sizeof hs, "head %s (%s) needs %" PRIu64 " blocks (holds %" PRIu32 ")",
                  c->reqs[head->id - 1].name, sched_status_name(head->status), needs,
                  head->kv.num_blocks);
@@ -147,7 +188,7 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
     char partial[256] = "";
     size_t plen = 0, nparts = 0;
     for (size_t i = 0; i < c->nreqs && plen < sizeof partial; i++) {
-        const struct sched_request *r = c->reqs[i].r;
+        const struct sched_request *r = c->reqs[i].r[e];
         if (!r || r == head || r->kv.num_blocks == 0 || r->num_computed_tokens > 0 ||
             (r->status != SCHED_WAITING && r->status != SCHED_PREEMPTED))
             continue;
@@ -161,10 +202,18 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
     }
     if (nparts && plen < sizeof partial)
         snprintf(partial + plen, sizeof partial - plen, " without a computed token");
+    if (c->disagg)
+        return conform__fail_kind(c, "dead_end",
+                                  "%s: dead end: %s engine: unfinished=%" PRIu32 " active=%" PRIu32
+                                  " free=%" PRIu32 " pinned=%" PRIu32
+                                  ", %s; nothing is in flight, no transfer is pending and no pin "
+                                  "can expire or be released%s",
+                                  where, conform__engine_name(e), sched_num_unfinished(s), active,
+                                  free_blocks, kvpool_num_pinned_only_blocks(pool), hs, partial);
     return conform__fail_kind(c, "dead_end",
                               "%s: dead end: unfinished=%" PRIu32 " active=%" PRIu32
                               " free=%" PRIu32 ", %s; nothing is in flight%s%s",
-                              where, sched_num_unfinished(c->s), active, free_blocks, hs,
+                              where, sched_num_unfinished(s), active, free_blocks, hs,
                               c->tiers ? " and no transfer is pending" : "", partial);
 }
 
@@ -181,16 +230,179 @@ static int check_tiers(struct kvsim_conform_runner *c, const char *where)
     return conform__fail_kind(c, kind, "%s: invariant violation: rule=%s", where, msg);
 }
 
+/* ---- the handoff's ownership invariants (two-engine form) ---------------------------------- */
+
+static int handoff_violation(struct kvsim_conform_runner *c, const char *where,
+                             const struct creq *q, const char *rule, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int handoff_violation(struct kvsim_conform_runner *c, const char *where,
+                             const struct creq *q, const char *rule, const char *fmt, ...)
+{
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    char kind[96];
+    snprintf(kind, sizeof kind, "invariant:handoff_%s", rule);
+    if (!q)
+        return conform__fail_kind(c, kind, "%s: invariant violation: rule=handoff_%s %s", where,
+                                  rule, detail);
+    return conform__fail_kind(
+        c, kind,
+        "%s: invariant violation: rule=handoff_%s handoff=%" PRIu64 " id='%s' state=%s: %s", where,
+        rule, q->h.id, q->name, kvsim_handoff_state_name(q->h.state), detail);
+}
+
+static bool finished_normally(const struct sched_request *r)
+{
+    return r->status == SCHED_FINISHED_STOPPED || r->status == SCHED_FINISHED_LENGTH_CAPPED;
+}
+
+/* One handoff's owners: its source pin, its prefill and decode requests, its destination. */
+static int check_handoff(struct kvsim_conform_runner *c, const struct creq *q, const char *where)
+{
+    const struct kvsim_handoff *h = &q->h;
+    enum kvsim_handoff_state st = h->state;
+    const struct sched_request *pr = q->r[CONFORM_PREFILL], *dr = q->r[CONFORM_DECODE];
+    bool final = kvsim_handoff_is_final(h);
+    bool pinned = h->pin_ns != KVSIM_HANDOFF_TIME_NONE;
+    bool want_pin = !final && st >= KVSIM_HANDOFF_SOURCE_PINNED && h->pinned_blocks > 0 &&
+                    !c->hcfg.release_immediately;
+    if ((q->pin != NULL) != want_pin)
+        return handoff_violation(c, where, q, "source", "its source pin is %s (expected %s)",
+                                 q->pin ? "held" : "released", want_pin ? "held" : "released");
+    if (q->pin && q->h.deadline_ns <= c->now_ns)
+        return handoff_violation(c, where, q, "deadline",
+                                 "its pin outlived its deadline %" PRId64 " ns (now %" PRId64 ")",
+                                 h->deadline_ns, c->now_ns);
+    if (st == KVSIM_HANDOFF_PREFILLING && sched_status_is_finished(pr->status))
+        return handoff_violation(c, where, q, "prefill", "its prefill request is %s",
+                                 sched_status_name(pr->status));
+    if (pinned && (!finished_normally(pr) || pr->kv.num_blocks))
+        return handoff_violation(c, where, q, "prefill",
+                                 "its prefill request is %s and holds %" PRIu32
+                                 " blocks after the pin (the pin owns them)",
+                                 sched_status_name(pr->status), pr->kv.num_blocks);
+    if (st <= KVSIM_HANDOFF_SOURCE_PINNED && dr)
+        return handoff_violation(c, where, q, "decode", "a decode request exists before the route");
+    if (st > KVSIM_HANDOFF_SOURCE_PINNED && st < KVSIM_HANDOFF_ABORTED && !dr)
+        return handoff_violation(c, where, q, "decode", "routed, yet it has no decode request");
+    if (st == KVSIM_HANDOFF_DECODE_ROUTED && (dr->status != SCHED_WAITING || dr->kv.num_blocks))
+        return handoff_violation(c, where, q, "booking",
+                                 "a routed decode is a booking, not a reservation: it is %s "
+                                 "and holds %" PRIu32 " blocks",
+                                 sched_status_name(dr->status), dr->kv.num_blocks);
+    if (st == KVSIM_HANDOFF_DESTINATION_RESERVED || st == KVSIM_HANDOFF_TRANSFERRING) {
+        int64_t due = st == KVSIM_HANDOFF_TRANSFERRING ? q->xfer_end : q->xfer_start;
+        if (due <= c->now_ns && (st == KVSIM_HANDOFF_TRANSFERRING || due < c->now_ns))
+            return handoff_violation(
+                c, where, q, "overdue", "its transfer %s at %" PRId64 " ns (now %" PRId64 ")",
+                st == KVSIM_HANDOFF_TRANSFERRING ? "ended" : "started", due, c->now_ns);
+        bool parked = dr->status == SCHED_WAITING_FOR_REMOTE_KVS;
+        if (parked ? dr->recv_finished || dr->loading_tokens != h->transfer_tokens
+                   : h->transfer_tokens != 0)
+            return handoff_violation(c, where, q, "destination",
+                                     "transferring %" PRIu64 " tokens into a decode request that "
+                                     "is %s%s loading %" PRIu64,
+                                     h->transfer_tokens, sched_status_name(dr->status),
+                                     dr->recv_finished ? " (load finished)" : "",
+                                     dr->loading_tokens);
+    }
+    if (dr && dr->status == SCHED_WAITING_FOR_REMOTE_KVS && !dr->recv_finished) {
+        /* No false overlap: a reserved destination is not in the decode pool's prefix cache
+         * before its activation (vLLM's delay_cache_blocks). */
+        struct kvpool *dp = sched_pool(c->eng[CONFORM_DECODE].s);
+        uint32_t bs = sched_get_config(c->eng[CONFORM_DECODE].s)->block_size;
+        uint64_t hit_blocks = (dr->num_computed_tokens - dr->loading_tokens) / bs;
+        for (uint32_t b = (uint32_t)hit_blocks; b < dr->kv.num_blocks; b++) {
+            kvpool_hash hash;
+            if (kvpool_block_hash(dp, dr->kv.blocks[b], &hash))
+                return handoff_violation(c, where, q, "visible",
+                                         "destination block %" PRId32
+                                         " is in the decode pool's prefix cache before its "
+                                         "activation",
+                                         (int32_t)dr->kv.blocks[b]);
+        }
+    }
+    if (final && dr && !sched_status_is_finished(dr->status) && st == KVSIM_HANDOFF_ABORTED &&
+        dr->status != SCHED_RUNNING)
+        return handoff_violation(c, where, q, "cancel", "its decode request is still %s",
+                                 sched_status_name(dr->status));
+    if (final && dr && sched_status_is_finished(dr->status) &&
+        (dr->kv.num_blocks || dr->free_delayed))
+        return handoff_violation(c, where, q, "leak",
+                                 "its finished decode request still holds %" PRIu32 " blocks%s",
+                                 dr->kv.num_blocks, dr->free_delayed ? " (free delayed)" : "");
+    if (st == KVSIM_HANDOFF_COMPLETED && dr->status == SCHED_WAITING_FOR_REMOTE_KVS &&
+        !dr->recv_finished)
+        return handoff_violation(c, where, q, "activation",
+                                 "completed, yet its destination was not activated");
+    return 0;
+}
+
+/* Every handoff, the pins' count on both engines and the prefill engine's link (FIFO). */
+static int check_handoffs(struct kvsim_conform_runner *c, const char *where)
+{
+    uint32_t held = 0;
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct creq *q = &c->reqs[i];
+        if (!q->disagg) {
+            if (q->pin)
+                return handoff_violation(c, where, q, "source", "a plain request holds a pin");
+            continue;
+        }
+        held += q->pin != NULL;
+        if (check_handoff(c, q, where))
+            return conform__failed(c);
+    }
+    struct sched *ps = c->eng[CONFORM_PREFILL].s, *ds = c->eng[CONFORM_DECODE].s;
+    if (sched_num_pins(ps) != held)
+        return handoff_violation(c, where, NULL, "pins",
+                                 "the prefill engine holds %" PRIu32 " pins for %" PRIu32
+                                 " handoffs holding a source",
+                                 sched_num_pins(ps), held);
+    if (sched_num_pins(ds) || kvpool_num_pinned_only_blocks(sched_pool(ds)))
+        return handoff_violation(c, where, NULL, "pins", "the decode engine holds %" PRIu32 " pins",
+                                 sched_num_pins(ds));
+    int64_t prev_end = INT64_MIN;
+    for (size_t i = 0; i < c->transfers.tail - c->transfers.head; i++) {
+        const struct creq *q = &c->reqs[c->transfers.v[(c->transfers.head + i) % c->transfers.cap]];
+        const struct kvsim_handoff *h = &q->h;
+        bool started = h->transfer_start_ns != KVSIM_HANDOFF_TIME_NONE;
+        if (q->xfer_start < h->reserved_ns || q->xfer_start < prev_end ||
+            (q->xfer_end <= q->xfer_start && q->xfer_end != INT64_MAX - 1) ||
+            q->xfer_end > c->link_free || started != q->xfer_started ||
+            (started &&
+             (h->transfer_start_ns != q->xfer_start || h->transfer_end_ns != q->xfer_end)))
+            return handoff_violation(c, where, q, "link",
+                                     "transfer [%" PRId64 ", %" PRId64 ") reserved at %" PRId64
+                                     " after a transfer ending at %" PRId64
+                                     " (the link is one FIFO)",
+                                     q->xfer_start, q->xfer_end, h->reserved_ns, prev_end);
+        prev_end = q->xfer_end;
+    }
+    return 0;
+}
+
+/* Every scheduler's invariants, then the tiers', then the handoffs'. */
+static int check_all(struct kvsim_conform_runner *c, const char *where, int only)
+{
+    for (int e = 0; e < c->neng; e++) {
+        struct sched_violation v;
+        if ((only < 0 || only == e) && sched_check(c->eng[e].s, &v) != 0)
+            return conform__violation_fail(c, e, where, &v);
+    }
+    if (check_tiers(c, where))
+        return conform__failed(c);
+    return c->disagg ? check_handoffs(c, where) : 0;
+}
+
 /* The rules that apply after an op that ran (invariants, then progress, then liveness). */
 static int check_rules(struct kvsim_conform_runner *c, const char *op, const char *where)
 {
-    if (c->check_invariants) {
-        struct sched_violation v;
-        if (sched_check(c->s, &v) != 0)
-            return conform__violation_fail(c, where, &v);
-        if (check_tiers(c, where))
-            return conform__failed(c);
-    }
+    if (c->check_invariants && check_all(c, where, -1))
+        return conform__failed(c);
     bool is_sched = !strcmp(op, "schedule");
     if (is_sched && check_futile(c, where))
         return conform__failed(c);
@@ -205,7 +417,8 @@ static void offload_stats_refresh(struct kvsim_conform_runner *c, bool advanced)
     struct kvsim_conform_stats *k = &c->stats;
     struct sched_offload_counters oc;
     struct kvsim_tiers_stats ts;
-    sched_offload_counters(c->s, &oc);
+    struct sched *s = c->eng[0].s;
+    sched_offload_counters(s, &oc);
     kvsim_tiers_stats(c->tiers, &ts);
     k->offload_runs = 1;
     k->advances += advanced;
@@ -216,9 +429,49 @@ static void offload_stats_refresh(struct kvsim_conform_runner *c, bool advanced)
     k->failed_loads = ts.failed_loads;
     k->written_g2 = ts.written_g2;
     k->failed_blocks = ts.failed_blocks;
-    uint32_t held = kvpool_num_held_only_blocks(sched_pool(c->s));
+    uint32_t held = kvpool_num_held_only_blocks(sched_pool(s));
     if (held > k->max_held_blocks)
         k->max_held_blocks = held;
+}
+
+/* The two-engine form's: advances, virtual time, the most blocks pinned after an op. */
+static void disagg_stats_refresh(struct kvsim_conform_runner *c, bool advanced)
+{
+    struct kvsim_conform_stats *k = &c->stats;
+    k->disagg_runs = 1;
+    k->advances += advanced;
+    k->virtual_ns = (uint64_t)c->now_ns;
+    uint32_t pinned = sched_num_pinned_blocks(c->eng[CONFORM_PREFILL].s);
+    if (pinned > k->max_pinned_blocks)
+        k->max_pinned_blocks = pinned;
+}
+
+/* KV events (two-engine form): counted per pool as they happen. */
+static void count_event(void *ctx, const struct kvpool_event *ev)
+{
+    struct ceng *g = ctx;
+    if (ev->type == KVPOOL_EVENT_STORED)
+        g->stored_blocks += ev->num_hashes;
+    else if (ev->type == KVPOOL_EVENT_REMOVED)
+        g->removed_blocks += ev->num_hashes;
+    else
+        g->cleared++;
+}
+
+/* Resets the previous op's observations. */
+static void reset_observations(struct kvsim_conform_runner *c)
+{
+    c->step = NULL;
+    for (int e = 0; e < CONFORM_ENGINES; e++) {
+        json_decref(c->eng[e].finished);
+        c->eng[e].finished = NULL;
+    }
+    json_decref(c->lookup);
+    json_decref(c->alloc);
+    json_decref(c->ignored);
+    json_decref(c->rejected);
+    c->lookup = c->alloc = c->ignored = c->rejected = NULL;
+    c->futile_now = 0;
 }
 
 /* Runs one validated step. Returns 0, OP_SKIPPED (lenient: nothing ran) or -1. */
@@ -227,12 +480,13 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
     const char *op = json_string_value(json_object_get(st, "op"));
     char where[64];
     snprintf(where, sizeof where, "step %zu (%s)", k, op);
-    c->step = NULL;
-    json_decref(c->sampled_finished);
-    json_decref(c->lookup);
-    json_decref(c->alloc);
-    c->sampled_finished = c->lookup = c->alloc = NULL;
-    c->futile_now = 0;
+    reset_observations(c);
+    c->cur = 0;
+    if (c->disagg) {
+        const char *e = json_string_value(json_object_get(st, "engine"));
+        c->cur = !e ? CONFORM_NO_ENGINE : !strcmp(e, "decode") ? CONFORM_DECODE : CONFORM_PREFILL;
+    }
+    struct sched *s = c->eng[conform__cur(c)].s;
     json_t *eff = c->lenient ? json_deep_copy(st) : NULL;
     int rc = 0;
     if (!strcmp(op, "add")) {
@@ -245,27 +499,21 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         rc = conform__op_abort(c, st, eff, where);
     } else if (!strcmp(op, "reset_prefix_cache")) {
         c->op_result = sched_reset_prefix_cache(
-            c->s, json_is_true(json_object_get(st, "reset_running_requests")));
+            s, json_is_true(json_object_get(st, "reset_running_requests")));
         if (c->op_result && c->op_result != -EBUSY)
-            rc = conform__sched_error(c, where, c->op_result);
+            rc = conform__sched_error(c, conform__cur(c), where, c->op_result);
     } else if (!strcmp(op, "check")) {
-        struct sched_violation v;
-        if (sched_check(c->s, &v) != 0)
-            rc = conform__violation_fail(c, where, &v);
-        else
-            rc = check_tiers(c, where);
+        rc = check_all(c, where, c->cur);
     } else if (!strcmp(op, "advance")) {
         rc = conform__op_advance(c, st, where);
+    } else if (!strcmp(op, "route")) {
+        rc = conform__op_route(c, st, where);
     } else if (!strcmp(op, "kv_lookup")) {
         rc = conform__op_kv_lookup(c, st, where);
     } else if (!strcmp(op, "kv_allocate")) {
         rc = conform__op_kv_allocate(c, st, where);
     } else if (!strcmp(op, "kv_free")) {
-        struct creq *q = conform__need_req(c, json_string_value(json_object_get(st, "id")), where);
-        if (q)
-            kvpool_free(sched_pool(c->s), &q->r->kv);
-        else
-            rc = c->lenient ? OP_SKIPPED : conform__failed(c);
+        rc = conform__op_kv_free(c, st, where);
     }
     if (rc == OP_SKIPPED) {
         json_decref(eff);
@@ -279,6 +527,9 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
             rc = conform__fail_kind(c, "offload_error", "%s: offload: flush: %s", where,
                                     kvsim_strerror(frc));
     }
+    if (c->disagg)
+        for (int e = 0; e < c->neng; e++)
+            kvpool_events_drain(sched_pool(c->eng[e].s), count_event, &c->eng[e]);
     if (c->effective)
         json_array_append_new(c->effective, eff ? eff : json_incref(st));
     else
@@ -287,6 +538,8 @@ static int run_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
     count_transitions(c);
     if (c->tiers)
         offload_stats_refresh(c, !strcmp(op, "advance"));
+    if (c->disagg)
+        disagg_stats_refresh(c, !strcmp(op, "advance"));
     if (c->trace)
         conform__trace_step(c, k, op);
     if (rc == 0)
@@ -326,14 +579,17 @@ static void mark_failed(struct kvsim_conform_runner *c, long k, json_t *st)
 
 static void runner_fini(struct kvsim_conform_runner *c)
 {
-    json_decref(c->sampled_finished);
-    json_decref(c->lookup);
-    json_decref(c->alloc);
+    reset_observations(c);
     kvsim_tiers_destroy(c->tiers); /* first: undrained transfers give back holds and loads */
-    sched_destroy(c->s);
-    for (size_t i = 0; i < c->nreqs; i++)
+    for (int e = 0; e < CONFORM_ENGINES; e++)
+        sched_destroy(c->eng[e].s); /* frees every pin and request */
+    for (size_t i = 0; i < c->nreqs; i++) {
         free(c->reqs[i].name);
+        json_decref(c->reqs[i].add);
+    }
     free(c->reqs);
+    conform__fifo_free(&c->deadlines);
+    conform__fifo_free(&c->transfers);
 }
 
 static void runner_init(struct kvsim_conform_runner *c, const char *name,
@@ -342,6 +598,7 @@ static void runner_init(struct kvsim_conform_runner *c, const char *name,
     memset(c, 0, sizeof *c);
     c->name = name;
     c->fail_step = -1;
+    c->neng = 1;
     if (opt) {
         c->trace = opt->trace;
         c->lenient = opt->lenient;
@@ -351,27 +608,33 @@ static void runner_init(struct kvsim_conform_runner *c, const char *name,
 
 static int runner_start(struct kvsim_conform_runner *c, json_t *config)
 {
-    struct sched_config sc;
-    struct kvsim_tiers_config tc;
-    bool offload;
-    if (conform__parse_config(c, config, &sc, &tc, &offload))
+    struct conform_config cc;
+    if (conform__parse_config(c, config, &cc))
         return conform__failed(c);
-    /* With the check after every op, the scheduler's own boundary checks would only repeat it
-     * on the same state (and report the same violation at the same step). */
-    sc.check_invariants = !c->check_invariants && c->scheduler_checks;
     int rc;
-    if (offload) { /* the tiers first: the scheduler calls into them from its first schedule */
-        if ((rc = kvsim_tiers_create(&tc, &c->tiers)) != 0)
-            return conform__fail(c, "config: offload: impossible configuration: %s",
-                                 kvsim_strerror(rc));
-        sc.offload = &kvsim_tiers_sched_ops;
-        sc.offload_ctx = c->tiers;
+    for (int e = 0; e < c->neng; e++) {
+        struct sched_config *sc = &cc.sc[e];
+        /* With the check after every op, the scheduler's own boundary checks would only repeat
+         * it on the same state (and report the same violation at the same step). */
+        sc->check_invariants = !c->check_invariants && c->scheduler_checks;
+        if (cc.offload) { /* the tiers first: the scheduler calls into them from its first
+                           * schedule */
+            if ((rc = kvsim_tiers_create(&cc.tc, &c->tiers)) != 0)
+                return conform__fail(c, "config: offload: impossible configuration: %s",
+                                     kvsim_strerror(rc));
+            sc->offload = &kvsim_tiers_sched_ops;
+            sc->offload_ctx = c->tiers;
+        }
+        rc = sched_create(sc, &c->eng[e].s);
+        if (rc) {
+            if (c->disagg)
+                return conform__fail(c, "config: %s: impossible configuration: %s",
+                                     conform__engine_name(e), kvsim_strerror(rc));
+            return conform__fail(c, "config: impossible configuration: %s", kvsim_strerror(rc));
+        }
+        if (c->tiers)
+            kvsim_tiers_bind(c->tiers, c->eng[e].s);
     }
-    rc = sched_create(&sc, &c->s);
-    if (rc)
-        return conform__fail(c, "config: impossible configuration: %s", kvsim_strerror(rc));
-    if (c->tiers)
-        kvsim_tiers_bind(c->tiers, c->s);
     c->running = true;
     return 0;
 }
@@ -431,14 +694,41 @@ void kvsim_conform_runner_destroy(struct kvsim_conform_runner *c)
     free(c);
 }
 
-struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *c) { return c->s; }
+struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *c) { return c->eng[0].s; }
+
+struct sched *kvsim_conform_runner_engine_sched(struct kvsim_conform_runner *c, int engine)
+{
+    return engine >= 0 && engine < c->neng ? c->eng[engine].s : NULL;
+}
+
+bool kvsim_conform_runner_two_engines(const struct kvsim_conform_runner *c) { return c->disagg; }
 
 struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *c,
                                                    const char *id)
 {
     for (size_t i = 0; i < c->nreqs; i++)
         if (strcmp(c->reqs[i].name, id) == 0)
-            return c->reqs[i].r;
+            return c->reqs[i].r[c->reqs[i].eng];
+    return NULL;
+}
+
+struct sched_request *kvsim_conform_runner_request_on(const struct kvsim_conform_runner *c,
+                                                      int engine, const char *id)
+{
+    if (engine < 0 || engine >= CONFORM_ENGINES)
+        return NULL;
+    for (size_t i = 0; i < c->nreqs; i++)
+        if (strcmp(c->reqs[i].name, id) == 0)
+            return c->reqs[i].r[engine];
+    return NULL;
+}
+
+const struct kvsim_handoff *kvsim_conform_runner_handoff(const struct kvsim_conform_runner *c,
+                                                         const char *id)
+{
+    for (size_t i = 0; i < c->nreqs; i++)
+        if (strcmp(c->reqs[i].name, id) == 0)
+            return c->reqs[i].disagg ? &c->reqs[i].h : NULL;
     return NULL;
 }
 
@@ -451,8 +741,19 @@ const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner 
 size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *c,
                                         struct sched_step *const **steps)
 {
-    *steps = c->outstanding;
-    return c->nout;
+    *steps = c->eng[0].outstanding;
+    return c->eng[0].nout;
+}
+
+size_t kvsim_conform_runner_outstanding_on(const struct kvsim_conform_runner *c, int engine,
+                                           struct sched_step *const **steps)
+{
+    if (engine < 0 || engine >= c->neng) {
+        *steps = NULL;
+        return 0;
+    }
+    *steps = c->eng[engine].outstanding;
+    return c->eng[engine].nout;
 }
 
 const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *c)
@@ -464,6 +765,8 @@ int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *c) { return 
 
 int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *c)
 {
+    if (c->disagg)
+        return conform__next_handoff_event(c);
     return c->tiers ? kvsim_tiers_next_deadline(c->tiers) : OFFLOAD_NEVER;
 }
 
@@ -489,6 +792,19 @@ void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_c
     a->failed_blocks += b->failed_blocks;
     if (b->max_held_blocks > a->max_held_blocks)
         a->max_held_blocks = b->max_held_blocks;
+    a->disagg_runs += b->disagg_runs;
+    a->handoffs += b->handoffs;
+    a->pins += b->pins;
+    a->routes += b->routes;
+    a->late_routes += b->late_routes;
+    a->reservations += b->reservations;
+    a->completed_handoffs += b->completed_handoffs;
+    a->aborted_handoffs += b->aborted_handoffs;
+    a->expired_pins += b->expired_pins;
+    a->unpinned_prefills += b->unpinned_prefills;
+    a->transferred_tokens += b->transferred_tokens;
+    if (b->max_pinned_blocks > a->max_pinned_blocks)
+        a->max_pinned_blocks = b->max_pinned_blocks;
 }
 
 /* Top level and config of a whole document, then every step, before anything runs. */
@@ -508,10 +824,8 @@ static int validate_doc(struct kvsim_conform_runner *c, json_t *root, json_t **s
         return conform__fail(c, "top level: key 'source' must be a string");
     if (!json_is_array(*steps))
         return conform__fail(c, "top level: missing key 'steps' (an array)");
-    struct sched_config sc; /* the config's errors come before the steps' */
-    struct kvsim_tiers_config tc;
-    bool offload;
-    if (conform__parse_config(c, json_object_get(root, "config"), &sc, &tc, &offload))
+    struct conform_config cc; /* the config's errors come before the steps' */
+    if (conform__parse_config(c, json_object_get(root, "config"), &cc))
         return conform__failed(c);
     size_t k;
     json_t *st;

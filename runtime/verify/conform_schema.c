@@ -124,6 +124,24 @@ json_t *conform__tokens_json(struct kvsim_conform_runner *c, json_t *v, const ch
     return arr;
 }
 
+/* The keys of an engine's configuration (FORMAT.md's `config`): at the top of `config`, and in
+ * the two-engine form in its `prefill` and `decode` objects too. */
+static const char *const engine_keys[] = {"block_size",
+                                          "num_blocks",
+                                          "max_num_seqs",
+                                          "max_num_batched_tokens",
+                                          "max_model_len",
+                                          "enable_chunked_prefill",
+                                          "enable_prefix_caching",
+                                          "policy",
+                                          "long_prefill_token_threshold",
+                                          "scheduler_reserve_full_isl",
+                                          "watermark",
+                                          "async_scheduling",
+                                          "defer_block_free",
+                                          "preempted_victim_guard",
+                                          NULL};
+
 static const char *const config_keys[] = {
     "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
     "enable_chunked_prefill", "enable_prefix_caching", "policy", "long_prefill_token_threshold",
@@ -131,26 +149,30 @@ static const char *const config_keys[] = {
     "preempted_victim_guard",
     /* extensions (docs/conformance.md) */
     "check_invariants", "check_liveness", "max_futile_preemptions", "scheduler_checks",
-    "legacy_partial_alloc", "offload", NULL};
+    "legacy_partial_alloc", "offload",
+    /* the two-engine form: disaggregated prefill -> decode */
+    "prefill", "decode", "handoff", NULL};
 
-static int cfg_uint(struct kvsim_conform_runner *c, json_t *cfg, const char *key, uint32_t *dst)
+static int cfg_uint(struct kvsim_conform_runner *c, json_t *cfg, const char *key, uint32_t *dst,
+                    const char *where)
 {
     json_t *v = json_object_get(cfg, key);
     if (!v)
         return 0;
     if (!is_uint(v) || json_integer_value(v) > UINT32_MAX)
-        return conform__fail(c, "config: key '%s' must be a non-negative integer", key);
+        return conform__fail(c, "%s: key '%s' must be a non-negative integer", where, key);
     *dst = (uint32_t)json_integer_value(v);
     return 0;
 }
 
-static int cfg_bool(struct kvsim_conform_runner *c, json_t *cfg, const char *key, bool *dst)
+static int cfg_bool(struct kvsim_conform_runner *c, json_t *cfg, const char *key, bool *dst,
+                    const char *where)
 {
     json_t *v = json_object_get(cfg, key);
     if (!v)
         return 0;
     if (!json_is_boolean(v))
-        return conform__fail(c, "config: key '%s' must be a boolean", key);
+        return conform__fail(c, "%s: key '%s' must be a boolean", where, key);
     *dst = json_is_true(v);
     return 0;
 }
@@ -244,60 +266,140 @@ static int parse_offload(struct kvsim_conform_runner *c, json_t *o, struct kvsim
     return 0;
 }
 
-/* Reads config into sc (and, when it has `offload`, into tc with *offload set). */
-int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sched_config *sc,
-                          struct kvsim_tiers_config *tc, bool *offload)
+/* The engine keys of obj onto sc (where: "config" or "config: prefill" ...). */
+static int parse_engine(struct kvsim_conform_runner *c, json_t *obj, struct sched_config *sc,
+                        const char *where)
 {
-    sched_config_default(sc);
-    sc->max_num_seqs = 256;
-    sc->check_invariants = true;
-    sc->enable_kv_events = false;
-    *offload = false;
-    c->scheduler_checks = true;
-    if (!cfg)
-        return 0;
-    if (!json_is_object(cfg))
-        return conform__fail(c, "config: must be an object");
-    if (conform__check_keys(c, cfg, config_keys, "config"))
+    if (cfg_uint(c, obj, "block_size", &sc->block_size, where) ||
+        cfg_uint(c, obj, "num_blocks", &sc->num_blocks, where) ||
+        cfg_uint(c, obj, "max_num_seqs", &sc->max_num_seqs, where) ||
+        cfg_uint(c, obj, "max_num_batched_tokens", &sc->max_num_batched_tokens, where) ||
+        cfg_uint(c, obj, "max_model_len", &sc->max_model_len, where) ||
+        cfg_uint(c, obj, "long_prefill_token_threshold", &sc->long_prefill_token_threshold,
+                 where) ||
+        cfg_bool(c, obj, "enable_chunked_prefill", &sc->enable_chunked_prefill, where) ||
+        cfg_bool(c, obj, "enable_prefix_caching", &sc->enable_prefix_caching, where) ||
+        cfg_bool(c, obj, "scheduler_reserve_full_isl", &sc->scheduler_reserve_full_isl, where) ||
+        cfg_bool(c, obj, "async_scheduling", &sc->async_scheduling, where) ||
+        cfg_bool(c, obj, "defer_block_free", &sc->defer_block_free, where) ||
+        cfg_bool(c, obj, "preempted_victim_guard", &sc->preempted_victim_guard, where))
         return conform__failed(c);
-    if (cfg_uint(c, cfg, "block_size", &sc->block_size) ||
-        cfg_uint(c, cfg, "num_blocks", &sc->num_blocks) ||
-        cfg_uint(c, cfg, "max_num_seqs", &sc->max_num_seqs) ||
-        cfg_uint(c, cfg, "max_num_batched_tokens", &sc->max_num_batched_tokens) ||
-        cfg_uint(c, cfg, "max_model_len", &sc->max_model_len) ||
-        cfg_uint(c, cfg, "long_prefill_token_threshold", &sc->long_prefill_token_threshold) ||
-        cfg_bool(c, cfg, "enable_chunked_prefill", &sc->enable_chunked_prefill) ||
-        cfg_bool(c, cfg, "enable_prefix_caching", &sc->enable_prefix_caching) ||
-        cfg_bool(c, cfg, "scheduler_reserve_full_isl", &sc->scheduler_reserve_full_isl) ||
-        cfg_bool(c, cfg, "async_scheduling", &sc->async_scheduling) ||
-        cfg_bool(c, cfg, "defer_block_free", &sc->defer_block_free) ||
-        cfg_bool(c, cfg, "preempted_victim_guard", &sc->preempted_victim_guard) ||
-        cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc))
-        return conform__failed(c);
-    json_t *p = json_object_get(cfg, "policy");
+    json_t *p = json_object_get(obj, "policy");
     if (p) {
         if (json_is_string(p) && strcmp(json_string_value(p), "fcfs") == 0)
             sc->policy = SCHED_POLICY_FCFS;
         else if (json_is_string(p) && strcmp(json_string_value(p), "priority") == 0)
             sc->policy = SCHED_POLICY_PRIORITY;
         else
-            return conform__fail(c, "config: key 'policy' must be \"fcfs\" or \"priority\"");
+            return conform__fail(c, "%s: key 'policy' must be \"fcfs\" or \"priority\"", where);
     }
-    json_t *w = json_object_get(cfg, "watermark");
+    json_t *w = json_object_get(obj, "watermark");
     if (w) {
         if (!json_is_number(w) || json_number_value(w) < 0 || json_number_value(w) >= 1)
-            return conform__fail(c, "config: key 'watermark' must be a number in [0, 1)");
+            return conform__fail(c, "%s: key 'watermark' must be a number in [0, 1)", where);
         sc->watermark = json_number_value(w);
     }
-    if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants) ||
-        cfg_bool(c, cfg, "check_liveness", &c->check_liveness) ||
-        cfg_bool(c, cfg, "scheduler_checks", &c->scheduler_checks))
+    return 0;
+}
+
+static const char *const handoff_keys[] = {"abort_timeout_ns",   "release", "gbps", "latency_ns",
+                                           "kv_bytes_per_token", NULL};
+
+/*
+ * The `handoff` object of the two-engine form: the abort timeout (0 or absent: a pin never
+ * expires), when the source is released ("pinned": when its transfer ends, or at the abort;
+ * "immediate": at the pin, the what-if without stranding) and the transfer model (defaults:
+ * 1 GB/s, no latency, 1000 bytes a token: a token takes 1 us).
+ */
+static int parse_handoff(struct kvsim_conform_runner *c, json_t *h)
+{
+    struct conform_handoff_cfg *hc = &c->hcfg;
+    *hc = (struct conform_handoff_cfg){
+        .xfer = {.gbps = 1.0, .latency_ns = 0, .kv_bytes_per_token = 1000}};
+    if (!h)
+        return 0;
+    if (!json_is_object(h))
+        return conform__fail(c, "config: key 'handoff' must be an object");
+    if (conform__check_keys(c, h, handoff_keys, "config: handoff"))
+        return conform__failed(c);
+    json_t *v = json_object_get(h, "abort_timeout_ns");
+    if (v && (!is_uint(v) || json_integer_value(v) >= MAX_NOW_NS))
+        return conform__fail(c, "config: handoff: key 'abort_timeout_ns' must be an integer in "
+                                "[0, 2^62) (0: a pin never expires)");
+    hc->abort_timeout_ns = v ? (int64_t)json_integer_value(v) : 0;
+    v = json_object_get(h, "release");
+    if (v && (!json_is_string(v) || (strcmp(json_string_value(v), "pinned") != 0 &&
+                                     strcmp(json_string_value(v), "immediate") != 0)))
+        return conform__fail(c,
+                             "config: handoff: key 'release' must be \"pinned\" or \"immediate\"");
+    hc->release_immediately = v && !strcmp(json_string_value(v), "immediate");
+    v = json_object_get(h, "gbps");
+    if (v && (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 1e9))
+        return conform__fail(c, "config: handoff: key 'gbps' must be a number in (0, 1e9]");
+    if (v)
+        hc->xfer.gbps = json_number_value(v);
+    v = json_object_get(h, "latency_ns");
+    if (v && (!is_uint(v) || json_integer_value(v) > (json_int_t)(INT64_C(1) << 50)))
+        return conform__fail(c,
+                             "config: handoff: key 'latency_ns' must be an integer in [0, 2^50]");
+    if (v)
+        hc->xfer.latency_ns = (int64_t)json_integer_value(v);
+    v = json_object_get(h, "kv_bytes_per_token");
+    if (v && (!is_uint(v) || json_integer_value(v) > (json_int_t)(INT64_C(1) << 32)))
+        return conform__fail(c, "config: handoff: key 'kv_bytes_per_token' must be an integer in "
+                                "[0, 2^32]");
+    if (v)
+        hc->xfer.kv_bytes_per_token = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* An engine object of the two-engine form onto sc (which holds the top-level keys). */
+static int parse_engine_object(struct kvsim_conform_runner *c, json_t *o, const char *name,
+                               struct sched_config *sc)
+{
+    char where[32];
+    snprintf(where, sizeof where, "config: %s", name);
+    if (!json_is_object(o))
+        return conform__fail(c, "config: key '%s' must be an object (an engine's keys)", name);
+    if (conform__check_keys(c, o, engine_keys, where) || parse_engine(c, o, sc, where))
+        return conform__failed(c);
+    return 0;
+}
+
+/* Reads config into cc: the engine keys (both engines' in the two-engine form, the top-level
+ * ones shared and each engine object's over them), the runner's rules, the tiers, the handoff. */
+int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct conform_config *cc)
+{
+    struct sched_config *sc = &cc->sc[0];
+    sched_config_default(sc);
+    sc->max_num_seqs = 256;
+    sc->check_invariants = true;
+    sc->enable_kv_events = false;
+    cc->offload = false;
+    c->scheduler_checks = true;
+    c->disagg = false;
+    c->neng = 1;
+    parse_handoff(c, NULL);
+    if (!cfg) {
+        cc->sc[1] = cc->sc[0];
+        return 0;
+    }
+    if (!json_is_object(cfg))
+        return conform__fail(c, "config: must be an object");
+    if (conform__check_keys(c, cfg, config_keys, "config"))
+        return conform__failed(c);
+    if (parse_engine(c, cfg, sc, "config") ||
+        cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc, "config"))
+        return conform__failed(c);
+    if (cfg_bool(c, cfg, "check_invariants", &c->check_invariants, "config") ||
+        cfg_bool(c, cfg, "check_liveness", &c->check_liveness, "config") ||
+        cfg_bool(c, cfg, "scheduler_checks", &c->scheduler_checks, "config"))
         return conform__failed(c);
     json_t *off = json_object_get(cfg, "offload");
     if (off) {
-        if (parse_offload(c, off, tc))
+        if (parse_offload(c, off, &cc->tc))
             return conform__failed(c);
-        *offload = true;
+        cc->offload = true;
     }
     json_t *mf = json_object_get(cfg, "max_futile_preemptions");
     if (mf) {
@@ -307,6 +409,23 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct sc
         c->has_max_futile = true;
         c->max_futile = (uint64_t)json_integer_value(mf);
     }
+    json_t *pe = json_object_get(cfg, "prefill"), *de = json_object_get(cfg, "decode");
+    json_t *ho = json_object_get(cfg, "handoff");
+    cc->sc[1] = cc->sc[0];
+    if (!pe && !de && !ho)
+        return 0;
+    if (!pe || !de)
+        return conform__fail(c, "config: the two-engine form needs both 'prefill' and 'decode'%s",
+                             pe || de ? "" : " (key 'handoff' is part of it)");
+    if (off)
+        return conform__fail(c, "config: key 'offload' is not supported in the two-engine form");
+    c->disagg = true;
+    c->neng = 2;
+    sc->enable_kv_events = true; /* kv_events: what a pool publishes */
+    cc->sc[1] = *sc;
+    if (parse_engine_object(c, pe, "prefill", &cc->sc[CONFORM_PREFILL]) ||
+        parse_engine_object(c, de, "decode", &cc->sc[CONFORM_DECODE]) || parse_handoff(c, ho))
+        return conform__failed(c);
     return 0;
 }
 
@@ -316,31 +435,83 @@ static const char *const expect_keys[] = {
     "free_blocks", "free_queue", "free_queue_head", "ref_count", "hit_blocks", "hit_tokens",
     "blocks", "fail", "ok",
     /* extensions: virtual time and offload */
-    "now_ns", "held_blocks", "blocked_on_offload", "pending_transfers", "offload", NULL};
+    "now_ns", "held_blocks", "blocked_on_offload", "pending_transfers", "offload",
+    /* extensions: the disaggregated handoff (pinned_blocks, pins, active_blocks: any form) */
+    "pinned_blocks", "pins", "active_blocks", "handoff", "ignored", "rejected", "open_handoffs",
+    "kv_events", "prefill", "decode", NULL};
+
+/* Keys observed on one engine: in the two-engine form they need the op's engine, or go under
+ * `prefill` / `decode`. */
+static const char *const engine_expect_keys[] = {"scheduled",
+                                                 "total_scheduled",
+                                                 "new",
+                                                 "resumed",
+                                                 "preempted",
+                                                 "finished",
+                                                 "finish_reason",
+                                                 "running",
+                                                 "waiting",
+                                                 "status",
+                                                 "num_computed_tokens",
+                                                 "num_cached_tokens",
+                                                 "output_tokens",
+                                                 "free_blocks",
+                                                 "free_queue",
+                                                 "free_queue_head",
+                                                 "ref_count",
+                                                 "hit_blocks",
+                                                 "hit_tokens",
+                                                 "blocks",
+                                                 "fail",
+                                                 "ok",
+                                                 "held_blocks",
+                                                 "blocked_on_offload",
+                                                 "pinned_blocks",
+                                                 "pins",
+                                                 "active_blocks",
+                                                 "kv_events",
+                                                 NULL};
+
+/* Keys that exist only in the two-engine form. */
+static const char *const two_engine_keys[] = {"handoff",   "ignored", "rejected", "open_handoffs",
+                                              "kv_events", "prefill", "decode",   NULL};
+
+bool conform__is_engine_key(const char *key) { return in_list(key, engine_expect_keys); }
 
 struct op_schema {
     const char *op;
     const char *const keys[16];
     const char *const required[4];
+    bool needs_engine; /* two-engine form: the op acts on one engine, named by "engine" */
 };
 
 static const struct op_schema op_schemas[] = {
     {"add",
      {"op", "id", "prompt", "max_tokens", "priority", "arrival", "min_tokens", "stop_token_ids",
-      "eos_token_id", "ignore_eos", "cache_salt", "prompt_logprobs", "external", NULL},
-     {"id", "prompt", "max_tokens", NULL}},
-    {"schedule", {"op", "expect", NULL}, {NULL}},
-    {"output", {"op", "sampled", "finished_recving", "finished_sending", "expect", NULL}, {NULL}},
-    {"abort", {"op", "id", "ids", "expect", NULL}, {NULL}},
-    {"reset_prefix_cache", {"op", "reset_running_requests", "expect", NULL}, {NULL}},
-    {"check", {"op", "expect", NULL}, {"expect", NULL}},
-    {"kv_lookup", {"op", "id", "expect", NULL}, {"id", NULL}},
+      "eos_token_id", "ignore_eos", "cache_salt", "prompt_logprobs", "external", "engine", NULL},
+     {"id", "prompt", "max_tokens", NULL},
+     false},
+    {"schedule", {"op", "expect", "engine", NULL}, {NULL}, true},
+    {"output",
+     {"op", "sampled", "finished_recving", "finished_sending", "expect", "engine", NULL},
+     {NULL},
+     true},
+    {"abort", {"op", "id", "ids", "expect", NULL}, {NULL}, false},
+    {"reset_prefix_cache",
+     {"op", "reset_running_requests", "expect", "engine", NULL},
+     {NULL},
+     true},
+    {"check", {"op", "expect", "engine", NULL}, {"expect", NULL}, false},
+    {"kv_lookup", {"op", "id", "expect", "engine", NULL}, {"id", NULL}, true},
     {"kv_allocate",
-     {"op", "id", "num_new_tokens", "use_hits", "expect", NULL},
-     {"id", "num_new_tokens", NULL}},
-    {"kv_free", {"op", "id", "expect", NULL}, {"id", NULL}},
+     {"op", "id", "num_new_tokens", "use_hits", "expect", "engine", NULL},
+     {"id", "num_new_tokens", NULL},
+     true},
+    {"kv_free", {"op", "id", "expect", "engine", NULL}, {"id", NULL}, true},
     /* extension: virtual time */
-    {"advance", {"op", "to_ns", "by_ns", "expect", NULL}, {NULL}},
+    {"advance", {"op", "to_ns", "by_ns", "expect", NULL}, {NULL}, false},
+    /* extension: the disaggregated handoff (two-engine form) */
+    {"route", {"op", "id", "expect", NULL}, {"id", NULL}, false},
 };
 
 static const struct op_schema *find_schema(const char *op)
@@ -447,11 +618,66 @@ uint64_t conform__offload_field(const struct kvsim_tiers_stats *t,
 
 static bool is_string_or_null(json_t *v) { return json_is_string(v) || json_is_null(v); }
 
-/* Type rules of the expect keys. */
-static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const char *where)
+/* Fields of a `handoff` expectation's object form (struct kvsim_handoff). */
+static const char *const handoff_fields[] = {"state",           "pin_ns",
+                                             "deadline_ns",     "routed_ns",
+                                             "reserved_ns",     "transfer_start_ns",
+                                             "transfer_end_ns", "source_released_ns",
+                                             "end_ns",          "pinned_blocks",
+                                             "pinned_tokens",   "transfer_tokens",
+                                             "transfer_bytes",  NULL};
+
+static const char *const kv_event_fields[] = {"stored", "removed", "cleared", NULL};
+
+/* A handoff state name (kvsim_handoff_state_name). */
+static bool is_handoff_state(const char *name)
+{
+    for (int s = KVSIM_HANDOFF_NONE; s <= KVSIM_HANDOFF_ABORTED; s++)
+        if (!strcmp(name, kvsim_handoff_state_name((enum kvsim_handoff_state)s)))
+            return true;
+    return false;
+}
+
+/* One entry of `handoff`: a state name, or an object of handoff fields (instants: an integer
+ * or null for "not happened"; deadline_ns null: never). */
+static int validate_handoff_entry(struct kvsim_conform_runner *c, const char *id, json_t *v,
+                                  const char *where)
+{
+    json_t *st = json_is_object(v) ? json_object_get(v, "state") : v;
+    if (!json_is_object(v) && !json_is_string(v))
+        return conform__fail(c, "%s: key 'handoff': '%s' must be a state name or an object", where,
+                             id);
+    if (st && (!json_is_string(st) || !is_handoff_state(json_string_value(st))))
+        return conform__fail(c, "%s: key 'handoff': '%s': unknown state %s", where, id,
+                             json_is_string(st) ? json_string_value(st) : "(not a string)");
+    if (!json_is_object(v))
+        return 0;
+    const char *f;
+    json_t *fv;
+    json_object_foreach(v, f, fv)
+    {
+        if (!in_list(f, handoff_fields))
+            return conform__fail(c, "%s: key 'handoff': '%s': unknown field '%s'", where, id, f);
+        bool instant = strlen(f) > 3 && !strcmp(f + strlen(f) - 3, "_ns");
+        if (strcmp(f, "state") != 0 &&
+            !(instant ? json_is_integer(fv) || json_is_null(fv) : is_uint(fv)))
+            return conform__fail(c, "%s: key 'handoff': '%s': field '%s' has the wrong type", where,
+                                 id, f);
+    }
+    return 0;
+}
+
+/*
+ * Type rules of the expect keys. op_engine: the op's engine (CONFORM_NO_ENGINE: none); in the
+ * two-engine form, a key observed on one engine needs one (or goes under `prefill` / `decode`,
+ * validated with sub set: engine keys only).
+ */
+static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const char *where,
+                           int op_engine, bool sub)
 {
     if (!json_is_object(ex))
-        return conform__fail(c, "%s: key 'expect' must be an object", where);
+        return conform__fail(c, "%s: key '%s' must be an object", where,
+                             sub ? conform__engine_name(op_engine) : "expect");
     if (conform__check_keys(c, ex, expect_keys, where))
         return conform__failed(c);
     const char *k;
@@ -459,6 +685,40 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
     json_object_foreach(ex, k, v)
     {
         bool ok;
+        if (!c->disagg && in_list(k, two_engine_keys))
+            return conform__fail(c,
+                                 "%s: key '%s' needs the two-engine form (config 'prefill' and "
+                                 "'decode')",
+                                 where, k);
+        if (sub && !conform__is_engine_key(k))
+            return conform__fail(
+                c, "%s: key '%s' is not an engine's: it goes at the top of 'expect'", where, k);
+        if (c->disagg && !sub && op_engine == CONFORM_NO_ENGINE && conform__is_engine_key(k) &&
+            strcmp(k, "finished") != 0 && strcmp(k, "pinned_blocks") != 0 && strcmp(k, "pins") != 0)
+            return conform__fail(c,
+                                 "%s: key '%s' is observed on one engine: give the op an "
+                                 "'engine' or put the key under 'prefill' or 'decode'",
+                                 where, k);
+        if (!strcmp(k, "prefill") || !strcmp(k, "decode")) {
+            char sw[96];
+            snprintf(sw, sizeof sw, "%s: %s", where, k);
+            if (validate_expect(c, v, sw, !strcmp(k, "prefill") ? CONFORM_PREFILL : CONFORM_DECODE,
+                                true))
+                return conform__failed(c);
+            continue;
+        }
+        if (!strcmp(k, "handoff")) {
+            if (!json_is_object(v))
+                return conform__fail(c, "%s: key 'handoff' has the wrong type", where);
+            const char *id;
+            json_t *hv;
+            json_object_foreach(v, id, hv)
+            {
+                if (validate_handoff_entry(c, id, hv, where))
+                    return conform__failed(c);
+            }
+            continue;
+        }
         if (!strcmp(k, "scheduled") || !strcmp(k, "num_computed_tokens") ||
             !strcmp(k, "num_cached_tokens") || !strcmp(k, "ref_count"))
             ok = is_map_of(v, is_uint);
@@ -468,11 +728,12 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
             ok = is_map_of(v, is_any);
         else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
                  !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
-                 !strcmp(k, "pending_transfers"))
+                 !strcmp(k, "pending_transfers") || !strcmp(k, "pinned_blocks") ||
+                 !strcmp(k, "pins") || !strcmp(k, "active_blocks") || !strcmp(k, "open_handoffs"))
             ok = is_uint(v);
         else if (!strcmp(k, "blocked_on_offload"))
             ok = is_string_or_null(v);
-        else if (!strcmp(k, "offload"))
+        else if (!strcmp(k, "offload") || !strcmp(k, "kv_events"))
             ok = is_map_of(v, is_uint);
         else if (!strcmp(k, "fail") || !strcmp(k, "ok"))
             ok = json_is_boolean(v);
@@ -483,14 +744,14 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
             ok = is_string_array(v);
         if (!ok)
             return conform__fail(c, "%s: key '%s' has the wrong type", where, k);
-        if (!strcmp(k, "offload")) {
+        if (!strcmp(k, "offload") || !strcmp(k, "kv_events")) {
             const char *f;
             json_t *fv;
             json_object_foreach(v, f, fv)
             {
                 (void)fv;
-                if (!in_list(f, offload_fields))
-                    return conform__fail(c, "%s: key 'offload': unknown field '%s'", where, f);
+                if (!in_list(f, !strcmp(k, "offload") ? offload_fields : kv_event_fields))
+                    return conform__fail(c, "%s: key '%s': unknown field '%s'", where, k, f);
             }
         }
         if (!strcmp(k, "status")) {
@@ -507,6 +768,37 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
     return 0;
 }
 
+/* The op's engine (two-engine form): CONFORM_NO_ENGINE when it names none, -2 (with the failure
+ * recorded) when the key is misused. */
+static int step_engine(struct kvsim_conform_runner *c, json_t *st, const struct op_schema *sc,
+                       const char *where)
+{
+    json_t *e = json_object_get(st, "engine");
+    if (!c->disagg) {
+        if (e) {
+            conform__fail(c,
+                          "%s: key 'engine' needs the two-engine form (config 'prefill' and "
+                          "'decode')",
+                          where);
+            return -2;
+        }
+        return CONFORM_NO_ENGINE;
+    }
+    if (!e) {
+        if (sc->needs_engine) {
+            conform__fail(c, "%s: missing key 'engine' (\"prefill\" or \"decode\")", where);
+            return -2;
+        }
+        return CONFORM_NO_ENGINE;
+    }
+    if (json_is_string(e) && !strcmp(json_string_value(e), "prefill"))
+        return CONFORM_PREFILL;
+    if (json_is_string(e) && !strcmp(json_string_value(e), "decode"))
+        return CONFORM_DECODE;
+    conform__fail(c, "%s: key 'engine' must be \"prefill\" or \"decode\"", where);
+    return -2;
+}
+
 int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
 {
     char where[64];
@@ -521,20 +813,40 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         return conform__fail(c, "%s: key 'op': unknown operation '%s'", where,
                              json_string_value(op));
     snprintf(where, sizeof where, "step %zu (%s)", k, sc->op);
+    if (!strcmp(sc->op, "route") && !c->disagg)
+        return conform__fail(c,
+                             "%s: the route op needs the two-engine form (config 'prefill' and "
+                             "'decode')",
+                             where);
+    if (!strcmp(sc->op, "abort") && c->disagg && json_object_get(st, "engine"))
+        return conform__fail(c,
+                             "%s: key 'engine': an abort cancels the request on both engines "
+                             "(and its handoff)",
+                             where);
     if (conform__check_keys(c, st, sc->keys, where))
         return conform__failed(c);
     for (size_t i = 0; sc->required[i]; i++)
         if (!json_object_get(st, sc->required[i]))
             return conform__fail(c, "%s: missing key '%s'", where, sc->required[i]);
+    int eng = step_engine(c, st, sc, where);
+    if (eng == -2)
+        return conform__failed(c);
+    if (!strcmp(sc->op, "add") && c->disagg && eng == CONFORM_NO_ENGINE &&
+        json_object_get(st, "external"))
+        return conform__fail(c,
+                             "%s: key 'external': a disaggregated add takes none (its decode "
+                             "loads the prompt from the prefill engine; give 'engine' for a "
+                             "plain request)",
+                             where);
     const char *key;
     json_t *v;
     json_object_foreach(st, key, v)
     {
         bool ok = true;
-        if (!strcmp(key, "op"))
+        if (!strcmp(key, "op") || !strcmp(key, "engine"))
             continue;
         if (!strcmp(key, "expect")) {
-            if (validate_expect(c, v, where))
+            if (validate_expect(c, v, where, eng, false))
                 return conform__failed(c);
             continue;
         }

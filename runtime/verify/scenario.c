@@ -95,13 +95,29 @@ static void filter_map(json_t *obj, const char *key, const json_t *drop)
     }
 }
 
-json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop)
+/* Removes the dropped requests from an expect object's per-request maps and lists (and, in the
+ * two-engine form, from its `prefill` and `decode` objects). */
+static void filter_expect(json_t *ex, const json_t *drop)
 {
     static const char *const expect_maps[] = {
-        "scheduled",           "finish_reason",     "status",
-        "num_computed_tokens", "num_cached_tokens", "output_tokens"};
-    static const char *const expect_lists[] = {"new",      "resumed", "preempted",
-                                               "finished", "running", "waiting"};
+        "scheduled",         "finish_reason", "status", "num_computed_tokens",
+        "num_cached_tokens", "output_tokens", "handoff"};
+    static const char *const expect_lists[] = {"new",     "resumed", "preempted", "finished",
+                                               "running", "waiting", "ignored",   "rejected"};
+    if (!json_is_object(ex))
+        return;
+    for (size_t i = 0; i < sizeof expect_maps / sizeof expect_maps[0]; i++)
+        filter_map(ex, expect_maps[i], drop);
+    for (size_t i = 0; i < sizeof expect_lists / sizeof expect_lists[0]; i++)
+        filter_list(ex, expect_lists[i], drop, false);
+    if (in_set(drop, json_string_value(json_object_get(ex, "blocked_on_offload"))))
+        json_object_del(ex, "blocked_on_offload");
+    filter_expect(json_object_get(ex, "prefill"), drop);
+    filter_expect(json_object_get(ex, "decode"), drop);
+}
+
+json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop)
+{
     json_t *out = json_array();
     if (!out)
         return NULL;
@@ -111,7 +127,7 @@ json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop)
             json_decref(out);
             return NULL;
         }
-        /* add, abort {id}, kv_*: the op is about that request only */
+        /* add, abort {id}, route, kv_*: the op is about that request only */
         if (in_set(drop, json_string_value(json_object_get(st, "id")))) {
             json_decref(st);
             continue;
@@ -126,13 +142,7 @@ json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop)
         filter_map(st, "sampled", drop);
         filter_list(st, "finished_recving", drop, true);
         filter_list(st, "finished_sending", drop, true);
-        json_t *ex = json_object_get(st, "expect");
-        for (size_t i = 0; ex && i < sizeof expect_maps / sizeof expect_maps[0]; i++)
-            filter_map(ex, expect_maps[i], drop);
-        for (size_t i = 0; ex && i < sizeof expect_lists / sizeof expect_lists[0]; i++)
-            filter_list(ex, expect_lists[i], drop, false);
-        if (in_set(drop, json_string_value(json_object_get(ex, "blocked_on_offload"))))
-            json_object_del(ex, "blocked_on_offload");
+        filter_expect(json_object_get(st, "expect"), drop);
         json_array_append_new(out, st);
     }
     return out;

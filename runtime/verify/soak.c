@@ -158,6 +158,38 @@ static const struct dim dims[KVSIM_NUM_DIMS] = {
     [KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = {"legacy_partial_alloc", T_BOOL, true, 0, 1,
         {0, END}, {0, END},
         "THE OLD BUG (issue 6), never drawn: --legacy-partial-alloc or --set"},
+    /* two engines: disaggregated prefill -> decode (the config's prefill/decode/handoff) */
+    [KVSIM_DIM_DISAGG] = {"disagg", T_BOOL, false, 0, 1,
+        {0, END}, {0, END},
+        "a prefill and a decode engine with the handoff between them, never drawn: --set "
+        "disagg=true (the rows below apply when on; no offload; small: FCFS)"},
+    [KVSIM_DIM_PREFILL_BLOCKS] = {"prefill_blocks", T_UINT, false, 3, 100000,
+        {6, 8, 12, 16, 24, END}, {4, 6, 8, 12, 16, 32, 64, END},
+        "prefill pool blocks including the null block (replaces num_blocks)"},
+    [KVSIM_DIM_DECODE_BLOCKS] = {"decode_blocks", T_UINT, false, 3, 100000,
+        {6, 8, 12, 16, 24, END}, {4, 6, 8, 12, 16, 32, 64, END},
+        "decode pool blocks including the null block (replaces num_blocks)"},
+    [KVSIM_DIM_DECODE_MAX_NUM_SEQS] = {"decode_max_num_seqs", T_UINT, false, 1, 100000,
+        {1, 2, 4, 256, END}, {1, 2, 3, 4, 8, 256, END}, "the decode engine's running-set cap"},
+    [KVSIM_DIM_ABORT_TIMEOUT] = {"abort_timeout_steps", T_OFF_UINT, false, -1, 1000000,
+        {-1, 1, 3, 10, 40, END}, {-1, 1, 2, 5, 20, 100, END},
+        "a pin's abort timeout, in steps (off: never)"},
+    [KVSIM_DIM_RELEASE_IMMEDIATELY] = {"release_immediately", T_BOOL, false, 0, 1,
+        {0, 0, 0, 1, END}, {0, 0, 0, 1, END},
+        "the what-if that frees the source at the pin (\"release\": \"immediate\")"},
+    [KVSIM_DIM_TRANSFER_PCT] = {"transfer_pct", T_UINT, false, 0, 100000,
+        {0, 5, 25, 100, END}, {0, 2, 10, 50, 200, END},
+        "KV transfer time of one token, % of a step (0: only the latency, at least 1 ns)"},
+    [KVSIM_DIM_TRANSFER_LATENCY_PCT] = {"transfer_latency_pct", T_UINT, false, 0, 100000,
+        {0, 0, 50, END}, {0, 0, 20, 100, END}, "fixed cost of a transfer, % of a step"},
+    [KVSIM_DIM_ROUTE_DELAY] = {"route_delay", T_UINT, false, 0, 100000,
+        {0, 3, 20, END}, {0, 1, 5, 50, END}, "most ops between a pin and its route"},
+    [KVSIM_DIM_UNROUTED_PCT] = {"unrouted_pct", T_UINT, false, 0, 100,
+        {0, 0, 10, END}, {0, 10, 30, END},
+        "% of pins whose decode never comes (only with an abort timeout)"},
+    [KVSIM_DIM_ONE_TOKEN_PROMPTS] = {"one_token_prompts", T_BOOL, false, 0, 1,
+        {0, END}, {0, 1, END},
+        "two engines: prompts may have one token (small: never, a known finding: docs/soak.md)"},
 };
 /* clang-format on */
 
@@ -327,8 +359,13 @@ int kvsim_soak_parse_checks(struct kvsim_soak_overrides *o, const char *arg, cha
 struct sreq {
     char id[24];
     json_t *add;             /* its add op, built up front */
-    struct sched_request *r; /* once added */
+    struct sched_request *r; /* once added (two engines: its prefill request) */
     bool report_queued;      /* its async load's finished_recving is pending */
+    /* two engines */
+    bool pin_seen;      /* its pin was noticed: its route is planned */
+    bool route_planned; /* a route is due at op route_at (or never: never_route) */
+    bool never_route;
+    uint64_t route_at;
 };
 
 struct pending_report {
@@ -339,10 +376,13 @@ struct pending_report {
 struct soak {
     struct rng rng;
     /* The offload dimensions draw from their own stream, so that a seed without offload builds
-     * exactly the scenario it built before they existed. */
-    struct rng rng2;
+     * exactly the scenario it built before they existed; the two-engine dimensions, and every
+     * decision of a two-engine seed's driver, from a third. */
+    struct rng rng2, rng3;
     unsigned checks_off; /* KVSIM_SOAK_CHECK_* */
     bool offload;
+    bool disagg;     /* two engines */
+    int turn;        /* two engines: the engine the driver looks at first */
     int64_t step_ns; /* virtual duration of a step with tokens */
     int64_t v[KVSIM_NUM_DIMS];
     uint32_t max_model_len;
@@ -365,8 +405,18 @@ static void pick_config(struct soak *s, enum kvsim_soak_matrix m,
         while (n < MAX_VALS && vals[n] != END)
             n++;
         /* Draw even when overridden: an override changes one dimension, not the others. */
-        int64_t v = vals[rng_below(i >= KVSIM_DIM_OFFLOAD ? &s->rng2 : &s->rng, n)];
+        struct rng *r = i >= KVSIM_DIM_DISAGG    ? &s->rng3
+                        : i >= KVSIM_DIM_OFFLOAD ? &s->rng2
+                                                 : &s->rng;
+        int64_t v = vals[rng_below(r, n)];
         s->v[i] = o && o->set[i] ? o->value[i] : v;
+    }
+    s->disagg = s->v[KVSIM_DIM_DISAGG] != 0;
+    if (s->disagg) {
+        s->v[KVSIM_DIM_OFFLOAD] = 0; /* the two-engine form has no tiers */
+        if (m == KVSIM_SOAK_SMALL && !(o && o->set[KVSIM_DIM_POLICY]))
+            s->v[KVSIM_DIM_POLICY] = 0; /* every decode is an async load: the known PRIORITY
+                                         * dead end (docs/soak.md) */
     }
     if (m == KVSIM_SOAK_SMALL && s->v[KVSIM_DIM_POLICY] && !(o && o->set[KVSIM_DIM_OFFLOAD]))
         s->v[KVSIM_DIM_OFFLOAD] = 0; /* an onboarding from G2/G3 is an async load: the same known
@@ -380,6 +430,11 @@ static void pick_config(struct soak *s, enum kvsim_soak_matrix m,
     if (!s->v[KVSIM_DIM_ASYNC] && !(o && o->set[KVSIM_DIM_DEFER_FREE]))
         s->v[KVSIM_DIM_DEFER_FREE] = 0; /* the fence belongs to the async scheduler */
     uint64_t usable = (uint64_t)s->v[KVSIM_DIM_NUM_BLOCKS] - 1;
+    if (s->disagg) /* both pools must hold every request alone */
+        usable = (uint64_t)(s->v[KVSIM_DIM_PREFILL_BLOCKS] < s->v[KVSIM_DIM_DECODE_BLOCKS]
+                                ? s->v[KVSIM_DIM_PREFILL_BLOCKS]
+                                : s->v[KVSIM_DIM_DECODE_BLOCKS]) -
+                 1;
     uint64_t mml = usable * (uint64_t)s->v[KVSIM_DIM_BLOCK_SIZE];
     /* vLLM refuses a max_model_len the KV cache cannot hold once: every request fits alone. */
     s->max_model_len = (uint32_t)(mml < 2048 ? mml : 2048);
@@ -420,6 +475,20 @@ static json_t *offload_json(const struct soak *s, uint64_t seed)
     return o;
 }
 
+/* The two-engine form's handoff object: the abort timeout and the transfer model in steps.
+ * The bandwidth stays 1 GB/s (an integer in the file, so that the durations replay exactly) and
+ * a token's bytes are its nanoseconds. */
+static json_t *handoff_json(const struct soak *s)
+{
+    const int64_t *v = s->v;
+    int64_t timeout = v[KVSIM_DIM_ABORT_TIMEOUT] < 0 ? 0 : v[KVSIM_DIM_ABORT_TIMEOUT] * s->step_ns;
+    return json_pack(
+        "{s:I,s:s,s:i,s:I,s:I}", "abort_timeout_ns", (json_int_t)timeout, "release",
+        v[KVSIM_DIM_RELEASE_IMMEDIATELY] ? "immediate" : "pinned", "gbps", 1, "latency_ns",
+        (json_int_t)(v[KVSIM_DIM_TRANSFER_LATENCY_PCT] * s->step_ns / 100), "kv_bytes_per_token",
+        (json_int_t)(v[KVSIM_DIM_TRANSFER_PCT] * s->step_ns / 100));
+}
+
 static json_t *config_json(const struct soak *s, uint64_t seed)
 {
     json_t *cfg = json_object();
@@ -428,6 +497,8 @@ static json_t *config_json(const struct soak *s, uint64_t seed)
         int64_t v = s->v[i];
         if (!d->config)
             continue;
+        if (s->disagg && i == KVSIM_DIM_NUM_BLOCKS)
+            continue; /* each engine has its own */
         if (i == KVSIM_DIM_LEGACY_PARTIAL_ALLOC && !v)
             continue; /* only a seed that asks for the old bug says so */
         if (i == KVSIM_DIM_MAX_FUTILE && (s->checks_off & KVSIM_SOAK_CHECK_PROGRESS))
@@ -453,6 +524,16 @@ static json_t *config_json(const struct soak *s, uint64_t seed)
         json_object_set_new(cfg, "check_liveness", json_true());
     if (s->offload)
         json_object_set_new(cfg, "offload", offload_json(s, seed));
+    if (s->disagg) {
+        json_object_set_new(
+            cfg, "prefill",
+            json_pack("{s:I}", "num_blocks", (json_int_t)s->v[KVSIM_DIM_PREFILL_BLOCKS]));
+        json_object_set_new(cfg, "decode",
+                            json_pack("{s:I,s:I}", "num_blocks",
+                                      (json_int_t)s->v[KVSIM_DIM_DECODE_BLOCKS], "max_num_seqs",
+                                      (json_int_t)s->v[KVSIM_DIM_DECODE_MAX_NUM_SEQS]));
+        json_object_set_new(cfg, "handoff", handoff_json(s));
+    }
     return cfg;
 }
 
@@ -474,7 +555,11 @@ static int make_requests(struct soak *s)
     for (size_t i = 0; i < n; i++) {
         struct sreq *q = &s->reqs[i];
         snprintf(q->id, sizeof q->id, "r%zu", i);
-        uint64_t plen = rng_range(&s->rng, 1, longest);
+        /* A disaggregated decode loads its whole prompt: of one token, its promotion leaves it
+         * no computed token (the known finding of docs/soak.md), unless one_token_prompts. */
+        uint64_t min_plen =
+            s->disagg && !s->v[KVSIM_DIM_ONE_TOKEN_PROMPTS] && s->max_model_len >= 3 ? 2 : 1;
+        uint64_t plen = rng_range(&s->rng, min_plen, longest > min_plen ? longest : min_plen);
         json_t *prompt;
         uint64_t own = (i + 1) * TOKEN_SPAN;
         if (rng_per(&s->rng, s->v[KVSIM_DIM_PREFIX_OVERLAP], 100)) {
@@ -526,10 +611,12 @@ static int make_requests(struct soak *s)
         }
         if (plen >= 2 && rng_per(&s->rng, s->v[KVSIM_DIM_EXTERNAL], 100)) {
             bool async = rng_per(&s->rng, s->v[KVSIM_DIM_EXTERNAL_ASYNC], 100);
-            json_object_set_new(add, "external",
-                                json_pack("{s:I,s:b}", "tokens",
-                                          (json_int_t)rng_range(&s->rng, 1, plen - 1), "async",
-                                          async));
+            json_t *ext = json_pack("{s:I,s:b}", "tokens",
+                                    (json_int_t)rng_range(&s->rng, 1, plen - 1), "async", async);
+            if (s->disagg) /* a disaggregated decode's KV comes from its prefill */
+                json_decref(ext);
+            else
+                json_object_set_new(add, "external", ext);
         }
     }
     return 0;
@@ -764,6 +851,240 @@ static int drive(struct soak *s)
     return wind_down(s);
 }
 
+/* ---- two engines: the disaggregated handoff ------------------------------------------------ */
+
+/*
+ * A two-engine seed (--set disagg=true) drives a prefill and a decode engine: every request is a
+ * disaggregated one (added on the prefill engine; its decode request comes with its route). The
+ * driver alternates between the engines (a schedule while fewer than pipeline_depth await their
+ * output, else the oldest output), routes each pin route_delay ops later at most (or never, for
+ * unrouted_pct of them when pins can expire), aborts user requests (abort_rate) and resets an
+ * engine's prefix cache (reset_rate). Virtual time moves as with offload: a step with tokens
+ * takes step_us before its output, and an idle pair of engines jumps to the next handoff event
+ * (a transfer's start or end, a pin's deadline). Its decisions draw from the seed's third
+ * stream.
+ */
+
+static const char *const engine_names[2] = {"prefill", "decode"};
+
+static struct sched *sch_on(struct soak *s, int e)
+{
+    return kvsim_conform_runner_engine_sched(s->run, e);
+}
+
+/* A user request not over yet: its handoff is open or its decode request unfinished. */
+static bool disagg_live(struct soak *s, const struct sreq *q)
+{
+    if (!q->r)
+        return false;
+    const struct kvsim_handoff *h = kvsim_conform_runner_handoff(s->run, q->id);
+    const struct sched_request *dr =
+        kvsim_conform_runner_request_on(s->run, KVSIM_CONFORM_DECODE, q->id);
+    return (h && !kvsim_handoff_is_final(h)) || (dr && !sched_status_is_finished(dr->status));
+}
+
+/* Plans the route of every pin made since the last call. */
+static void plan_routes(struct soak *s)
+{
+    uint64_t ops = kvsim_conform_runner_stats(s->run)->ops;
+    for (size_t i = 0; i < s->next_add; i++) {
+        struct sreq *q = &s->reqs[i];
+        const struct kvsim_handoff *h = kvsim_conform_runner_handoff(s->run, q->id);
+        if (q->pin_seen || !h || h->pin_ns == KVSIM_HANDOFF_TIME_NONE)
+            continue;
+        q->pin_seen = true;
+        q->route_planned = true;
+        q->never_route = s->v[KVSIM_DIM_ABORT_TIMEOUT] > 0 &&
+                         rng_per(&s->rng3, s->v[KVSIM_DIM_UNROUTED_PCT], 100);
+        q->route_at = ops + rng_range(&s->rng3, 0, (uint64_t)s->v[KVSIM_DIM_ROUTE_DELAY]);
+    }
+}
+
+/* The planned route due first (due: by now; otherwise any), or NULL. */
+static struct sreq *next_route(struct soak *s, bool due_only)
+{
+    uint64_t ops = kvsim_conform_runner_stats(s->run)->ops;
+    struct sreq *best = NULL;
+    for (size_t i = 0; i < s->next_add; i++) {
+        struct sreq *q = &s->reqs[i];
+        if (q->route_planned && !q->never_route && (!best || q->route_at < best->route_at))
+            best = q;
+    }
+    return best && (!due_only || best->route_at <= ops) ? best : NULL;
+}
+
+static int gen_route(struct soak *s, struct sreq *q)
+{
+    q->route_planned = false;
+    return emit(s, json_pack("{s:s,s:s}", "op", "route", "id", q->id));
+}
+
+static int gen_schedule_on(struct soak *s, int e)
+{
+    return emit(s, json_pack("{s:s,s:s}", "op", "schedule", "engine", engine_names[e]));
+}
+
+/* Virtual time before engine e's oldest output: a step with tokens takes step_ns; when no step
+ * of either engine has tokens in flight, the engines idle until the next handoff event. */
+static int gen_time_on(struct soak *s, int e)
+{
+    struct sched_step *const *outs;
+    kvsim_conform_runner_outstanding_on(s->run, e, &outs);
+    if (outs[0]->total_tokens > 0)
+        return emit(s, json_pack("{s:s,s:I}", "op", "advance", "by_ns", (json_int_t)s->step_ns));
+    for (int k = 0; k < 2; k++) {
+        size_t n = kvsim_conform_runner_outstanding_on(s->run, k, &outs);
+        for (size_t i = 0; i < n; i++)
+            if (outs[i]->total_tokens > 0)
+                return 0;
+    }
+    int64_t d = kvsim_conform_runner_next_deadline(s->run);
+    if (d == INT64_MAX)
+        return 0;
+    int64_t now = kvsim_conform_runner_now(s->run);
+    return emit_advance_to(s, d > now ? d : now);
+}
+
+/* Engine e's oldest output: one token for every request whose chunk samples (a decode's load
+ * ends with its transfer: no finished_recving). */
+static int gen_output_on(struct soak *s, int e)
+{
+    struct sched_step *const *outs;
+    kvsim_conform_runner_outstanding_on(s->run, e, &outs);
+    const struct sched_step *st = outs[0];
+    json_t *sampled = json_object();
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        const struct sched_scheduled *x = &st->scheduled[i];
+        if (!x->samples || sched_status_is_finished(x->req->status))
+            continue;
+        json_object_set_new(sampled, kvsim_conform_runner_request_name(s->run, x->req),
+                            json_pack("[I]", (json_int_t)rng_below(&s->rng3, VOCAB)));
+    }
+    return emit(s, json_pack("{s:s,s:s,s:o}", "op", "output", "engine", engine_names[e], "sampled",
+                             sampled));
+}
+
+static size_t count_live(struct soak *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->next_add; i++)
+        n += disagg_live(s, &s->reqs[i]);
+    return n;
+}
+
+static int gen_abort_disagg(struct soak *s)
+{
+    uint64_t k = rng_below(&s->rng3, count_live(s));
+    for (size_t i = 0; i < s->next_add; i++)
+        if (disagg_live(s, &s->reqs[i]) && k-- == 0)
+            return emit(s, json_pack("{s:s,s:s}", "op", "abort", "id", s->reqs[i].id));
+    return 0;
+}
+
+static int gen_reset_disagg(struct soak *s)
+{
+    int e = (int)rng_below(&s->rng3, 2);
+    return emit(s, json_pack("{s:s,s:s,s:b}", "op", "reset_prefix_cache", "engine", engine_names[e],
+                             "reset_running_requests", rng_below(&s->rng3, 2) == 1));
+}
+
+/* One engine's turn: a schedule while it has work and room in its pipeline, else its oldest
+ * output (after the time its step takes). Returns 1 when it had nothing to do. */
+static int engine_turn(struct soak *s, int e)
+{
+    struct sched_step *const *outs;
+    size_t nout = kvsim_conform_runner_outstanding_on(s->run, e, &outs);
+    bool work = sched_num_unfinished(sch_on(s, e)) > 0;
+    if (work && nout < (size_t)s->v[KVSIM_DIM_PIPELINE_DEPTH])
+        return gen_schedule_on(s, e);
+    if (nout > 0) {
+        int rc = gen_time_on(s, e);
+        return rc ? rc : gen_output_on(s, e);
+    }
+    return 1;
+}
+
+/* The end: every user request still live is cancelled, the planned routes come (late: they
+ * find no source), every output is applied and every transfer's end passes; then nothing may
+ * leak: both pools have every block free, no pin, no pending transfer, every handoff final. */
+static int wind_down_disagg(struct soak *s)
+{
+    json_t *ids = json_array();
+    for (size_t i = 0; i < s->next_add; i++)
+        if (disagg_live(s, &s->reqs[i]))
+            json_array_append_new(ids, json_string(s->reqs[i].id));
+    int rc = 0;
+    if (json_array_size(ids))
+        rc = emit(s, json_pack("{s:s,s:o}", "op", "abort", "ids", ids));
+    else
+        json_decref(ids);
+    for (struct sreq *q; rc == 0 && (q = next_route(s, false)) != NULL;)
+        rc = gen_route(s, q);
+    for (int k = 0; rc == 0 && k < WIND_DOWN_LIMIT; k++) {
+        int done = 1;
+        for (int e = 0; e < 2 && done == 1 && rc == 0; e++)
+            if ((done = engine_turn(s, e)) < 0)
+                rc = done;
+        if (done == 1)
+            break;
+    }
+    for (int k = 0; rc == 0 && k < WIND_DOWN_LIMIT; k++) {
+        int64_t d = kvsim_conform_runner_next_deadline(s->run);
+        if (d == INT64_MAX)
+            break;
+        int64_t now = kvsim_conform_runner_now(s->run);
+        rc = emit_advance_to(s, d > now ? d : now);
+    }
+    if (rc)
+        return rc;
+    json_t *ex = json_pack("{s:i,s:i,s:i,s:{s:I,s:i},s:{s:I}}", "open_handoffs", 0, "pins", 0,
+                           "pending_transfers", 0, "prefill", "free_blocks",
+                           (json_int_t)s->v[KVSIM_DIM_PREFILL_BLOCKS] - 1, "pinned_blocks", 0,
+                           "decode", "free_blocks", (json_int_t)s->v[KVSIM_DIM_DECODE_BLOCKS] - 1);
+    return emit(s, json_pack("{s:s,s:o}", "op", "check", "expect", ex));
+}
+
+static int drive_disagg(struct soak *s)
+{
+    uint64_t budget = (uint64_t)s->v[KVSIM_DIM_MAX_OPS];
+    while (kvsim_conform_runner_stats(s->run)->ops < budget) {
+        plan_routes(s);
+        bool all_added = s->next_add == s->nreqs;
+        struct sreq *due = next_route(s, true);
+        int rc;
+        if (!all_added && want_add(s)) {
+            rc = gen_add(s);
+        } else if (count_live(s) > 0 && rng_per(&s->rng3, s->v[KVSIM_DIM_ABORT], 1000)) {
+            rc = gen_abort_disagg(s);
+        } else if (rng_per(&s->rng3, s->v[KVSIM_DIM_RESET], 1000)) {
+            rc = gen_reset_disagg(s);
+        } else if (due) {
+            rc = gen_route(s, due);
+        } else {
+            int e = s->turn;
+            s->turn ^= 1;
+            if ((rc = engine_turn(s, e)) == 1)
+                rc = engine_turn(s, e ^ 1);
+            if (rc == 1) { /* both idle: a route, time, or an arrival wakes them */
+                struct sreq *q = next_route(s, false);
+                int64_t d = kvsim_conform_runner_next_deadline(s->run);
+                int64_t now = kvsim_conform_runner_now(s->run);
+                if (q)
+                    rc = gen_route(s, q);
+                else if (d != INT64_MAX)
+                    rc = emit_advance_to(s, d > now ? d : now);
+                else if (!all_added)
+                    rc = gen_add(s);
+                else
+                    break; /* everything finished */
+            }
+        }
+        if (rc)
+            return rc;
+    }
+    return wind_down_disagg(s);
+}
+
 int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
                         const struct kvsim_soak_overrides *o, json_t **doc,
                         struct kvsim_conform_result *res, struct kvsim_conform_stats *stats)
@@ -772,6 +1093,7 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
     struct soak s = {
         .rng = {seed ^ UINT64_C(0x6b7673696d736f6b)},  /* "kvsimsok" */
         .rng2 = {seed ^ UINT64_C(0x6f66666c6f616473)}, /* "offloads" */
+        .rng3 = {seed ^ UINT64_C(0x6469736167677265)}, /* "disaggre" */
         .checks_off = o ? o->checks_off : 0,
     };
     pick_config(&s, matrix, o);
@@ -812,7 +1134,7 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
         bool invalid = rc == -EINVAL; /* an invalid configuration: reported like any failure */
         if (invalid)
             s.failed = true;
-        else if (rc == 0 && drive(&s) != 0 && !s.failed)
+        else if (rc == 0 && (s.disagg ? drive_disagg(&s) : drive(&s)) != 0 && !s.failed)
             rc = -ENOMEM;
         if (invalid)
             rc = 0;

@@ -35,7 +35,9 @@ extern "C" {
  *
  * A scenario is the JSON document of shared/conformance/FORMAT.md plus the extensions of
  * docs/conformance.md (check_invariants, check_liveness, max_futile_preemptions,
- * scheduler_checks, legacy_partial_alloc, offload tiers and virtual time: the `advance` op). A
+ * scheduler_checks, legacy_partial_alloc, offload tiers and virtual time: the `advance` op; the
+ * two-engine form: a prefill and a decode engine with the disaggregated handoff between them,
+ * config `prefill` / `decode` / `handoff`, ops with an `engine`, the `route` op). A
  * run ends with a structured result: pass, or the failing step, its op and a failure kind that
  * is stable across replays (the minimizer compares kinds):
  *   "invariant:<rule>"   sched_check (or a scheduler boundary) or kvsim_tiers_check found a
@@ -44,6 +46,9 @@ extern "C" {
  *   "futile_preemption"  max_futile_preemptions exceeded (#49675 zero-progress preemptions)
  *   "expect:<key>"       an expectation did not hold
  *   "offload_error"      the offload tiers failed (a flush or an advance returned an error)
+ *   "handoff_error"      the handoff's lifecycle refused a fact the runner derived from what
+ *                        the engines did (two-engine form; the handoff's ownership rules
+ *                        are "invariant:handoff_<rule>")
  *   "scheduler_error"    a scheduler call the runner made returned an errno (-ENOMEM,
  *                        -ESTALE, ...; an invariant violation is "invariant:<rule>")
  *   "error"              the scenario asked for something impossible (unknown request, an
@@ -86,6 +91,22 @@ struct kvsim_conform_stats {
     uint64_t written_g2;          /* blocks written through to G2 */
     uint64_t failed_blocks;       /* blocks of failed batches */
     uint64_t max_held_blocks;     /* most G1 blocks held only by transfers after an op (max) */
+    /* the two-engine form (disaggregated prefill -> decode; totals, summed by
+     * kvsim_conform_stats_add; advances and virtual_ns above count there too) */
+    uint64_t disagg_runs;        /* 1 for a run of the two-engine form */
+    uint64_t handoffs;           /* disaggregated requests added */
+    uint64_t pins;               /* sources pinned (prefills finished) */
+    uint64_t routes;             /* decode requests routed */
+    uint64_t late_routes;        /* routes of an aborted handoff (the decode aborted at once) */
+    uint64_t reservations;       /* destinations reserved (transfers started) */
+    uint64_t completed_handoffs; /* transfers ended with the source held (or routes of a pin of
+                                  * no block: nothing to move) */
+    uint64_t aborted_handoffs;   /* handoffs aborted (cancelled by the client or expired) */
+    uint64_t expired_pins;       /* of which the abort timeout fired */
+    uint64_t unpinned_prefills;  /* pins of no block: no full block computed (a prompt shorter
+                                  * than a block, or a prefill finished after its preemption) */
+    uint64_t transferred_tokens; /* tokens the completed transfers moved */
+    uint64_t max_pinned_blocks;  /* most prefill blocks held only by pins after an op (max) */
 };
 
 struct kvsim_conform_options {
@@ -124,10 +145,22 @@ int kvsim_conform_runner_step(struct kvsim_conform_runner *r, json_t *step,
 void kvsim_conform_runner_destroy(struct kvsim_conform_runner *r);
 
 /* Read-only views for a driver deciding its next op. */
+/* The scheduler (the two-engine form: the prefill engine's). */
 struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *r);
-/* The request added under this id, or NULL. */
+/* Engines of the two-engine form (indexes below), or NULL. */
+enum { KVSIM_CONFORM_PREFILL = 0, KVSIM_CONFORM_DECODE = 1 };
+struct sched *kvsim_conform_runner_engine_sched(struct kvsim_conform_runner *r, int engine);
+bool kvsim_conform_runner_two_engines(const struct kvsim_conform_runner *r);
+/* The request added under this id (on the engine of its add), or NULL. */
 struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *r,
                                                    const char *id);
+/* The request with this id on that engine (a disaggregated request's decode request once it
+ * was routed), or NULL. */
+struct sched_request *kvsim_conform_runner_request_on(const struct kvsim_conform_runner *r,
+                                                      int engine, const char *id);
+/* The handoff of a disaggregated request, or NULL. */
+const struct kvsim_handoff *kvsim_conform_runner_handoff(const struct kvsim_conform_runner *r,
+                                                         const char *id);
 /* The scenario id of a request of this runner. */
 const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner *r,
                                               const struct sched_request *req);
@@ -135,12 +168,16 @@ const char *kvsim_conform_runner_request_name(const struct kvsim_conform_runner 
  * outstanding[0]). */
 size_t kvsim_conform_runner_outstanding(const struct kvsim_conform_runner *r,
                                         struct sched_step *const **steps);
+/* The same for one engine of the two-engine form. */
+size_t kvsim_conform_runner_outstanding_on(const struct kvsim_conform_runner *r, int engine,
+                                           struct sched_step *const **steps);
 const struct kvsim_conform_stats *kvsim_conform_runner_stats(const struct kvsim_conform_runner *r);
 /* Virtual time (ns; moved by `advance` ops only). */
 int64_t kvsim_conform_runner_now(const struct kvsim_conform_runner *r);
 /* The tiers' earliest transfer end (kvsim_tiers_next_deadline; may be <= now when a transfer is
  * due but not applied yet: the next advance applies it), or OFFLOAD_NEVER (INT64_MAX) when
- * nothing is pending or there are no tiers. */
+ * nothing is pending or there are no tiers. In the two-engine form: the earliest handoff event
+ * (a transfer's end, a pin's abort deadline), or INT64_MAX. */
 int64_t kvsim_conform_runner_next_deadline(const struct kvsim_conform_runner *r);
 
 /* Adds b into a. */
@@ -150,7 +187,8 @@ void kvsim_conform_stats_add(struct kvsim_conform_stats *a, const struct kvsim_c
 
 /*
  * A soak seed picks a configuration from a matrix of dimensions (scheduler, workload, offload
- * tiers) and drives the scheduler by building a scenario as it goes: every op it appends to the
+ * tiers, two engines with the disaggregated handoff) and drives the scheduler (or the prefill
+ * and decode schedulers) by building a scenario as it goes: every op it appends to the
  * scenario's steps is executed at once through the in-process scenario runner (above) with
  * check_invariants, check_liveness and max_futile_preemptions on (unless `--checks` says
  * otherwise), so a failing seed's scenario file replays exactly what ran. With offload tiers it
@@ -201,6 +239,18 @@ enum kvsim_soak_dim {
     KVSIM_DIM_OFFLOAD_FAIL_RATE,
     KVSIM_DIM_STEP_US,
     KVSIM_DIM_LEGACY_PARTIAL_ALLOC,
+    /* two engines: disaggregated prefill -> decode (drawn from a third stream: see soak.c) */
+    KVSIM_DIM_DISAGG,
+    KVSIM_DIM_PREFILL_BLOCKS,
+    KVSIM_DIM_DECODE_BLOCKS,
+    KVSIM_DIM_DECODE_MAX_NUM_SEQS,
+    KVSIM_DIM_ABORT_TIMEOUT,
+    KVSIM_DIM_RELEASE_IMMEDIATELY,
+    KVSIM_DIM_TRANSFER_PCT,
+    KVSIM_DIM_TRANSFER_LATENCY_PCT,
+    KVSIM_DIM_ROUTE_DELAY,
+    KVSIM_DIM_UNROUTED_PCT,
+    KVSIM_DIM_ONE_TOKEN_PROMPTS,
     KVSIM_NUM_DIMS
 };
 
@@ -258,10 +308,10 @@ int kvsim_scenario_write_file(const json_t *doc, const char *path);
 
 /*
  * kvsim_scenario_drop_requests - a copy of steps without the requests named in drop (an object
- * used as a set of ids): their `add`s go, every op that names only them (abort, kv_*) goes,
- * and their ids leave every list and map of the other ops (sampled, finished_recving,
- * finished_sending, ids, expect; an expected blocked_on_offload naming one goes). An abort left
- * without ids goes too.
+ * used as a set of ids): their `add`s go, every op that names only them (abort, route, kv_*)
+ * goes, and their ids leave every list and map of the other ops (sampled, finished_recving,
+ * finished_sending, ids, expect and its prefill / decode objects, handoff, ignored, rejected; an
+ * expected blocked_on_offload naming one goes). An abort left without ids goes too.
  */
 json_t *kvsim_scenario_drop_requests(const json_t *steps, const json_t *drop);
 

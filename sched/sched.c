@@ -1311,8 +1311,12 @@ int sched_check(struct sched *s, struct sched_violation *v)
                 v, "computed_le_tokens", r,
                 (int64_t)(sched_request_num_tokens(r) + r->num_output_placeholders),
                 (int64_t)r->num_computed_tokens);
+        /* Except a finished load not admitted since: it keeps the blocks the load filled even
+         * when recomputing the last token leaves 0 computed (a one-token prompt), as vLLM's
+         * request does after _update_waiting_for_remote_kv. */
         if ((r->status == SCHED_WAITING || r->status == SCHED_PREEMPTED) &&
-            r->num_computed_tokens == 0 && r->kv.num_blocks != 0)
+            r->num_computed_tokens == 0 && r->kv.num_blocks != 0 &&
+            r->last_transition != SCHED_T_PROMOTED)
             return req_violation(v, "waiting_holds_no_blocks", r, 0, r->kv.num_blocks);
         if (r->status == SCHED_WAITING_FOR_REMOTE_KVS &&
             r->kv.owner != KVPOOL_OWNER_DEST_RESERVATION)

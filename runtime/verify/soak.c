@@ -188,8 +188,8 @@ static const struct dim dims[KVSIM_NUM_DIMS] = {
         {0, 0, 10, END}, {0, 10, 30, END},
         "% of pins whose decode never comes (only with an abort timeout)"},
     [KVSIM_DIM_ONE_TOKEN_PROMPTS] = {"one_token_prompts", T_BOOL, false, 0, 1,
-        {0, END}, {0, 1, END},
-        "two engines: prompts may have one token (small: never, a known finding: docs/soak.md)"},
+        {0, 1, END}, {0, 1, END},
+        "two engines: prompts may have one token (a decode that loads all of it keeps its block)"},
 };
 /* clang-format on */
 
@@ -556,7 +556,8 @@ static int make_requests(struct soak *s)
         struct sreq *q = &s->reqs[i];
         snprintf(q->id, sizeof q->id, "r%zu", i);
         /* A disaggregated decode loads its whole prompt: of one token, its promotion leaves it
-         * no computed token (the known finding of docs/soak.md), unless one_token_prompts. */
+         * no computed token, holding its block (docs/soak.md, Findings); one_token_prompts
+         * decides whether seeds go there. */
         uint64_t min_plen =
             s->disagg && !s->v[KVSIM_DIM_ONE_TOKEN_PROMPTS] && s->max_model_len >= 3 ? 2 : 1;
         uint64_t plen = rng_range(&s->rng, min_plen, longest > min_plen ? longest : min_plen);

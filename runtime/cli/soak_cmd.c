@@ -237,18 +237,29 @@ int cli_soak_main(int argc, char **argv)
                  total.offload_runs, total.advances, (double)total.virtual_ns * 1e-9,
                  total.written_g2, total.loads, total.failed_loads, total.blocked_on_offload,
                  total.retry_now, total.max_held_blocks);
+    char dis[512] = "";
+    if (total.disagg_runs)
+        snprintf(dis, sizeof dis,
+                 "; two engines in %" PRIu64 " seeds: %" PRIu64 " handoffs, %" PRIu64
+                 " pins (%" PRIu64 " of no block), %" PRIu64 " routes (%" PRIu64 " late), %" PRIu64
+                 " reservations, %" PRIu64 " completed, %" PRIu64 " aborted (%" PRIu64
+                 " by timeout), %" PRIu64 " tokens transferred, up to %" PRIu64 " pinned blocks",
+                 total.disagg_runs, total.handoffs, total.pins, total.unpinned_prefills,
+                 total.routes, total.late_routes, total.reservations, total.completed_handoffs,
+                 total.aborted_handoffs, total.expired_pins, total.transferred_tokens,
+                 total.max_pinned_blocks);
     if (!quiet)
         printf("soak: %" PRIu64 " seeds (matrix %s), %" PRIu64 " ops, %" PRIu64
                " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
                " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
                " futile, longest cascade %" PRIu64 ", %" PRIu64
-               " zero-progress schedules)%s; %" PRIu64 " failed\n",
+               " zero-progress schedules)%s%s; %" PRIu64 " failed\n",
                nseeds, kvsim_soak_matrix_name(matrix), total.ops, total.transitions, dt,
                dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
                total.scheduled_tokens
                    ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
                    : 0.0,
                total.futile_preemptions, total.max_futile_in_one_schedule,
-               total.zero_progress_schedules, off, failed);
+               total.zero_progress_schedules, off, dis, failed);
     return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

@@ -11,7 +11,8 @@
  * engine's evolution depends only on what it was given, and the router only on what engines
  * published at boundaries, so results are identical for any thread count.
  *
- * The barrier spins briefly, then sleeps on a futex: never more spinning threads than cores.
+ * The barrier spins up to 200 us, then sleeps on a futex; with more threads than CPUs it sleeps at
+ * once.
  *
  * A shared G3 (--g3-shared) lives in the block registry: every replay thread is then registered
  * with it (QSBR), reports a quiescent state after each engine advance and is offline while it
@@ -38,13 +39,20 @@
 
 /* ---- barrier ------------------------------------------------------------------------------ */
 
+#define BARRIER_SPIN_NS INT64_C(200000) /* 200 us */
+
 /*
  * barrier_wait - wait until all `parties` threads have arrived.
  * Context: every replay thread, once per phase boundary; never while holding anything another
  * party needs. Returns when the last party arrives.
  * Ordering: the last arrival's release increment of `generation` pairs with every waiter's
- * acquire load, so everything any party wrote before arriving is visible to all after. Spins a
- * bounded number of pauses, then sleeps on the futex: threads are never more than cores.
+ * acquire load, so everything any party wrote before arriving is visible to all after. Spins
+ * for b->spin_ns, then sleeps on the futex. The phases of a disaggregated replay are often tens
+ * of microseconds apart (more when the coordinator runs several alone): a waiter that slept
+ * would cost a wake-up each time, so with no more threads than CPUs it spins that long first
+ * (none otherwise). The last arrival wakes only
+ * when somebody sleeps: `sleepers` and `generation` are both sequentially consistent, so either
+ * the waker sees the sleeper or the sleeper's futex wait sees the new generation.
  */
 static void barrier_wait(struct barrier *b)
 {
@@ -52,17 +60,23 @@ static void barrier_wait(struct barrier *b)
     if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) + 1 == b->parties) {
         atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
         /* Release: everything written before the barrier is visible after it. */
-        atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
-        base_futex_wake(&b->generation, INT_MAX);
+        atomic_fetch_add_explicit(&b->generation, 1, memory_order_seq_cst);
+        if (atomic_load_explicit(&b->sleepers, memory_order_seq_cst))
+            base_futex_wake(&b->generation, INT_MAX);
         return;
     }
-    for (int spin = 0; spin < 500; spin++) {
+    int64_t spin_until = b->spin_ns > 0 ? base_monotonic_ns() + b->spin_ns : 0;
+    for (uint32_t spin = 1;; spin++) {
         if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
             return;
+        if (spin % 64 == 0 && base_monotonic_ns() >= spin_until)
+            break;
         base_cpu_relax();
     }
-    while (atomic_load_explicit(&b->generation, memory_order_acquire) == gen)
+    atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
+    while (atomic_load_explicit(&b->generation, memory_order_seq_cst) == gen)
         base_futex_wait(&b->generation, gen, -1);
+    atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }
 
 /* ---- the replay ----------------------------------------------------------------------------- */
@@ -746,6 +760,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     pthread_t *threads = NULL;
     struct worker_arg *args = NULL;
     rp.barrier.parties = rp.num_threads;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    rp.barrier.spin_ns = cpus > 0 && rp.num_threads <= (uint32_t)cpus ? BARRIER_SPIN_NS : 0;
     if (rp.num_threads > 1) {
         threads = calloc(rp.num_threads, sizeof *threads);
         args = calloc(rp.num_threads, sizeof *args);

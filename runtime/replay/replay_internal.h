@@ -16,7 +16,9 @@
 struct barrier {
     _Atomic uint32_t arrived;
     _Atomic uint32_t generation; /* futex word */
+    _Atomic uint32_t sleepers;   /* parties in (or entering) the futex wait */
     uint32_t parties;
+    int64_t spin_ns; /* how long a waiter spins before it sleeps (0 when threads > CPUs) */
 };
 
 enum phase {

@@ -38,7 +38,11 @@ static void replay_usage(FILE *out)
             "  --max-num-seqs N           running-set cap (256)\n"
             "  --max-num-batched-tokens N token budget per step (8192)\n"
             "  --max-model-len N          longest sequence (262144)\n"
-            "  --config FILE.json         step-time model coefficients and speedup_ratio\n"
+            "  --check-invariants         check the scheduler's and the pool's invariants\n"
+            "                             after every schedule and update (slow; as the\n"
+            "                             tests do): a violation stops the replay\n"
+            "  --config FILE.json         step-time model coefficients and speedup_ratio\n");
+    fprintf(out,
             "offload tiers (off unless --g2-blocks is given):\n"
             "  --g2-blocks N              host-memory tier per engine, in blocks\n"
             "  --g3-blocks N              disk tier per engine, in blocks (0: none)\n"
@@ -73,12 +77,12 @@ static void replay_usage(FILE *out)
             "  --handoff-release pinned|immediate  keep the source until the decode read it\n"
             "                             (pinned, vLLM) or free it when the prefill ends\n"
             "                             (immediate: a what-if without stranding)\n"
-            "  --handoff-events FILE      one JSON line per handoff lifecycle event\n"
-            "output:\n"
-            "  --report FILE              JSON report\n"
-            "  --requests-out FILE        per-request records (JSONL)\n"
-            "  --quiet                    no table, no progress bar\n"
-            "  -h, --help                 this help\n");
+            "  --handoff-events FILE      one JSON line per handoff lifecycle event\n");
+    fprintf(out, "output:\n"
+                 "  --report FILE              JSON report\n"
+                 "  --requests-out FILE        per-request records (JSONL)\n"
+                 "  --quiet                    no table, no progress bar\n"
+                 "  -h, --help                 this help\n");
 }
 
 enum {
@@ -100,6 +104,7 @@ enum {
     O_REPORT,
     O_REQOUT,
     O_QUIET,
+    O_CHECK,
     O_KVINDEX,
     O_G2,
     O_G3,
@@ -144,6 +149,7 @@ static const struct option replay_opts[] = {
     {"report", required_argument, NULL, O_REPORT},
     {"requests-out", required_argument, NULL, O_REQOUT},
     {"quiet", no_argument, NULL, O_QUIET},
+    {"check-invariants", no_argument, NULL, O_CHECK},
     {"kv-index", required_argument, NULL, O_KVINDEX},
     {"g2-blocks", required_argument, NULL, O_G2},
     {"g3-blocks", required_argument, NULL, O_G3},
@@ -218,6 +224,7 @@ static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
     case O_REPORT: a->report_path = p->arg; return 0;
     case O_REQOUT: cfg->requests_path = p->arg; return 0;
     case O_QUIET: cfg->quiet = true; return 0;
+    case O_CHECK: cfg->sched.check_invariants = true; return 0;
     }
     return 1;
 }
@@ -280,13 +287,15 @@ static int parse_disagg_option(struct cli_parser *p, int c, struct replay_args *
         *(c == O_PROUTER ? &d->prefill_router : &d->decode_router) =
             (enum kvsim_router_policy)kvsim_router_policy_parse(routers[choice]);
         break;
-    case O_XGBPS: rc = cli_double(p, 0, true, 1e6, &d->transfer.gbps); break;
+    case O_XGBPS: rc = cli_double(p, 1e-6, false, 1e6, &d->transfer.gbps); break;
     case O_XLAT:
         rc = cli_double(p, 0, false, 1e9, &x);
         d->transfer.latency_ns = (int64_t)(x * 1e3 + 0.5);
         break;
     case O_XABORT:
         rc = cli_double(p, 0, false, 1e12, &x);
+        if (rc == 0 && x > 0 && x < 1e-6)
+            return cli_error(p, "option %s: '%s' is below 1 ns (0 means never)", p->name, p->arg);
         d->abort_timeout_ns = (int64_t)(x * 1e6 + 0.5);
         break;
     case O_HRELEASE:

@@ -60,6 +60,8 @@ static void msg_swap(struct kvsim_engine *e, uint32_t a, uint32_t b)
 
 int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m)
 {
+    if (m->t <= e->advanced_to)
+        return -EINVAL; /* the engine has processed that instant: it would apply late */
     if (e->num_inbox == e->cap_inbox) {
         uint32_t nc = e->cap_inbox ? e->cap_inbox * 2 : 64;
         struct kvsim_engine_msg *ni = realloc(e->inbox, nc * sizeof *ni);
@@ -79,6 +81,9 @@ int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m)
         msg_swap(e, i, (i - 1) / 2);
         i = (i - 1) / 2;
     }
+    /* What the coordinator reads before the engine advances again (the lookahead, a session
+     * turn's earliest finish) must know of the message now. */
+    engine__publish(e);
     return 0;
 }
 

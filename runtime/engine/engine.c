@@ -34,6 +34,7 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
         return -ENOMEM;
     e->cfg = *cfg;
     e->blocked_since = -1;
+    e->advanced_to = INT64_MIN;
     e->pub.earliest_parent_finish = e->pub.earliest_handoff = INT64_MAX; /* nothing yet */
     struct sched_config sc = cfg->sched;
     sc.enable_kv_events = cfg->kv_events;
@@ -154,7 +155,7 @@ static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_reques
     return best;
 }
 
-static void publish(struct kvsim_engine *e)
+void engine__publish(struct kvsim_engine *e)
 {
     struct kvpool *pool = sched_pool(e->s);
     e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
@@ -164,12 +165,15 @@ static void publish(struct kvsim_engine *e)
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
     e->pub.earliest_parent_finish = INT64_MAX;
-    /* The first step that can end: the running one, or (idle, waiting for a transfer) one that
-     * starts when the transfer ends. */
+    /* The first step that can end: the running one, or (idle, waiting for a transfer or a
+     * message) one that starts when the transfer ends or the message applies. */
     int64_t first_end = e->step ? e->step_end : INT64_MAX;
-    if (!e->step && e->unfinished && tiers_deadline(e) != INT64_MAX) {
-        int64_t d = tiers_deadline(e), m = kvsim_step_model_min_duration_ns(&e->cfg.model);
-        first_end = d > INT64_MAX - m ? INT64_MAX : d + m;
+    int64_t wake = tiers_deadline(e), msg = engine__next_message(e);
+    if (msg < wake)
+        wake = msg;
+    if (!e->step && e->unfinished && wake != INT64_MAX) {
+        int64_t m = kvsim_step_model_min_duration_ns(&e->cfg.model);
+        first_end = wake > INT64_MAX - m ? INT64_MAX : wake + m;
     }
     /* A prefill engine's finishes release nothing: the decode engine's do. */
     if (!e->cfg.next_turn || first_end == INT64_MAX || e->cfg.role == KVSIM_ENGINE_PREFILL)
@@ -541,6 +545,8 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
     /* A shared G3: this engine's registry writer publishes until (nothing more at or before). */
     if (e->tiers && (rc = kvsim_tiers_publish(e->tiers, until)) != 0)
         return engine__fail(e, rc);
-    publish(e);
+    if (until > e->advanced_to)
+        e->advanced_to = until;
+    engine__publish(e);
     return 0;
 }

@@ -432,7 +432,10 @@ struct kvsim_engine_msg {
     uint32_t req;  /* the request (its handoff is handoffs[req]) */
     uint64_t a, b; /* what the kind says */
 };
-/* Posts m, to be applied at m->t (not before the engine's clock). Returns 0 or -ENOMEM. */
+/* Posts m, to be applied at m->t, which must come after the instant the engine last advanced
+ * to (it has processed everything up to there). The engine's published view (its pub) accounts
+ * for the message at once (an idle engine wakes at m->t). Returns 0, -EINVAL (m->t too early)
+ * or -ENOMEM. */
 KVSIM_EXTERN int kvsim_engine_post(struct kvsim_engine *e, const struct kvsim_engine_msg *m);
 /* What happened since the last call, in time order; resets the outbox. */
 KVSIM_EXTERN const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsim_engine *e,

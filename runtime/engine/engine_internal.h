@@ -23,7 +23,8 @@ struct kvsim_engine {
     struct sched *s;
     struct sched_step *step; /* in flight, or NULL when idle */
     int64_t step_end;
-    int64_t now; /* the engine's clock: last completion or arrival instant */
+    int64_t now;         /* the engine's clock: last completion or arrival instant */
+    int64_t advanced_to; /* the last kvsim_engine_advance's until (INT64_MIN before any) */
     struct kvsim_engine_pub pub;
     struct kvsim_engine_done *done;
     uint32_t num_done, cap_done;
@@ -58,6 +59,8 @@ struct kvsim_engine {
     uint32_t waiting_handoffs; /* decode: routed requests not yet reserved */
 };
 
+/* Refreshes e->pub (the engine's published view). */
+void engine__publish(struct kvsim_engine *e);
 /* Formats an error of engine e at its clock into e->err and returns rc. */
 int engine__fail(struct kvsim_engine *e, int rc);
 /* Lists req as finished at t for session follow-ups. Returns 0 or -ENOMEM. */

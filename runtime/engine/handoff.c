@@ -42,12 +42,13 @@ void kvsim_handoff_init(struct kvsim_handoff *h, uint64_t id, uint32_t req, int3
     h->deadline_ns = INT64_MAX;
 }
 
-/* The latest instant a fact was recorded at. A transfer's start and end are scheduled when it
- * is reserved (the start waits for the link), not recorded: an abort may come before either. */
+/* The latest instant a fact was recorded at (a transfer's end is scheduled when it starts, not
+ * recorded: an abort may cut the transfer). */
 static int64_t last_fact_ns(const struct kvsim_handoff *h)
 {
     int64_t last = KVSIM_HANDOFF_TIME_NONE;
-    const int64_t at[] = {h->pin_ns, h->routed_ns, h->reserved_ns, h->source_released_ns};
+    const int64_t at[] = {h->pin_ns, h->routed_ns, h->reserved_ns, h->transfer_start_ns,
+                          h->source_released_ns};
     for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
         if (at[i] != KVSIM_HANDOFF_TIME_NONE && (last == KVSIM_HANDOFF_TIME_NONE || at[i] > last))
             last = at[i];

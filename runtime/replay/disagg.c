@@ -7,18 +7,22 @@
  * routed to a decode engine at its instant (the decode router sees the decode engines' loads as
  * of the epoch's start plus its own bookings of the epoch) and posted there as an arrival; each
  * abort of a routed handoff is posted as a cancel. After the decode phase it reads the decode
- * engines' reservations the same way and starts their transfers on the prefill engines' links,
- * first come first served; a transfer's end is posted to both engines as a release and an
- * activation.
+ * engines' reservations the same way and queues their transfers on the prefill engines' links,
+ * first come first served: a transfer starts when it is reserved or when the last transfer that
+ * started on the link ends, whichever is later, and one whose handoff was aborted before that
+ * never starts and takes no link time. A transfer's end is posted to both engines as a release
+ * and an activation when it starts.
  *
  * Why this is exact: a prefill engine's messages reach the decode engines within the epoch at
  * their instants, because the decode phase runs after the prefill phase. The other direction,
  * a release caused by a reservation, would come too late if it fell inside the epoch, so the
  * epoch never extends past the earliest instant a reservation could happen plus the shortest
- * transfer (replay__disagg_bound): every transfer reserved in it ends after it, and its release
- * and activation are posted before either engine gets there. A pin's abort deadline is the
- * prefill engine's own event; the cancel it sends travels forward like a pin. Nothing depends
- * on thread timing: the phases and the merge orders fix everything.
+ * transfer, nor past a busy link's end plus the shortest transfer queued behind it
+ * (replay__disagg_bound): every transfer started in it ends after it, and its release and
+ * activation are posted before either engine gets there. Starts are taken in time order with
+ * the facts (an abort at a transfer's start instant wins: nothing is read). A pin's abort deadline
+ * is the prefill engine's own event; the cancel it sends travels forward like a pin. Nothing
+ * depends on thread timing: the phases and the merge orders fix everything.
  */
 #include "runtime/replay/replay_internal.h"
 
@@ -35,8 +39,8 @@ int replay__disagg_setup(struct replay *rp)
     const struct kvsim_disagg_config *dc = &rp->cfg->disagg;
     size_t R = rp->trace.num_reqs;
     rp->handoffs = calloc(R ? R : 1, sizeof *rp->handoffs); /* all KVSIM_HANDOFF_NONE */
-    rp->link_free = calloc(rp->num_prefill, sizeof *rp->link_free);
-    if (!rp->handoffs || !rp->link_free)
+    rp->links = calloc(rp->num_prefill, sizeof *rp->links);
+    if (!rp->handoffs || !rp->links)
         return -ENOMEM;
     rp->disagg = (struct kvsim_engine_disagg){
         .handoffs = rp->handoffs,
@@ -57,7 +61,9 @@ void replay__disagg_free(struct replay *rp)
 {
     kvsim_router_destroy(rp->decode_router);
     free(rp->handoffs);
-    free(rp->link_free);
+    for (uint32_t p = 0; rp->links && p < rp->num_prefill; p++)
+        free(rp->links[p].queue);
+    free(rp->links);
     free(rp->msgs);
     free(rp->msg_engine);
     free(rp->pfacts);
@@ -84,11 +90,24 @@ int64_t replay__disagg_bound(const struct replay *rp)
     }
     struct kvsim_transfer_model m = transfer_model(rp);
     int64_t bound = first == INT64_MAX ? INT64_MAX : add_sat(first, kvsim_transfer_min_ns(&m) - 1);
-    /* A session turn that arrives on a decode engine in this epoch finishes no earlier than one
-     * decode step later, and its follow-up comes min_delay after that. */
+    /* A transfer queued on a busy link starts no earlier than the link's last end. */
+    for (uint32_t p = 0; p < rp->num_prefill; p++) {
+        const struct replay_link *l = &rp->links[p];
+        int64_t shortest = INT64_MAX;
+        for (uint32_t i = 0; i < l->len; i++) {
+            const struct kvsim_handoff *h = &rp->handoffs[l->queue[(l->head + i) % l->cap]];
+            int64_t d = kvsim_transfer_duration_ns(&m, h->transfer_tokens);
+            if (!kvsim_handoff_is_final(h) && d < shortest)
+                shortest = d;
+        }
+        if (shortest != INT64_MAX && add_sat(l->free, shortest - 1) < bound)
+            bound = add_sat(l->free, shortest - 1);
+    }
+    /* A session turn that arrives on a decode engine in this epoch finishes no earlier than its
+     * pin (one decode step later, or at once when an abort cancels it), and its follow-up comes
+     * min_delay after that. */
     if (rp->parents_in_flight && first_pin != INT64_MAX) {
-        int64_t step = kvsim_step_model_min_duration_ns(&rp->cfg->model);
-        int64_t follow = add_sat(add_sat(first_pin, step), rp->min_delay);
+        int64_t follow = add_sat(first_pin, rp->min_delay);
         if (follow < bound)
             bound = follow;
     }
@@ -209,28 +228,86 @@ int replay__disagg_after_prefill(struct replay *rp)
 
 /* ---- after the decode phase: the epoch's facts in order, transfers ------------------------- */
 
-/* Starts the transfer of a reserved handoff on its prefill engine's link. */
-static int start_transfer(struct replay *rp, struct kvsim_handoff *h, int64_t t, char *err,
-                          size_t errlen)
+/* Queues a reserved handoff's transfer on its prefill engine's link. Returns 0 or -ENOMEM. */
+static int link_push(struct replay *rp, const struct kvsim_handoff *h)
+{
+    struct replay_link *l = &rp->links[h->prefill_engine];
+    if (l->len == l->cap) {
+        uint32_t nc = l->cap ? l->cap * 2 : 16;
+        uint32_t *nq = malloc(nc * sizeof *nq);
+        if (!nq)
+            return -ENOMEM;
+        for (uint32_t i = 0; i < l->len; i++)
+            nq[i] = l->queue[(l->head + i) % l->cap];
+        free(l->queue);
+        l->queue = nq;
+        l->head = 0;
+        l->cap = nc;
+    }
+    l->queue[(l->head + l->len++) % l->cap] = h->req;
+    return 0;
+}
+
+/*
+ * Starts, in time order, every queued transfer whose start comes before t (at or before t when
+ * inclusive): a transfer starts at max(its reservation, its link's last end); one whose handoff
+ * was aborted meanwhile leaves the queue without taking link time. Its end is posted to both
+ * engines. Returns 0, KVSIM_EINVARIANT (the lookahead was wrong: err says why), -EOVERFLOW (the
+ * transfer would end beyond any representable instant) or -ENOMEM.
+ */
+static int links_start(struct replay *rp, int64_t t, bool inclusive, char *err, size_t errlen)
 {
     struct kvsim_transfer_model tm = transfer_model(rp);
-    uint32_t p = (uint32_t)h->prefill_engine;
-    int64_t start = t > rp->link_free[p] ? t : rp->link_free[p];
-    int64_t end = add_sat(start, kvsim_transfer_duration_ns(&tm, h->transfer_tokens));
-    if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */
-        snprintf(err, errlen,
-                 "internal error: handoff %" PRIu64 " reserved at %" PRId64 " ns ends at %" PRId64
-                 " ns, inside the epoch (%" PRId64 ", %" PRId64 "]",
-                 h->id, t, end, rp->b_cur, rp->b_next);
-        return KVSIM_EINVARIANT;
+    for (;;) {
+        /* the earliest start over the links (lowest link first at one instant) */
+        uint32_t best = UINT32_MAX;
+        int64_t best_start = INT64_MAX;
+        for (uint32_t p = 0; p < rp->num_prefill; p++) {
+            struct replay_link *l = &rp->links[p];
+            while (l->len && kvsim_handoff_is_final(&rp->handoffs[l->queue[l->head]]))
+                l->head = (l->head + 1) % l->cap, l->len--; /* aborted before it started */
+            if (!l->len)
+                continue;
+            const struct kvsim_handoff *h = &rp->handoffs[l->queue[l->head]];
+            int64_t s = h->reserved_ns > l->free ? h->reserved_ns : l->free;
+            if (s < best_start)
+                best = p, best_start = s;
+        }
+        if (best == UINT32_MAX || best_start > t || (!inclusive && best_start == t))
+            return 0;
+        struct replay_link *l = &rp->links[best];
+        struct kvsim_handoff *h = &rp->handoffs[l->queue[l->head]];
+        int64_t d = kvsim_transfer_duration_ns(&tm, h->transfer_tokens);
+        int64_t end = add_sat(best_start, d);
+        if (end == INT64_MAX) {
+            snprintf(err, errlen,
+                     "handoff %" PRIu64 ": its KV transfer would end beyond any representable "
+                     "instant (%" PRId64 " ns after %" PRId64 " ns): the link is too slow",
+                     h->id, d, best_start);
+            return -EOVERFLOW;
+        }
+        if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */
+            snprintf(err, errlen,
+                     "internal error: handoff %" PRIu64 " starts its transfer at %" PRId64
+                     " ns and ends at %" PRId64 " ns, inside the epoch (%" PRId64 ", %" PRId64 "]",
+                     h->id, best_start, end, rp->b_cur, rp->b_next);
+            return KVSIM_EINVARIANT;
+        }
+        l->head = (l->head + 1) % l->cap;
+        l->len--;
+        l->free = end;
+        int rc = kvsim_handoff_transfer(h, best_start, end,
+                                        kvsim_transfer_bytes(&tm, h->transfer_tokens));
+        if (rc == 0)
+            rc = post(rp, best, end, KVSIM_MSG_RELEASE, h->req, 0);
+        if (rc == 0)
+            rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, h->req, 0);
+        if (rc) {
+            snprintf(err, errlen, "internal error: handoff %" PRIu64 " could not start: %s", h->id,
+                     kvsim_strerror(rc));
+            return rc < 0 ? rc : KVSIM_EINVARIANT;
+        }
     }
-    rp->link_free[p] = end;
-    int rc = kvsim_handoff_transfer(h, start, end, kvsim_transfer_bytes(&tm, h->transfer_tokens));
-    if (rc == 0)
-        rc = post(rp, p, end, KVSIM_MSG_RELEASE, h->req, 0);
-    if (rc == 0)
-        rc = post(rp, (uint32_t)h->decode_engine, end, KVSIM_MSG_ACTIVATE, h->req, 0);
-    return rc;
 }
 
 /* Applies one fact to its handoff. A fact the state machine ignores (a reservation after the
@@ -256,7 +333,7 @@ static int apply_fact(struct replay *rp, const struct kvsim_engine_msg *m, char 
     case KVSIM_MSG_RESERVED:
         rc = kvsim_handoff_reserve(h, m->t, m->a);
         if (rc == 0)
-            rc = start_transfer(rp, h, m->t, err, errlen);
+            rc = link_push(rp, h);
         break;
     default: rc = -EINVAL; break;
     }
@@ -281,8 +358,13 @@ int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen)
     int64_t k = 0;
     while (rc == 0 && (i < rp->num_pfacts || k < n)) {
         bool take_p = k == n || (i < rp->num_pfacts && rp->pfacts[i].t <= rp->msgs[order[k]].t);
-        rc = apply_fact(rp, take_p ? &rp->pfacts[i++] : &rp->msgs[order[k++]], err, errlen);
+        const struct kvsim_engine_msg *m = take_p ? &rp->pfacts[i++] : &rp->msgs[order[k++]];
+        rc = links_start(rp, m->t, false, err, errlen); /* the starts before it */
+        if (rc == 0)
+            rc = apply_fact(rp, m, err, errlen);
     }
+    if (rc == 0)
+        rc = links_start(rp, rp->b_next, true, err, errlen);
     free(order);
     return rc;
 }
@@ -333,7 +415,7 @@ int replay__disagg_records(struct replay *rp)
                            ? h->transfer_end_ns - h->transfer_start_ns
                            : KVSIM_TIME_NONE;
         int rc = kvsim_metrics_set_handoff(rp->metrics, (uint32_t)i, h->prefill_engine,
-                                           outcome_of(h), pin, xfer);
+                                           h->decode_engine, outcome_of(h), pin, xfer);
         if (rc)
             return rc;
     }

@@ -247,8 +247,9 @@ static void epoch_barrier(struct replay *rp)
         kvpool_registry_thread_online();
 }
 
-/* Boundary work at rp->b_cur (coordinator, all workers parked). */
-static int boundary(struct replay *rp)
+/* Boundary work at rp->b_cur (coordinator, all workers parked). Returns 0, -ENOMEM, or
+ * KVSIM_EINVARIANT (err says why) for a follow-up due before b_cur: the lookahead missed it. */
+static int boundary(struct replay *rp, char *err, size_t errlen)
 {
     /* 0. The shared G3 as of b_cur: the engines' writes and hits of the epoch, merged. */
     if (rp->g3) {
@@ -265,8 +266,16 @@ static int boundary(struct replay *rp)
             if (nx < 0)
                 continue;
             rp->parents_in_flight--;
-            int rc = heap_push(
-                rp, (struct follow_up){d[i].finish_ns + rp->trace.reqs[nx].delay_ns, (uint32_t)nx});
+            int64_t t = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
+            if (t < rp->b_cur) {
+                snprintf(err, errlen,
+                         "internal error: request %" PRId32
+                         " (a session's next turn) was due at %" PRId64
+                         " ns, found at the boundary %" PRId64 " ns",
+                         nx, t, rp->b_cur);
+                return KVSIM_EINVARIANT;
+            }
+            int rc = heap_push(rp, (struct follow_up){t, (uint32_t)nx});
             if (rc)
                 return rc;
         }
@@ -552,7 +561,7 @@ static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errl
  */
 static int disagg_epoch(struct replay *rp, char *err, size_t errlen)
 {
-    int rc = boundary(rp);
+    int rc = boundary(rp, err, errlen);
     rp->epochs++;
     if (rc == 0)
         rc = run_phase(rp, PHASE_PREFILL_ADMIT, err, errlen);
@@ -654,7 +663,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rp.num_decode = cfg->disagg.decode_engines;
         rp.num_engines = rp.num_prefill + rp.num_decode;
     }
-    rp.num_threads = cfg->num_threads < cfg->num_engines ? cfg->num_threads : cfg->num_engines;
+    rp.num_threads = cfg->num_threads < rp.num_engines ? cfg->num_threads : rp.num_engines;
     size_t R = rp.trace.num_reqs;
     rc = kvsim_metrics_create((uint32_t)R, rp.num_threads, &rp.metrics);
     if (rc == 0 && rp.num_prefill)
@@ -784,7 +793,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rp.b_cur = rp.b_next;
     }
     while (rc == 0 && !rp.num_prefill) {
-        rc = boundary(&rp);
+        rc = boundary(&rp, err, errlen);
         if (rc)
             break;
         /* Without session turns in flight the next boundary is the next arrival: one parallel
@@ -812,6 +821,14 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rp.b_next == INT64_MAX)
             break;
         rp.b_cur = rp.b_next;
+    }
+    /* Every session turn routed with a next turn has released it at a boundary. */
+    if (rc == 0 && rp.parents_in_flight) {
+        snprintf(err, errlen,
+                 "internal error: the replay ran out of events with %" PRIu64
+                 " session turns whose next turn never came",
+                 (uint64_t)rp.parents_in_flight);
+        rc = KVSIM_EINVARIANT;
     }
     /* The last epoch's G3 writes and hits, for the end residency (the registry is done). */
     if (rc == 0 && rp.g3 && (rc = kvsim_g3_shared_boundary(rp.g3, INT64_MAX)) != 0)

@@ -86,13 +86,21 @@ struct replay {
     struct kvsim_router *decode_router;
     struct kvsim_handoff *handoffs;    /* [R] */
     struct kvsim_engine_disagg disagg; /* every engine's view */
-    int64_t *link_free;                /* [num_prefill]: when each prefill link is free */
+    struct replay_link *links;         /* [num_prefill]: each prefill engine's link */
     struct kvsim_engine_msg *msgs;     /* scratch: the outboxes merged */
     struct kvsim_engine_msg *pfacts;   /* the prefill facts of the epoch, in order */
     size_t num_pfacts, cap_pfacts;
     uint32_t *msg_engine;
     size_t num_msgs, cap_msgs;
     uint64_t epochs;
+};
+
+/* A prefill engine's link: the transfers reserved on it and not started yet, first come first
+ * served, and the end of the last one that started. */
+struct replay_link {
+    uint32_t *queue; /* request indexes, a ring */
+    uint32_t head, len, cap;
+    int64_t free; /* the end of the last transfer that started */
 };
 
 struct event_ctx {

@@ -53,6 +53,7 @@ int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvs
             .engine = -1,
             .status = KVSIM_REQ_PENDING,
             .prefill_engine = -1,
+            .decode_engine = -1,
             .pin_ns = KVSIM_TIME_NONE,
             .transfer_ns = KVSIM_TIME_NONE,
         };
@@ -216,13 +217,15 @@ int kvsim_metrics_on_abort(struct kvsim_metrics *m, uint32_t req, int64_t t, con
 }
 
 int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req, int32_t prefill_engine,
-                              enum kvsim_req_handoff outcome, int64_t pin_ns, int64_t transfer_ns)
+                              int32_t decode_engine, enum kvsim_req_handoff outcome, int64_t pin_ns,
+                              int64_t transfer_ns)
 {
     if (req >= m->num_requests)
         return -EINVAL;
     struct kvsim_req_record *rec = &m->recs[req];
     rec->handoff = (uint8_t)outcome;
     rec->prefill_engine = prefill_engine;
+    rec->decode_engine = decode_engine;
     rec->pin_ns = pin_ns;
     rec->transfer_ns = transfer_ns;
     m->disagg = true;

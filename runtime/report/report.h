@@ -146,6 +146,7 @@ struct kvsim_req_record {
     /* disaggregated serving (kvsim_metrics_set_handoff; handoff 0: not disaggregated) */
     uint8_t handoff;        /* enum kvsim_req_handoff */
     int32_t prefill_engine; /* -1: none */
+    int32_t decode_engine;  /* the decode engine it was routed to; -1: never routed */
     int64_t pin_ns;         /* how long the source stayed pinned */
     int64_t transfer_ns;    /* how long the KV transfer took (KVSIM_TIME_NONE: none) */
 };
@@ -214,13 +215,15 @@ KVSIM_EXTERN int kvsim_metrics_on_abort(struct kvsim_metrics *m, uint32_t req, i
                                         const char *reason);
 /*
  * kvsim_metrics_set_handoff - record how req's disaggregated handoff went (its prefill engine,
- * outcome, pin and transfer durations; transfer_ns KVSIM_TIME_NONE when nothing moved). Marks
+ * the decode engine it was routed to (-1: never routed), outcome, pin and transfer durations;
+ * transfer_ns KVSIM_TIME_NONE when nothing moved). Marks
  * the collector as disaggregated: the per-request records then carry these fields. Context: no
  * worker feeding events. Returns 0 or -EINVAL (req out of range).
  */
 KVSIM_EXTERN int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req,
-                                           int32_t prefill_engine, enum kvsim_req_handoff outcome,
-                                           int64_t pin_ns, int64_t transfer_ns);
+                                           int32_t prefill_engine, int32_t decode_engine,
+                                           enum kvsim_req_handoff outcome, int64_t pin_ns,
+                                           int64_t transfer_ns);
 
 /*
  * kvsim_metrics_mark_incomplete - the replay ended: every PENDING record becomes INCOMPLETE.

@@ -405,8 +405,8 @@ static void write_handoff(FILE *f, const struct kvsim_req_record *r)
         fprintf(f, ",\"prefill_engine\":%" PRId32, r->prefill_engine);
     else
         fputs(",\"prefill_engine\":null", f);
-    if (r->handoff != KVSIM_REQ_HANDOFF_NONE && r->engine >= 0 && r->engine != r->prefill_engine)
-        fprintf(f, ",\"decode_engine\":%" PRId32, r->engine);
+    if (r->decode_engine >= 0)
+        fprintf(f, ",\"decode_engine\":%" PRId32, r->decode_engine);
     else
         fputs(",\"decode_engine\":null", f);
     fprintf(f, ",\"handoff\":\"%s\"", handoff_name(r->handoff));

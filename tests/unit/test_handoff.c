@@ -75,13 +75,13 @@ Test(handoff, facts_out_of_order_are_refused)
     cr_assert_eq(h.state, KVSIM_HANDOFF_TRANSFERRING, "refusals change nothing");
     cr_assert_eq(kvsim_handoff_abort(&h, 125), 0, "the timeout may fire mid-transfer");
     cr_assert_eq(h.source_released_ns, 125);
-    /* A transfer waiting for a busy link: its start is scheduled, and an abort may come first. */
+    /* A transfer's start is recorded when it happens: an abort cannot come before it. */
     h = pinned_at(100, 0);
     cr_assert_eq(kvsim_handoff_route(&h, 100, 1), 0);
     cr_assert_eq(kvsim_handoff_reserve(&h, 110, 1), 0);
     cr_assert_eq(kvsim_handoff_transfer(&h, 200, 300, 1), 0);
-    cr_assert_eq(kvsim_handoff_abort(&h, 150), 0, "aborted while queued for the link");
-    cr_assert_eq(h.end_ns, 150);
+    cr_assert_eq(kvsim_handoff_abort(&h, 150), -EINVAL, "aborted before the recorded start");
+    cr_assert_eq(kvsim_handoff_abort(&h, 250), 0, "cut while it moves");
 }
 
 Test(handoff, immediate_release_is_recorded_at_the_pin)

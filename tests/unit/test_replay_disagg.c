@@ -411,3 +411,76 @@ Test(disagg, an_abort_while_a_transfer_waits_for_the_link, .timeout = 300)
     kvsim_report_fini(&r);
     remove_outputs("queued");
 }
+
+/* Every session turn arrives exactly its think time after the previous turn finished (or was
+ * aborted), and nothing is left incomplete: the lookahead must see what the coordinator posts
+ * after the decode phase (an idle decode engine woken by an activation) and a turn that an abort
+ * ends without a step. Checked over the built-in workload's sessions in configurations that
+ * broke it: a decode pool so small that activations gate its reservations, slow transfers with
+ * no timeout, and short timeouts behind a long latency. */
+static void assert_turns_on_time(const struct kvsim_replay_config *c, const char *tag)
+{
+    struct kvsim_report r = run(c, 2, tag);
+    cr_assert_eq(r.incomplete, 0, "%s: no turn left behind", tag);
+    struct kvsim_synth_opts so = c->synth;
+    so.seed = c->seed;
+    struct kvsim_trace t;
+    char err[256];
+    cr_assert_eq(kvsim_workload_synthetic(&so, &t, err, sizeof err), 0, "%s", err);
+    char rec[256];
+    path_of(rec, sizeof rec, tag, "jsonl");
+    char *text = kvsim_test_read_file(rec, NULL);
+    double *arrival = calloc(t.num_reqs, sizeof *arrival),
+           *finish = calloc(t.num_reqs, sizeof *finish);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o);
+        json_int_t id = json_integer_value(json_object_get(o, "id"));
+        cr_assert(id >= 0 && (size_t)id < t.num_reqs);
+        arrival[id] = json_real_value(json_object_get(o, "arrival_ms"));
+        finish[id] = json_real_value(json_object_get(o, "finish_ms"));
+        json_decref(o);
+    }
+    size_t turns = 0;
+    for (size_t i = 0; i < t.num_reqs; i++) {
+        int32_t p = t.reqs[i].prev_turn;
+        if (p < 0)
+            continue;
+        double due = finish[p] + (double)t.reqs[i].delay_ns / 1e6;
+        cr_assert(fabs(arrival[i] - due) < 1e-5, "%s: request %zu arrived at %.6f ms, due at %.6f",
+                  tag, i, arrival[i], due);
+        turns++;
+    }
+    cr_assert_gt(turns, 0);
+    free(text);
+    free(arrival);
+    free(finish);
+    kvsim_trace_free(&t);
+    kvsim_report_fini(&r);
+    remove_outputs(tag);
+}
+
+/* 100 of the workload's sessions, invariants checked. */
+static void turns_config(struct kvsim_replay_config *c)
+{
+    disagg_config(c);
+    c->synth.num_sessions = 100;
+    c->disagg.prefill_engines = c->disagg.decode_engines = 1;
+}
+
+Test(disagg, session_turns_arrive_exactly_when_due, .timeout = 600)
+{
+    struct kvsim_replay_config c;
+    turns_config(&c);
+    c.disagg.decode_sched.num_blocks = 200;
+    assert_turns_on_time(&c, "turns-small-decode");
+    turns_config(&c);
+    c.disagg.transfer.latency_ns = INT64_C(2000000000);
+    c.disagg.abort_timeout_ns = 0;
+    assert_turns_on_time(&c, "turns-slow-link");
+    turns_config(&c);
+    c.disagg.decode_sched.num_blocks = 200;
+    c.disagg.abort_timeout_ns = INT64_C(100000000);
+    c.disagg.transfer.latency_ns = INT64_C(50000000);
+    assert_turns_on_time(&c, "turns-aborts");
+}

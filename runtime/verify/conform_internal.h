@@ -52,10 +52,13 @@ struct creq {
     json_t *add; /* its add op: the decode request is built from it at the route */
     struct kvsim_handoff h;
     struct sched_pin *pin; /* the source pin on the prefill engine, NULL once released */
-    /* its transfer on the prefill engine's link, planned at the reservation: it starts (the
-     * handoff enters TRANSFERRING) when the link's previous transfer ends */
-    int64_t xfer_start, xfer_end;
-    bool xfer_started;
+    /* its transfer on the prefill engine's link (conform_ops.c, "the link"): queued at the
+     * reservation, booked only when it starts, at max(its reservation, link_before: the end of
+     * the last transfer that actually ran), which is when the handoff enters TRANSFERRING.
+     * xfer_start and xfer_end are KVSIM_HANDOFF_TIME_NONE until then. */
+    int64_t xfer_start, xfer_end, link_before;
+    bool on_link;      /* in the link's FIFO: queued, moving, or cut and still on the link */
+    bool xfer_started; /* it started (it holds the link until xfer_end) */
 };
 
 /* One engine's scheduler and what an op observed of it. */
@@ -103,9 +106,11 @@ struct kvsim_conform_runner {
     /* the two-engine form's handoffs */
     struct conform_handoff_cfg hcfg;
     struct conform_fifo deadlines; /* pins with a deadline, in pin order (= deadline order) */
-    struct conform_fifo transfers; /* transfers on the prefill engine's link, in order: each
-                                    * starts when the previous one ends */
-    int64_t link_free;             /* when the link's last transfer ends */
+    struct conform_fifo transfers; /* the prefill engine's link: the transfers reserved and not
+                                    * ended, in reservation order; only the head may have
+                                    * started (cut by an abort or not); an aborted transfer that
+                                    * had not started is gone from it */
+    int64_t link_free;             /* the end of the last transfer that actually started */
     /* the current op's observations */
     struct sched_step *step; /* schedule */
     json_t *ignored;         /* handoff facts this op ignored (ids) */
@@ -173,7 +178,7 @@ int conform__op_kv_allocate(struct kvsim_conform_runner *c, json_t *st, const ch
 int conform__op_kv_free(struct kvsim_conform_runner *c, json_t *st, const char *where);
 int conform__op_advance(struct kvsim_conform_runner *c, json_t *st, const char *where);
 int conform__op_route(struct kvsim_conform_runner *c, json_t *st, const char *where);
-/* The earliest handoff event (a transfer's end, a pin's deadline), or INT64_MAX. */
+/* The earliest handoff event (a transfer's start or end, a pin's deadline), or INT64_MAX. */
 int64_t conform__next_handoff_event(const struct kvsim_conform_runner *c);
 void conform__fifo_free(struct conform_fifo *f);
 /* conform_expect.c */

@@ -119,6 +119,19 @@ static size_t fifo_peek(const struct conform_fifo *f, size_t i)
 }
 static size_t fifo_len(const struct conform_fifo *f) { return f->tail - f->head; }
 
+/* Removes the entry v (its first occurrence), keeping the others in order. */
+static void fifo_remove(struct conform_fifo *f, size_t v)
+{
+    size_t n = fifo_len(f), i = 0;
+    while (i < n && fifo_peek(f, i) != v)
+        i++;
+    if (i == n)
+        return;
+    for (; i + 1 < n; i++)
+        f->v[(f->head + i) % f->cap] = fifo_peek(f, i + 1);
+    f->tail--;
+}
+
 void conform__fifo_free(struct conform_fifo *f)
 {
     free(f->v);
@@ -288,41 +301,95 @@ int conform__sched_error(struct kvsim_conform_runner *c, int e, const char *wher
 
 /* ---- the handoff's facts ---- */
 
-/* A transfer planned beyond any reachable instant ends (and starts) here. */
+/* A transfer planned beyond any reachable instant ends here. */
 #define XFER_NEVER (INT64_MAX - 1)
 
 /*
- * A decode schedule reserved q's destination (it parked the request, or admitted it at once on
- * local hits: nothing to move): DESTINATION_RESERVED, and its transfer is planned on the prefill
- * engine's link, first come first served: it starts at max(now, the link's last end), when the
- * handoff enters TRANSFERRING (at once on an idle link, else in the advance that reaches it),
- * and ends latency + bytes / bandwidth later (kvsim_transfer_duration_ns).
+ * The link. Each reserved transfer joins the prefill engine's link, a FIFO in reservation
+ * order, and is booked on it only when it starts: at max(its reservation, the end of the last
+ * transfer that actually ran, link_free), which is when its handoff enters TRANSFERRING (with
+ * end = start + kvsim_transfer_duration_ns). A transfer whose handoff is aborted at an instant
+ * no later than its start never starts and takes no link time: it leaves the FIFO, and the next
+ * one may start at once. One that started keeps the link until its computed end even if its
+ * handoff is aborted meanwhile (cut: the end is then a late fact). So the head of the FIFO is
+ * the only transfer that may have started, and after every op it has (or the FIFO is empty).
  */
-static int start_transfer(struct kvsim_conform_runner *c, struct creq *q, const char *where)
+
+/* The instant the link's head would start (it has not started): max(reservation, link_free). */
+static int64_t head_start(const struct kvsim_conform_runner *c, const struct creq *q)
 {
+    return q->h.reserved_ns > c->link_free ? q->h.reserved_ns : c->link_free;
+}
+
+/* q, the link's head, starts at t: TRANSFERRING from t to t + its duration; the link is busy
+ * until then. */
+static int start_transfer(struct kvsim_conform_runner *c, struct creq *q, int64_t t,
+                          const char *where)
+{
+    int64_t d = kvsim_transfer_duration_ns(&c->hcfg.xfer, q->h.transfer_tokens); /* <= 2^61 */
+    q->link_before = c->link_free;
+    q->xfer_start = t;
+    /* Saturated at XFER_NEVER: beyond any advance (virtual time stays below 2^62). */
+    q->xfer_end = t > XFER_NEVER - d ? XFER_NEVER : t + d;
+    q->xfer_started = true;
+    c->link_free = q->xfer_end;
     int rc = kvsim_handoff_transfer(&q->h, q->xfer_start, q->xfer_end,
                                     kvsim_transfer_bytes(&c->hcfg.xfer, q->h.transfer_tokens));
     if (rc)
         return handoff_error(c, q, where, "the transfer's start", rc);
-    q->xfer_started = true;
     return 0;
 }
 
+/* Starts the link's head if it has not started and its start has come (by now): after a
+ * reservation on an idle link, or after a cancel took the link's head off it. */
+static int link_kick(struct kvsim_conform_runner *c, const char *where)
+{
+    if (fifo_empty(&c->transfers))
+        return 0;
+    struct creq *q = &c->reqs[fifo_peek(&c->transfers, 0)];
+    if (q->xfer_started || head_start(c, q) > c->now_ns)
+        return 0;
+    return start_transfer(c, q, head_start(c, q), where);
+}
+
+/* q's handoff was aborted at t: a transfer that had not started leaves the link without taking
+ * any of its time; one that started at t too never started (at one instant an abort wins over
+ * a start: the source is gone, nothing is read), its booking is withdrawn and the link is free
+ * again from the end of the transfer before it; one that started earlier is cut and keeps the
+ * link until its end. The caller starts the next transfer (link_kick, or the advance's loop). */
+static void link_abort(struct kvsim_conform_runner *c, struct creq *q, int64_t t)
+{
+    if (!q->on_link || (q->xfer_started && q->xfer_start < t))
+        return;
+    if (q->xfer_started) {
+        c->link_free = q->link_before;
+        q->h.transfer_start_ns = q->h.transfer_end_ns = KVSIM_HANDOFF_TIME_NONE;
+        q->h.transfer_bytes = 0;
+        q->xfer_started = false;
+        q->xfer_start = q->xfer_end = KVSIM_HANDOFF_TIME_NONE;
+    }
+    fifo_remove(&c->transfers, req_index(c, q));
+    q->on_link = false;
+}
+
+/*
+ * A decode schedule reserved q's destination (it parked the request, or admitted it at once on
+ * local hits: nothing to move): DESTINATION_RESERVED, and its transfer joins the prefill
+ * engine's link. On an idle link it starts at once (TRANSFERRING); behind another it waits.
+ */
 static int reserve(struct kvsim_conform_runner *c, struct creq *q, uint64_t missing,
                    const char *where)
 {
     int rc = kvsim_handoff_reserve(&q->h, c->now_ns, missing);
     if (rc)
         return handoff_error(c, q, where, "the reservation", rc);
-    q->xfer_start = c->now_ns > c->link_free ? c->now_ns : c->link_free;
-    int64_t d = kvsim_transfer_duration_ns(&c->hcfg.xfer, missing); /* <= INT64_MAX / 4 */
-    /* Saturated at XFER_NEVER: beyond any advance (virtual time stays below 2^62). */
-    q->xfer_end = q->xfer_start > XFER_NEVER - d ? XFER_NEVER : q->xfer_start + d;
-    c->link_free = q->xfer_end;
+    q->xfer_start = q->xfer_end = q->link_before = KVSIM_HANDOFF_TIME_NONE;
+    q->xfer_started = false;
     if (fifo_push(&c->transfers, req_index(c, q)))
         return conform__fail(c, "out of memory");
+    q->on_link = true;
     c->stats.reservations++;
-    return q->xfer_start == c->now_ns ? start_transfer(c, q, where) : 0;
+    return link_kick(c, where);
 }
 
 static int reservations_made(struct kvsim_conform_runner *c, const struct sched_step *st,
@@ -400,11 +467,12 @@ static int pins_made(struct kvsim_conform_runner *c, const char *where)
 
 /*
  * The handoff ends early at t: the client cancelled the request (client) or its pin's abort
- * deadline passed. ABORTED (a handoff already final ignores it), the source freed, the decode
- * side cancelled: a routed request aborted, a reserved destination freed at once (the transfer
- * never writes it now). A client cancel also aborts a prefill still running (vLLM frees it at
- * once: no pin) and a decode already running; the abort timeout leaves a decode that runs on
- * its own hits alone (runtime/engine/disagg.c apply_cancel).
+ * deadline passed. ABORTED (a handoff already final ignores it), its transfer off the link if it
+ * had not started (link_abort), the source freed, the decode side cancelled: a routed request
+ * aborted, a reserved destination freed at once (the transfer never writes it now). A client cancel
+ * also aborts a prefill still running (vLLM frees it at once: no pin) and a decode already running;
+ * the abort timeout leaves a decode that runs on its own hits alone (runtime/engine/disagg.c
+ * apply_cancel).
  */
 static int cancel_handoff(struct kvsim_conform_runner *c, struct creq *q, int64_t t, bool client,
                           const char *where)
@@ -412,10 +480,12 @@ static int cancel_handoff(struct kvsim_conform_runner *c, struct creq *q, int64_
     int rc = kvsim_handoff_abort(&q->h, t);
     if (rc < 0)
         return handoff_error(c, q, where, client ? "the cancel" : "the abort timeout", rc);
-    if (rc == KVSIM_HANDOFF_IGNORED)
+    if (rc == KVSIM_HANDOFF_IGNORED) {
         note(&c->ignored, q->name);
-    else
+    } else {
         c->stats.aborted_handoffs++;
+        link_abort(c, q, t);
+    }
     struct sched_request *pr = q->r[CONFORM_PREFILL], *dr = q->r[CONFORM_DECODE];
     if (client && pr && !sched_status_is_finished(pr->status)) {
         if ((rc = sched_abort(c->eng[CONFORM_PREFILL].s, pr)) != 0)
@@ -479,20 +549,19 @@ static struct creq *next_deadline_req(const struct kvsim_conform_runner *c, size
     return NULL;
 }
 
-/* The link's next event: the head transfer's start (if it has not started and its handoff
- * still waits for it) or its end. A transfer starts no earlier than the previous one ends, so
- * the head's event comes first. INT64_MAX when the link is idle. */
+/* The link's next event: its head's end if it started, else its start (only between the
+ * events of one instant: after every op the head has started). INT64_MAX when the link is
+ * idle. */
 static int64_t link_event(const struct kvsim_conform_runner *c, bool *is_start)
 {
     *is_start = false;
     if (fifo_empty(&c->transfers))
         return INT64_MAX;
     const struct creq *q = &c->reqs[fifo_peek(&c->transfers, 0)];
-    if (!q->xfer_started && q->h.state == KVSIM_HANDOFF_DESTINATION_RESERVED) {
-        *is_start = true;
-        return q->xfer_start;
-    }
-    return q->xfer_end;
+    if (q->xfer_started)
+        return q->xfer_end;
+    *is_start = true;
+    return head_start(c, q);
 }
 
 int64_t conform__next_handoff_event(const struct kvsim_conform_runner *c)
@@ -506,8 +575,9 @@ int64_t conform__next_handoff_event(const struct kvsim_conform_runner *c)
 }
 
 /* Every handoff event at or before t, in time order; at one instant a transfer's end, then the
- * next transfer's start, then the deadlines (an engine applies its messages before it expires
- * pins). A transfer cancelled before it started never starts; its end is a late fact. */
+ * deadlines (an engine applies its messages before it expires pins: a transfer ending at its
+ * deadline completes), then the next transfer's start (an abort wins over a start: a transfer
+ * whose pin expires at its start never starts). */
 static int handoff_events_until(struct kvsim_conform_runner *c, int64_t t, const char *where)
 {
     for (;;) {
@@ -519,14 +589,15 @@ static int handoff_events_until(struct kvsim_conform_runner *c, int64_t t, const
             td = d->h.deadline_ns;
         if ((te < td ? te : td) > t)
             return 0;
-        if (te <= td) {
+        if (is_start ? te < td : te <= td) {
             struct creq *q = &c->reqs[fifo_peek(&c->transfers, 0)];
             if (is_start) {
-                if (start_transfer(c, q, where))
+                if (start_transfer(c, q, te, where))
                     return conform__failed(c);
                 continue;
             }
             c->transfers.head++;
+            q->on_link = false;
             if (transfer_ended(c, q, te, where))
                 return conform__failed(c);
         } else {
@@ -894,6 +965,9 @@ int conform__op_abort(struct kvsim_conform_runner *c, json_t *st, json_t *eff, c
         note_finished(c, q->eng);
     }
     json_decref(list);
+    /* A cancel that took the link's head off it lets the next transfer start now. */
+    if (rc == 0 && c->disagg)
+        rc = link_kick(c, where);
     if (rc == 0 && nknown == 0 && c->lenient)
         return OP_SKIPPED;
     return rc;

@@ -294,11 +294,14 @@ static int check_handoff(struct kvsim_conform_runner *c, const struct creq *q, c
                                  "and holds %" PRIu32 " blocks",
                                  sched_status_name(dr->status), dr->kv.num_blocks);
     if (st == KVSIM_HANDOFF_DESTINATION_RESERVED || st == KVSIM_HANDOFF_TRANSFERRING) {
-        int64_t due = st == KVSIM_HANDOFF_TRANSFERRING ? q->xfer_end : q->xfer_start;
-        if (due <= c->now_ns && (st == KVSIM_HANDOFF_TRANSFERRING || due < c->now_ns))
-            return handoff_violation(
-                c, where, q, "overdue", "its transfer %s at %" PRId64 " ns (now %" PRId64 ")",
-                st == KVSIM_HANDOFF_TRANSFERRING ? "ended" : "started", due, c->now_ns);
+        /* (a reserved transfer's start is the link's: check_link) */
+        if (!q->on_link)
+            return handoff_violation(c, where, q, "link",
+                                     "its transfer is not on the prefill engine's link");
+        if (st == KVSIM_HANDOFF_TRANSFERRING && q->xfer_end <= c->now_ns)
+            return handoff_violation(c, where, q, "overdue",
+                                     "its transfer ended at %" PRId64 " ns (now %" PRId64 ")",
+                                     q->xfer_end, c->now_ns);
         bool parked = dr->status == SCHED_WAITING_FOR_REMOTE_KVS;
         if (parked ? dr->recv_finished || dr->loading_tokens != h->transfer_tokens
                    : h->transfer_tokens != 0)
@@ -341,6 +344,84 @@ static int check_handoff(struct kvsim_conform_runner *c, const struct creq *q, c
     return 0;
 }
 
+/*
+ * The prefill engine's link (conform_ops.c): one FIFO of the transfers reserved and not ended,
+ * in reservation order. Only its head may have started, and after every op it has: a transfer
+ * waits only behind one that runs. The head started exactly at max(its reservation, the end of
+ * the transfer that ran before it) and holds the link until its end, later than now (cut by an
+ * abort or not); the others wait in DESTINATION_RESERVED with no start recorded. An aborted
+ * transfer that had not started left the FIFO (it took no link time).
+ */
+static int check_link(struct kvsim_conform_runner *c, const char *where)
+{
+    size_t n = c->transfers.tail - c->transfers.head;
+    int64_t prev_reserved = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        const struct creq *q = &c->reqs[c->transfers.v[(c->transfers.head + i) % c->transfers.cap]];
+        const struct kvsim_handoff *h = &q->h;
+        if (!q->on_link || h->reserved_ns == KVSIM_HANDOFF_TIME_NONE ||
+            h->reserved_ns < prev_reserved || h->reserved_ns > c->now_ns)
+            return handoff_violation(c, where, q, "link",
+                                     "reserved at %" PRId64 " ns, at place %zu of the link after "
+                                     "a reservation at %" PRId64
+                                     " ns (the link is one FIFO in reservation order)",
+                                     h->reserved_ns, i, prev_reserved);
+        prev_reserved = h->reserved_ns;
+        if (i > 0 && (q->xfer_started || h->state != KVSIM_HANDOFF_DESTINATION_RESERVED ||
+                      h->transfer_start_ns != KVSIM_HANDOFF_TIME_NONE))
+            return handoff_violation(c, where, q, "link",
+                                     "%s at place %zu of the link, behind a transfer that holds "
+                                     "it (only the head may have started)",
+                                     q->xfer_started ? "started" : "recorded a start", i);
+        if (i > 0)
+            continue;
+        int64_t due = h->reserved_ns > q->link_before ? h->reserved_ns : q->link_before;
+        if (!q->xfer_started)
+            return handoff_violation(c, where, q, "overdue",
+                                     "its transfer waits at the head of an idle link (free since "
+                                     "%" PRId64 " ns, reserved at %" PRId64 " ns, now %" PRId64 ")",
+                                     c->link_free, h->reserved_ns, c->now_ns);
+        bool cut = h->state == KVSIM_HANDOFF_ABORTED;
+        if ((!cut && h->state != KVSIM_HANDOFF_TRANSFERRING) || q->xfer_start != due ||
+            q->xfer_end <= q->xfer_start || q->xfer_end <= c->now_ns ||
+            c->link_free != q->xfer_end || q->link_before > q->xfer_start ||
+            h->transfer_start_ns != q->xfer_start || h->transfer_end_ns != q->xfer_end)
+            return handoff_violation(c, where, q, "link",
+                                     "transfer [%" PRId64 ", %" PRId64 ")%s reserved at %" PRId64
+                                     " ns after a transfer ending at %" PRId64
+                                     " ns (a transfer starts at max(its reservation, the end of "
+                                     "the last one that ran) and holds the link until its end, "
+                                     "here until %" PRId64 " ns; now %" PRId64 ")",
+                                     q->xfer_start, q->xfer_end, cut ? " (cut)" : "",
+                                     h->reserved_ns, q->link_before, c->link_free, c->now_ns);
+    }
+    if (n == 0 && c->link_free > c->now_ns)
+        return handoff_violation(c, where, NULL, "link",
+                                 "the idle link is booked until %" PRId64 " ns (now %" PRId64 ")",
+                                 c->link_free, c->now_ns);
+    /* On the link: exactly the transfers reserved and not ended, and the cut ones until their
+     * end. An aborted handoff whose transfer never started records no start. */
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct creq *q = &c->reqs[i];
+        if (!q->disagg)
+            continue;
+        bool aborted = q->h.state == KVSIM_HANDOFF_ABORTED;
+        bool pending = q->h.state == KVSIM_HANDOFF_DESTINATION_RESERVED ||
+                       q->h.state == KVSIM_HANDOFF_TRANSFERRING;
+        bool cut = aborted && q->xfer_started && q->xfer_end > c->now_ns;
+        if (q->on_link != (pending || cut))
+            return handoff_violation(c, where, q, "link", "%s the link (its transfer %s)",
+                                     q->on_link ? "on" : "not on",
+                                     q->xfer_started ? "started" : "has not started");
+        if (aborted && !q->xfer_started && q->h.transfer_start_ns != KVSIM_HANDOFF_TIME_NONE)
+            return handoff_violation(c, where, q, "link",
+                                     "its transfer never started, yet it records a start at "
+                                     "%" PRId64 " ns",
+                                     q->h.transfer_start_ns);
+    }
+    return 0;
+}
+
 /* Every handoff, the pins' count on both engines and the prefill engine's link (FIFO). */
 static int check_handoffs(struct kvsim_conform_runner *c, const char *where)
 {
@@ -365,24 +446,7 @@ static int check_handoffs(struct kvsim_conform_runner *c, const char *where)
     if (sched_num_pins(ds) || kvpool_num_pinned_only_blocks(sched_pool(ds)))
         return handoff_violation(c, where, NULL, "pins", "the decode engine holds %" PRIu32 " pins",
                                  sched_num_pins(ds));
-    int64_t prev_end = INT64_MIN;
-    for (size_t i = 0; i < c->transfers.tail - c->transfers.head; i++) {
-        const struct creq *q = &c->reqs[c->transfers.v[(c->transfers.head + i) % c->transfers.cap]];
-        const struct kvsim_handoff *h = &q->h;
-        bool started = h->transfer_start_ns != KVSIM_HANDOFF_TIME_NONE;
-        if (q->xfer_start < h->reserved_ns || q->xfer_start < prev_end ||
-            (q->xfer_end <= q->xfer_start && q->xfer_end != INT64_MAX - 1) ||
-            q->xfer_end > c->link_free || started != q->xfer_started ||
-            (started &&
-             (h->transfer_start_ns != q->xfer_start || h->transfer_end_ns != q->xfer_end)))
-            return handoff_violation(c, where, q, "link",
-                                     "transfer [%" PRId64 ", %" PRId64 ") reserved at %" PRId64
-                                     " after a transfer ending at %" PRId64
-                                     " (the link is one FIFO)",
-                                     q->xfer_start, q->xfer_end, h->reserved_ns, prev_end);
-        prev_end = q->xfer_end;
-    }
-    return 0;
+    return check_link(c, where);
 }
 
 /* Every scheduler's invariants, then the tiers', then the handoffs'. */

@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/runtime.h"
+
 /* Exit statuses of every subcommand. */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2 };
 
@@ -79,7 +81,52 @@ int cli_error(const struct cli_parser *p, const char *fmt, ...)
 
 /* ---- subcommands (argv[0] is the subcommand's name; each returns its exit status) ------------ */
 
+/* The step model and KV capacity options (timing.c): a profile (--profiles --hardware --model
+ * --tp, the all-reduce link), and capacity from the model and the GPU (--gpu-memory-gib,
+ * --gpu-memory-utilization) unless --num-gpu-blocks was given. */
+struct cli_timing {
+    const char *profiles, *hardware, *model;
+    uint32_t tp;
+    double tp_link_gbps, tp_link_latency_us;
+    double gpu_memory_gib, gpu_memory_utilization;
+    bool blocks_given, kv_bytes_given;
+    struct kvsim_profile *profile;      /* loaded by cli_timing_apply (owned) */
+    struct kvsim_gpu_capacity capacity; /* derived by cli_timing_apply */
+};
+void cli_timing_default(struct cli_timing *t);
+/* Their getopt_long entries (values from CLI_O_TIMING up) and their parser: 0, -EINVAL
+ * (reported), or 1 (not one of them). */
+enum {
+    CLI_O_TIMING = 0x1000,
+    CLI_O_PROFILES = CLI_O_TIMING,
+    CLI_O_HARDWARE,
+    CLI_O_MODEL,
+    CLI_O_TP,
+    CLI_O_TPGBPS,
+    CLI_O_TPLAT,
+    CLI_O_GPUMEM,
+    CLI_O_GPUUTIL,
+};
+#define CLI_TIMING_OPTIONS                                                                         \
+    {"profiles", required_argument, NULL, CLI_O_PROFILES},                                         \
+        {"hardware", required_argument, NULL, CLI_O_HARDWARE},                                     \
+        {"model", required_argument, NULL, CLI_O_MODEL},                                           \
+        {"tp", required_argument, NULL, CLI_O_TP},                                                 \
+        {"tp-link-gbps", required_argument, NULL, CLI_O_TPGBPS},                                   \
+        {"tp-link-latency-us", required_argument, NULL, CLI_O_TPLAT},                              \
+        {"gpu-memory-gib", required_argument, NULL, CLI_O_GPUMEM},                                 \
+    {                                                                                              \
+        "gpu-memory-utilization", required_argument, NULL, CLI_O_GPUUTIL                           \
+    }
+int cli_parse_timing_option(struct cli_parser *p, int c, struct cli_timing *t);
+/* Loads the profile into m and derives the capacity into sc and *kv_bytes_per_token (NULL: not
+ * set). Returns 0 or -EINVAL (reported, naming the option and the file). */
+int cli_timing_apply(const struct cli_parser *p, struct cli_timing *t, struct sched_config *sc,
+                     struct kvsim_step_model *m, uint64_t *kv_bytes_per_token);
+void cli_timing_fini(struct cli_timing *t);
+
 int cli_replay_main(int argc, char **argv);
+int cli_validate_main(int argc, char **argv);
 int cli_conform_main(int argc, char **argv);
 int cli_soak_main(int argc, char **argv);
 int cli_minimize_main(int argc, char **argv);

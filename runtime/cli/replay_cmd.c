@@ -20,7 +20,8 @@ static void replay_usage(FILE *out)
             "\n"
             "input:\n"
             "  --trace FILE               Mooncake JSONL or Azure CSV (default: synthetic)\n"
-            "  --format mooncake|azure    trace format (default: from the file extension)\n"
+            "  --format mooncake|azure|vllm-run  trace format (default: from the file\n"
+            "                             extension; vllm-run: a recorded run's requests.jsonl)\n"
             "  --trace-block-size N       tokens per Mooncake hash id (512)\n"
             "  --arrival-speedup X        divide inter-arrival gaps by X (1)\n"
             "  --max-requests N           replay only the first N requests (all)\n"
@@ -41,7 +42,19 @@ static void replay_usage(FILE *out)
             "  --check-invariants         check the scheduler's and the pool's invariants\n"
             "                             after every schedule and update (slow; as the\n"
             "                             tests do): a violation stops the replay\n"
-            "  --config FILE.json         step-time model coefficients and speedup_ratio\n");
+            "  --config FILE.json         step-time model coefficients and speedup_ratio\n"
+            "timing and capacity from a model and a GPU (docs/fidelity/timing.md):\n"
+            "  --profiles ROOT            LLMServingSim-format profiles and model configs\n"
+            "  --hardware HW              time steps with ROOT/HW/ORG/NAME/bf16/tpN/ (the\n"
+            "                             profile step model instead of the polynomial)\n"
+            "  --model ORG/NAME           the model (ROOT/configs/model/ORG/NAME.json)\n"
+            "  --tp N                     tensor parallel degree (1)\n"
+            "  --tp-link-gbps X           all-reduce link bandwidth, GiB/s (16)\n"
+            "  --tp-link-latency-us X     all-reduce link latency per message (20)\n"
+            "  --gpu-memory-gib G         one GPU's memory: derive --num-gpu-blocks and\n"
+            "                             --kv-bytes-per-token the vLLM way (either option\n"
+            "                             given wins, as num_gpu_blocks_override)\n"
+            "  --gpu-memory-utilization U fraction of it vLLM may use (0.9)\n");
     fprintf(out,
             "offload tiers (off unless --g2-blocks is given):\n"
             "  --g2-blocks N              host-memory tier per engine, in blocks\n"
@@ -146,6 +159,7 @@ static const struct option replay_opts[] = {
     {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
     {"max-model-len", required_argument, NULL, O_MML},
     {"config", required_argument, NULL, O_CONFIG},
+    CLI_TIMING_OPTIONS,
     {"report", required_argument, NULL, O_REPORT},
     {"requests-out", required_argument, NULL, O_REQOUT},
     {"quiet", no_argument, NULL, O_QUIET},
@@ -185,12 +199,15 @@ struct replay_args {
     const char *disagg_opt;  /* a disaggregation option that needs --prefill-engines, or NULL */
     bool engines_given;
     const char *prefill_args, *decode_args; /* engine-args files */
+    struct cli_timing timing;
 };
 
 /* Input, cluster and engine options. Returns 0, -EINVAL (reported), or 1 (not one of them). */
 static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
 {
-    static const char *const formats[] = {"mooncake", "azure"};
+    static const char *const formats[] = {"mooncake", "azure", "vllm-run"};
+    static const enum kvsim_trace_format format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE,
+                                                         KVSIM_TRACE_VLLM_RUN};
     static const char *const routers[] = {"round-robin", "least-loaded", "kv"};
     static const char *const indexes[] = {"pool", "events"};
     struct kvsim_replay_config *cfg = &a->cfg;
@@ -198,8 +215,8 @@ static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
     switch (c) {
     case O_TRACE: cfg->trace_path = p->arg; return 0;
     case O_FORMAT:
-        rc = cli_choice(p, formats, 2, &choice);
-        cfg->trace_opts.format = choice == 0 ? KVSIM_TRACE_MOONCAKE : KVSIM_TRACE_AZURE;
+        rc = cli_choice(p, formats, 3, &choice);
+        cfg->trace_opts.format = format_ids[choice];
         return rc;
     case O_TBS: return cli_u32(p, 1, 1 << 20, &cfg->trace_opts.trace_block_size);
     case O_SPEEDUP: return cli_double(p, 0, true, 1e12, &cfg->trace_opts.arrival_speedup);
@@ -216,7 +233,9 @@ static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
         cfg->kv_index_events = choice == 1;
         return rc;
     case O_BS: return cli_u32(p, 1, 65536, &cfg->sched.block_size);
-    case O_BLOCKS: return cli_u32(p, 2, INT32_MAX - 2, &cfg->sched.num_blocks);
+    case O_BLOCKS:
+        a->timing.blocks_given = true;
+        return cli_u32(p, 2, INT32_MAX - 2, &cfg->sched.num_blocks);
     case O_SEQS: return cli_u32(p, 1, 1 << 20, &cfg->sched.max_num_seqs);
     case O_TOKENS: return cli_u32(p, 1, UINT32_MAX, &cfg->sched.max_num_batched_tokens);
     case O_MML: return cli_u32(p, 2, UINT32_MAX, &cfg->sched.max_model_len);
@@ -226,7 +245,7 @@ static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
     case O_QUIET: cfg->quiet = true; return 0;
     case O_CHECK: cfg->sched.check_invariants = true; return 0;
     }
-    return 1;
+    return cli_parse_timing_option(p, c, &a->timing);
 }
 
 /* Offload options (docs/offload.md). Returns 0, -EINVAL (reported), or 1 (not one of them). */
@@ -241,7 +260,9 @@ static int parse_offload_option(struct cli_parser *p, int c, struct replay_args 
     case O_G2:
         cfg->offload = true;
         return cli_u32(p, 1, OFFLOAD_TIER_MAX_CAPACITY, &cfg->tiers.g2_blocks);
-    case O_KVBYTES: return cli_u64(p, 1, UINT64_C(1) << 40, &cfg->kv_bytes_per_token);
+    case O_KVBYTES:
+        a->timing.kv_bytes_given = true;
+        return cli_u64(p, 1, UINT64_C(1) << 40, &cfg->kv_bytes_per_token);
     case O_G3: rc = cli_u32(p, 0, OFFLOAD_TIER_MAX_CAPACITY, &cfg->tiers.g3_blocks); break;
     case O_G3WT: cfg->tiers.g3_write_through = true; break;
     case O_G3SHARED: cfg->g3_shared = true; break;
@@ -373,6 +394,7 @@ int cli_replay_main(int argc, char **argv)
     struct cli_parser p;
     struct replay_args a = {0};
     kvsim_replay_config_default(&a.cfg);
+    cli_timing_default(&a.timing);
     cli_begin(&p, "kvsim replay", argc, argv, replay_opts, "h");
     int c;
     while ((c = cli_next(&p)) > 0) {
@@ -395,9 +417,12 @@ int cli_replay_main(int argc, char **argv)
         cli_error(&p, "--config %s", err);
         return CLI_EXIT_USAGE;
     }
+    if (cli_timing_apply(&p, &a.timing, &a.cfg.sched, &a.cfg.model, &a.cfg.kv_bytes_per_token))
+        return CLI_EXIT_USAGE;
     struct kvsim_report report;
     int rc = kvsim_replay_run(&a.cfg, &report, err, sizeof err);
     if (rc) {
+        cli_timing_fini(&a.timing);
         cli_error(&p, "%s", err);
         return rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
     }
@@ -409,5 +434,6 @@ int cli_replay_main(int argc, char **argv)
         status = CLI_EXIT_FAILED;
     }
     kvsim_report_fini(&report);
+    cli_timing_fini(&a.timing);
     return status;
 }

@@ -80,6 +80,9 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     sched_destroy(e->s);
     free(e->done);
     free(e->tok);
+    free(e->shape_chunk);
+    free(e->shape_prefix);
+    free(e->shape_context);
     free(e->tok_ptr);
     free(e->tok_count);
     free(e->runs);
@@ -95,6 +98,12 @@ uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e)
     return sched_num_preemptions(e->s);
 }
 uint64_t kvsim_engine_steps(const struct kvsim_engine *e) { return e->steps; }
+uint64_t kvsim_engine_steps_outside(const struct kvsim_engine *e, uint64_t axis[3])
+{
+    if (axis)
+        memcpy(axis, e->steps_outside_axis, sizeof e->steps_outside_axis);
+    return e->steps_outside;
+}
 const char *kvsim_engine_error(const struct kvsim_engine *e) { return e->err; }
 const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e) { return &e->pub; }
 
@@ -323,7 +332,16 @@ static int grow_scratch(struct kvsim_engine *e, uint32_t n)
     uint32_t *c = realloc(e->tok_count, nc * sizeof *c);
     if (c)
         e->tok_count = c;
-    if (!t || !p || !c)
+    uint32_t *ch = realloc(e->shape_chunk, nc * sizeof *ch);
+    if (ch)
+        e->shape_chunk = ch;
+    uint64_t *pre = realloc(e->shape_prefix, nc * sizeof *pre);
+    if (pre)
+        e->shape_prefix = pre;
+    uint64_t *ctx = realloc(e->shape_context, nc * sizeof *ctx);
+    if (ctx)
+        e->shape_context = ctx;
+    if (!t || !p || !c || !ch || !pre || !ctx)
         return -ENOMEM;
     e->cap_tok = nc;
     return 0;
@@ -382,23 +400,41 @@ static int start_step(struct kvsim_engine *e)
                 return engine__fail(e, rc);
         }
         struct kvsim_step_batch b = {0};
+        bool shape = e->cfg.model.profile != NULL; /* only the profile model reads the shape */
+        if (shape && (rc = grow_scratch(e, st->num_scheduled)))
+            return engine__fail(e, rc);
         for (uint32_t i = 0; i < st->num_scheduled; i++) {
             const struct sched_scheduled *x = &st->scheduled[i];
             const struct sched_request *r = x->req;
             uint64_t before = r->num_computed_tokens - x->num_tokens;
             if (x->num_tokens == 1 && r->num_output > 0 &&
                 before + 1 == sched_request_num_tokens(r)) {
+                if (shape)
+                    e->shape_context[b.num_decode_reqs] = before;
                 b.num_decode_reqs++;
             } else {
+                if (shape) {
+                    e->shape_chunk[b.num_prefill_reqs] = x->num_tokens;
+                    e->shape_prefix[b.num_prefill_reqs] = before;
+                }
                 b.num_prefill_reqs++;
                 b.prefill_tokens += x->num_tokens;
             }
         }
         b.kv_usage = kvpool_usage(sched_pool(e->s));
+        b.prefill_chunk = e->shape_chunk;
+        b.prefill_prefix = e->shape_prefix;
+        b.decode_context = e->shape_context;
         e->prefill_tokens += b.prefill_tokens;
         e->step = st;
-        e->step_end = e->now + kvsim_step_model_duration_ns(&e->cfg.model, &b);
+        unsigned outside = 0;
+        e->step_end = e->now + kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
         e->steps++;
+        if (outside) {
+            e->steps_outside++;
+            for (int k = 0; k < 3; k++)
+                e->steps_outside_axis[k] += (outside >> k) & 1;
+        }
         return 0;
     }
 }

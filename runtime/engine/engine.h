@@ -255,12 +255,19 @@ KVSIM_EXTERN int64_t kvsim_transfer_min_ns(const struct kvsim_transfer_model *m)
 
 /* ---- the step-time model ------------------------------------------------------------------ */
 
-/* What a step model sees of a step. */
+/*
+ * What a step model sees of a step: the polynomial reads the counts and kv_usage; the profile
+ * model reads the shape (each prefill chunk with the tokens computed before it, each decode's
+ * context). The arrays belong to the caller and are read during the call only.
+ */
 struct kvsim_step_batch {
-    uint64_t prefill_tokens;   /* new prompt/recompute tokens in the step */
-    uint32_t num_prefill_reqs; /* requests contributing prefill tokens */
-    uint32_t num_decode_reqs;  /* requests decoding one token */
-    double kv_usage;           /* KV utilisation after scheduling, in [0, 1] */
+    uint64_t prefill_tokens;        /* new prompt/recompute tokens in the step */
+    uint32_t num_prefill_reqs;      /* requests contributing prefill tokens */
+    uint32_t num_decode_reqs;       /* requests decoding one token */
+    double kv_usage;                /* KV utilisation after scheduling, in [0, 1] */
+    const uint32_t *prefill_chunk;  /* [num_prefill_reqs] new tokens of each prefill (or NULL) */
+    const uint64_t *prefill_prefix; /* [num_prefill_reqs] tokens computed before its chunk */
+    const uint64_t *decode_context; /* [num_decode_reqs] tokens computed before the new one */
 };
 
 /*
@@ -269,11 +276,15 @@ struct kvsim_step_batch {
  * tokens T; decode_ms = d2*u^2 + d1*u + d0 over KV utilisation u, floored at decode_floor_ms; a
  * mixed step pays both; everything divided by speedup_ratio.
  */
+struct kvsim_profile;
 struct kvsim_step_model {
     double prefill_ms[3]; /* p2, p1, p0 */
     double decode_ms[3];  /* d2, d1, d0 */
     double decode_floor_ms;
     double speedup_ratio;
+    /* NULL: the polynomial above. Otherwise the profile model (kvsim_profile_load), which the
+     * step model reads and never owns: it must outlive every engine using it. */
+    const struct kvsim_profile *profile;
 };
 KVSIM_EXTERN void kvsim_step_model_default(struct kvsim_step_model *m);
 /* Duration of a step in virtual nanoseconds (>= 1 for a non-empty step). */
@@ -289,6 +300,116 @@ KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_mo
  */
 KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
                                        size_t errlen);
+
+/* ---- the model and the GPU: capacity the vLLM way (model.c) ------------------------------- */
+
+/* What kvsim reads of a Hugging Face config.json. */
+struct kvsim_model_arch {
+    char name[128];      /* ORG/NAME */
+    char model_type[32]; /* HF model_type: llama, qwen3, ... */
+    uint32_t num_layers; /* num_hidden_layers */
+    uint32_t hidden_size;
+    uint32_t num_heads;    /* num_attention_heads */
+    uint32_t num_kv_heads; /* num_key_value_heads (num_heads when absent) */
+    uint32_t head_dim;     /* head_dim, else hidden_size / num_heads */
+    uint32_t intermediate_size;
+    uint32_t vocab_size;
+    uint32_t dtype_bytes; /* torch_dtype: 2 for bfloat16/float16, 4 for float32 */
+    bool tie_word_embeddings;
+    uint32_t max_position_embeddings; /* sizes vLLM's rotary cos/sin cache; 0 when absent */
+};
+/*
+ * kvsim_model_arch_load - reads the Hugging Face config.json at path into *out; name (ORG/NAME,
+ * may be NULL: then the file's last two path components without ".json") becomes out->name.
+ * Required: num_hidden_layers, hidden_size, num_attention_heads, intermediate_size, vocab_size
+ * (positive integers) and torch_dtype (bfloat16, float16 or float32). Optional: model_type,
+ * num_key_value_heads (dividing num_attention_heads), head_dim, tie_word_embeddings,
+ * max_position_embeddings. A mixture-of-experts config (num_experts, num_local_experts or
+ * n_routed_experts > 0) is refused: kvsim models dense decoders only.
+ * Returns 0, -ENOENT (unreadable) or -EINVAL (not JSON, a missing or bad field, MoE), with a
+ * message in err naming the file and the field; *out is written only on success. Any thread.
+ */
+KVSIM_EXTERN int kvsim_model_arch_load(const char *path, const char *name,
+                                       struct kvsim_model_arch *out, char *err, size_t errlen);
+
+/* The GPU side of capacity, under vLLM's names. */
+struct kvsim_gpu_config {
+    double gpu_memory_gib;         /* one GPU's memory, GiB (2^30 bytes) */
+    double gpu_memory_utilization; /* (0, 1] */
+    uint32_t tp;                   /* tensor_parallel_size (>= 1) */
+    uint32_t block_size;
+    uint32_t max_num_batched_tokens; /* the profile run's activation peak depends on them */
+    uint32_t max_num_seqs;
+};
+/* What kvsim_gpu_capacity_derive found, per GPU (one tensor-parallel rank). */
+struct kvsim_gpu_capacity {
+    uint64_t requested_bytes;    /* ceil(memory * utilization) */
+    uint64_t weight_bytes;       /* this rank's weights */
+    uint64_t activation_bytes;   /* the rest of vLLM's non-KV memory (estimated, model.c) */
+    uint64_t kv_bytes;           /* what is left for the KV cache */
+    uint64_t block_bytes;        /* one block, all layers, this rank */
+    uint64_t num_gpu_blocks;     /* kv_bytes / block_bytes, as vLLM's get_num_blocks */
+    uint64_t kv_bytes_per_token; /* one token's KV, all layers, all ranks (transfers, offload) */
+};
+/*
+ * kvsim_gpu_capacity_derive - num_gpu_blocks of one tensor-parallel rank the way vLLM v1
+ * (0.19) sizes it: requested = ceil(memory * utilization); KV gets what is left after this
+ * rank's weights and activation_bytes, an estimate (model.c documents its formula and
+ * constants) of vLLM's other non-KV memory: the rotary cache, the profile run's activation
+ * peak and its non-torch memory; blocks are kv_bytes /
+ * block_bytes, floored, with KV heads split over the ranks (replicated when fewer than tp).
+ * Returns 0 and *out, or -EINVAL with a message in err (utilization outside (0, 1], memory
+ * <= 0, tp, block_size, max_num_batched_tokens or max_num_seqs 0, tp not dividing
+ * num_attention_heads or intermediate_size, KV heads and tp not dividing one another, or not
+ * one block left for KV: the message says how many GiB are missing); *out is written only on
+ * success. Pure: any thread.
+ */
+KVSIM_EXTERN int kvsim_gpu_capacity_derive(const struct kvsim_model_arch *a,
+                                           const struct kvsim_gpu_config *g,
+                                           struct kvsim_gpu_capacity *out, char *err,
+                                           size_t errlen);
+
+/* ---- the profile step model (profile.c) ---------------------------------------------------- */
+
+/*
+ * kvsim_profile_load - the layer-wise latency profile of a model on a GPU at a TP degree, in
+ * LLMServingSim's profiler format: ROOT/HW/ORG/NAME/bf16/tpN/{dense,per_sequence,attention,
+ * skew_fit}.csv and ../meta.yaml, the architecture catalog ROOT/models/<model_type>.yaml, the
+ * HF config ROOT/configs/model/ORG/NAME.json. tp_link_gbps (GiB/s) and tp_link_latency_ns model
+ * the ring all-reduce between ranks (unused at tp 1). Returns 0 and *out (immutable: any
+ * thread may read it; kvsim_profile_free it after the engines), or -ENOENT/-EINVAL with a
+ * message naming the file, line and field.
+ */
+struct kvsim_profile_config {
+    const char *root;     /* ROOT */
+    const char *hardware; /* HW */
+    const char *model;    /* ORG/NAME */
+    uint32_t tp;
+    double tp_link_gbps;
+    int64_t tp_link_latency_ns;
+};
+KVSIM_EXTERN int kvsim_profile_load(const struct kvsim_profile_config *cfg,
+                                    struct kvsim_profile **out, char *err, size_t errlen);
+KVSIM_EXTERN void kvsim_profile_free(struct kvsim_profile *p);
+/* The model's architecture as the profile read it. */
+KVSIM_EXTERN const struct kvsim_model_arch *kvsim_profile_arch(const struct kvsim_profile *p);
+/* Where it was read from (ROOT/HW/ORG/NAME/bf16/tpN), its hardware label and TP degree. */
+KVSIM_EXTERN const char *kvsim_profile_dir(const struct kvsim_profile *p);
+KVSIM_EXTERN const char *kvsim_profile_hardware(const struct kvsim_profile *p);
+KVSIM_EXTERN uint32_t kvsim_profile_tp(const struct kvsim_profile *p);
+/* Where a step fell outside the profiled grid (bits of a step's outside mask). */
+enum kvsim_profile_axis {
+    KVSIM_PROFILE_TOKENS = 1,    /* batch tokens above the dense grid */
+    KVSIM_PROFILE_SEQUENCES = 2, /* batch sequences above the per-sequence grid */
+    KVSIM_PROFILE_ATTENTION = 4, /* a prefill chunk, prefix, decode count or context outside */
+};
+/*
+ * kvsim_step_model_cost_ns - the duration of a step as kvsim_step_model_duration_ns, and in
+ * *outside (if not NULL) the axes on which it was clamped to the profiled grid (0 for the
+ * polynomial). Pure: any thread.
+ */
+KVSIM_EXTERN int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m,
+                                              const struct kvsim_step_batch *b, unsigned *outside);
 
 /*
  * kvsim_engine_args_load - vLLM engine arguments from a JSON object onto *sc, under vLLM's names:
@@ -404,6 +525,9 @@ KVSIM_EXTERN struct kvpool *kvsim_engine_pool(struct kvsim_engine *e);
 KVSIM_EXTERN uint32_t kvsim_engine_unfinished(const struct kvsim_engine *e);
 KVSIM_EXTERN uint64_t kvsim_engine_preemptions(const struct kvsim_engine *e);
 KVSIM_EXTERN uint64_t kvsim_engine_steps(const struct kvsim_engine *e);
+/* Steps the profile model clamped to its grid, and in axis[] (if not NULL) per axis: tokens,
+ * sequences, attention (a step may count on several). 0 with the polynomial. */
+KVSIM_EXTERN uint64_t kvsim_engine_steps_outside(const struct kvsim_engine *e, uint64_t axis[3]);
 /*
  * Messages between disaggregated engines, through the replay's coordinator. An engine is posted
  * messages for future instants (kvsim_engine_post) and applies each at its instant during its

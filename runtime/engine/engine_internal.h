@@ -12,6 +12,12 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/tiers.h"
 
+/* The profile step model (profile.c), for step_model.c: a step's time in microseconds before
+ * speedup_ratio, with the axes clamped in *outside; and a lower bound on any step's. */
+double kvsim_profile__step_us(const struct kvsim_profile *p, const struct kvsim_step_batch *b,
+                              unsigned *outside);
+double kvsim_profile__min_step_us(const struct kvsim_profile *p);
+
 /* A prefill engine's pin and the instant its abort timeout expires. */
 struct engine_pin_deadline {
     uint32_t req;
@@ -32,12 +38,16 @@ struct kvsim_engine {
     kvpool_token *tok;
     const kvpool_token **tok_ptr;
     uint32_t *tok_count;
+    uint32_t *shape_chunk; /* the step's shape for the profile model, sized as tok */
+    uint64_t *shape_prefix, *shape_context;
     uint32_t cap_tok;
     struct kvpool_token_run *runs;
     uint32_t cap_runs;
     struct sched_request **waiting_scratch; /* publish(): the waiting queue */
     uint32_t cap_waiting_scratch;
     uint64_t steps;
+    uint64_t steps_outside;         /* steps the profile model clamped to its grid */
+    uint64_t steps_outside_axis[3]; /* per axis: tokens, sequences, attention */
     uint32_t unfinished;
     struct kvsim_tiers *tiers; /* NULL without offload tiers */
     uint64_t prefill_tokens;

@@ -1,8 +1,9 @@
 /*
  * step_model.c - the step-time model (engine.h): Dynamo mocker's polynomial over a step's prefill
- * tokens and KV utilisation, and its JSON configuration. Pure functions: any thread.
+ * tokens and KV utilisation, and its JSON configuration, or the profile model (profile.c). Pure
+ * functions: any thread.
  */
-#include "runtime/engine/engine.h"
+#include "runtime/engine/engine_internal.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -20,17 +21,28 @@ void kvsim_step_model_default(struct kvsim_step_model *m)
     m->decode_ms[2] = 5.74;
     m->decode_floor_ms = 1.0;
     m->speedup_ratio = 1.0;
+    m->profile = NULL;
 }
 
 int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model *m,
                                      const struct kvsim_step_batch *b)
 {
+    return kvsim_step_model_cost_ns(m, b, NULL);
+}
+
+int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m, const struct kvsim_step_batch *b,
+                                 unsigned *outside)
+{
     double ms = 0.0;
-    if (b->prefill_tokens) {
+    if (outside)
+        *outside = 0;
+    if (m->profile) {
+        ms = kvsim_profile__step_us(m->profile, b, outside) / 1e3;
+    } else if (b->prefill_tokens) {
         double t = (double)b->prefill_tokens;
         ms += (m->prefill_ms[0] * t + m->prefill_ms[1]) * t + m->prefill_ms[2];
     }
-    if (b->num_decode_reqs) {
+    if (!m->profile && b->num_decode_reqs) {
         double u = b->kv_usage;
         double d = (m->decode_ms[0] * u + m->decode_ms[1]) * u + m->decode_ms[2];
         ms += d > m->decode_floor_ms ? d : m->decode_floor_ms;
@@ -49,6 +61,8 @@ int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m)
     if (m->prefill_ms[0] >= 0 && m->prefill_ms[1] >= 0)
         pre = m->prefill_ms[0] + m->prefill_ms[1] + m->prefill_ms[2];
     double ms = pre < m->decode_floor_ms ? pre : m->decode_floor_ms;
+    if (m->profile)
+        ms = kvsim_profile__min_step_us(m->profile) / 1e3;
     if (m->speedup_ratio > 0)
         ms /= m->speedup_ratio;
     double ns = ms * 1e6 - 1.0; /* below any rounding of kvsim_step_model_duration_ns */

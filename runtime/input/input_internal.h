@@ -1,6 +1,6 @@
 /*
  * input_internal.h - the trace loader shared by trace.c (the file loop) and the format parsers
- * (mooncake.c, azure.c). Private to runtime/input/. Same thread as the caller of
+ * (mooncake.c, azure.c, vllm_run.c). Private to runtime/input/. Same thread as the caller of
  * kvsim_trace_load; errors are negative errno values with a message in the loader's buffer.
  */
 #ifndef KVSIM_INPUT_INTERNAL_H
@@ -69,6 +69,8 @@ int input__azure_line(struct loader *ld, struct azure_state *st, uint32_t line, 
                       size_t n);
 /* Checks the Azure header line (line 1). Returns 0 or -EINVAL. */
 int input__azure_header(struct loader *ld, const char *s, size_t n);
+/* One line of a recorded vLLM run's requests.jsonl (not blank). Returns 0 or a negative errno. */
+int input__vllm_run_line(struct loader *ld, uint32_t line, const char *s, size_t n);
 
 /* Shared with workload.c. */
 

@@ -1,7 +1,7 @@
 /*
  * trace.c - loading request traces from files (input.h): the loader shared by the formats,
  * arrival normalization, sorting, and the file loop. The formats' rows are parsed by
- * mooncake.c and azure.c.
+ * mooncake.c, azure.c and vllm_run.c.
  *
  * One pass over the file, line by line: every row is validated strictly (no silent skips) and
  * appended in file order, with its raw source time kept aside. A second pass turns raw times
@@ -67,6 +67,7 @@ const char *kvsim_trace_format_name(enum kvsim_trace_format format)
     case KVSIM_TRACE_MOONCAKE: return "mooncake";
     case KVSIM_TRACE_AZURE: return "azure";
     case KVSIM_TRACE_SYNTHETIC: return "synthetic";
+    case KVSIM_TRACE_VLLM_RUN: return "vllm-run";
     }
     return "?";
 }
@@ -372,8 +373,12 @@ static int read_rows(struct loader *ld, FILE *f, enum kvsim_trace_format format)
         }
         if (is_blank(s, n))
             continue;
-        rc = format == KVSIM_TRACE_AZURE ? input__azure_line(ld, &az, line, s, n)
-                                         : input__mooncake_line(ld, line, s, n);
+        if (format == KVSIM_TRACE_AZURE)
+            rc = input__azure_line(ld, &az, line, s, n);
+        else if (format == KVSIM_TRACE_VLLM_RUN)
+            rc = input__vllm_run_line(ld, line, s, n);
+        else
+            rc = input__mooncake_line(ld, line, s, n);
         if (rc)
             break;
     }
@@ -402,7 +407,8 @@ int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, stru
                                "cannot tell the trace format from the file name (expected .jsonl, "
                                ".json or .csv)");
     }
-    if (format != KVSIM_TRACE_MOONCAKE && format != KVSIM_TRACE_AZURE)
+    if (format != KVSIM_TRACE_MOONCAKE && format != KVSIM_TRACE_AZURE &&
+        format != KVSIM_TRACE_VLLM_RUN)
         return input__fail(&ld, -EINVAL, 0, "trace format '%s' cannot be loaded from a file",
                            kvsim_trace_format_name(format));
     if (opts->trace_block_size == 0)

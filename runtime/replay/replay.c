@@ -438,6 +438,29 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
 }
 
 /* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+/* Which step model timed the run; steps over all engines and those off the profile's grid. */
+static void summarize_timing(struct replay *rp, struct kvsim_timing_summary *t)
+{
+    const struct kvsim_step_model *m = &rp->cfg->model;
+    memset(t, 0, sizeof *t);
+    snprintf(t->step_model, sizeof t->step_model, "%s", m->profile ? "profile" : "polynomial");
+    if (m->profile) {
+        snprintf(t->profile, sizeof t->profile, "%s", kvsim_profile_dir(m->profile));
+        snprintf(t->model, sizeof t->model, "%s", kvsim_profile_arch(m->profile)->name);
+        snprintf(t->hardware, sizeof t->hardware, "%s", kvsim_profile_hardware(m->profile));
+        t->tp = kvsim_profile_tp(m->profile);
+    }
+    t->num_gpu_blocks = rp->cfg->sched.num_blocks;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        uint64_t axis[3];
+        t->steps += kvsim_engine_steps(rp->engines[e]);
+        t->steps_outside += kvsim_engine_steps_outside(rp->engines[e], axis);
+        t->outside_tokens += axis[0];
+        t->outside_sequences += axis[1];
+        t->outside_attention += axis[2];
+    }
+}
+
 static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
 {
     memset(o, 0, sizeof *o);
@@ -862,6 +885,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             rc = kvsim_metrics_summarize(rp.metrics, &run, report);
         if (rc == 0 && rp.num_prefill)
             rc = replay__disagg_summarize(&rp, report);
+        if (rc == 0)
+            summarize_timing(&rp, &report->timing);
         if (rc == 0 && cfg->offload)
             summarize_offload(&rp, &report->offload);
         if (rc == 0 && cfg->disagg.events_path)

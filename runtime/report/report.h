@@ -254,6 +254,19 @@ struct kvsim_reject_count {
 };
 
 /* What the runtime knows that the records do not. Any field may be left zero / NULL. */
+/* Which step model timed the run, and how often the profile model left its grid. */
+struct kvsim_timing_summary {
+    char step_model[16];     /* "polynomial" or "profile" */
+    char profile[256];       /* the profile's directory ("" for the polynomial) */
+    char model[128];         /* ORG/NAME ("" for the polynomial) */
+    char hardware[64];       /* the profile's hardware label */
+    uint32_t tp;             /* tensor parallel degree of the profile (0 for the polynomial) */
+    uint64_t num_gpu_blocks; /* one engine's KV blocks (vLLM's count, the null block included) */
+    uint64_t steps;          /* steps over all engines */
+    uint64_t steps_outside;  /* steps the profile clamped to its grid */
+    uint64_t outside_tokens, outside_sequences, outside_attention; /* per axis */
+};
+
 struct kvsim_report_run {
     const char *trace;    /* trace name or path ("synthetic", ...) */
     const char *router;   /* router name ("round_robin", "kv_aware", ...) */
@@ -359,6 +372,7 @@ struct kvsim_report {
     double wall_requests_per_s;           /* completed requests per wall second (0: unknown) */
     struct kvsim_offload_summary offload; /* filled by the replay after summarizing */
     struct kvsim_disagg_summary disagg;   /* filled by the replay after summarizing */
+    struct kvsim_timing_summary timing;   /* filled by the replay after summarizing */
 };
 
 /*

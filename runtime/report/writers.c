@@ -56,6 +56,22 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%.2f %% (%" PRIu64 " cached tokens)\n", "prefix-cache reuse",
             r->prefix_cache_reuse * 100.0, r->cached_tokens);
 
+    const struct kvsim_timing_summary *tm = &r->timing;
+    if (!strcmp(tm->step_model, "profile")) {
+        fprintf(f, "\n" ROW "profile %s on %s, tp %" PRIu32 " (%s)\n", "step model", tm->model,
+                tm->hardware, tm->tp, tm->profile);
+        fprintf(f,
+                ROW "%" PRIu64 " of %" PRIu64 " (%.2f %%; tokens %" PRIu64 ", sequences %" PRIu64
+                    ", attention %" PRIu64 ")\n",
+                "steps off the grid", tm->steps_outside, tm->steps,
+                tm->steps ? 100.0 * (double)tm->steps_outside / (double)tm->steps : 0.0,
+                tm->outside_tokens, tm->outside_sequences, tm->outside_attention);
+    } else {
+        fprintf(f, "\n" ROW "%s, %" PRIu64 " steps\n", "step model",
+                tm->step_model[0] ? tm->step_model : "polynomial", tm->steps);
+    }
+    fprintf(f, ROW "%" PRIu64 " per engine\n", "KV blocks", tm->num_gpu_blocks);
+
     fprintf(f, "\n" ROW "%.6f s\n", "simulated duration", (double)r->duration_ns / 1e9);
     fprintf(f, ROW "%.3f\n", "requests/s", r->requests_per_s);
     fprintf(f, ROW "%.1f\n", "input tokens/s", r->input_tokens_per_s);
@@ -229,6 +245,26 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(tok, "cached", json_u64(r->cached_tokens)) && ok;
     ok = put(root, "tokens", tok) && ok;
     ok = put(root, "prefix_cache_reuse_ratio", json_real(r->prefix_cache_reuse)) && ok;
+
+    const struct kvsim_timing_summary *tm = &r->timing;
+    json_t *tj = json_object();
+    ok =
+        put(tj, "step_model", json_string(tm->step_model[0] ? tm->step_model : "polynomial")) && ok;
+    if (!strcmp(tm->step_model, "profile")) {
+        ok = put(tj, "profile", json_string(tm->profile)) && ok;
+        ok = put(tj, "model", json_string(tm->model)) && ok;
+        ok = put(tj, "hardware", json_string(tm->hardware)) && ok;
+        ok = put(tj, "tp", json_u64(tm->tp)) && ok;
+        json_t *ax = json_object();
+        ok = put(ax, "tokens", json_u64(tm->outside_tokens)) && ok;
+        ok = put(ax, "sequences", json_u64(tm->outside_sequences)) && ok;
+        ok = put(ax, "attention", json_u64(tm->outside_attention)) && ok;
+        ok = put(tj, "steps_outside_grid", json_u64(tm->steps_outside)) && ok;
+        ok = put(tj, "outside_by_axis", ax) && ok;
+    }
+    ok = put(tj, "steps", json_u64(tm->steps)) && ok;
+    ok = put(tj, "num_gpu_blocks", json_u64(tm->num_gpu_blocks)) && ok;
+    ok = put(root, "timing", tj) && ok;
 
     ok = put(root, "duration_ms", json_ns_as_ms((double)r->duration_ns)) && ok;
     json_t *thr = json_object();

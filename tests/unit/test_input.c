@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/input/input.h"
 
@@ -617,4 +618,194 @@ Test(trace, synthetic_rejects_impossible_options)
     cr_assert_eq(kvsim_workload_synthetic(&o, &t, err, sizeof err), -EINVAL);
     cr_assert_str_eq(err, "synthetic workload: a prompt of session 0 exceeds 4294967295 tokens");
     cr_assert_null(t.reqs);
+}
+
+/* ---- vLLM run records (requests.jsonl) --------------------------------------------------- */
+
+/* Writes text to a fresh temporary file whose name goes to path (the caller unlinks it). */
+static void write_temp(char *path, size_t len, const char *text)
+{
+    const char *dir = getenv("TMPDIR");
+    snprintf(path, len, "%s/kvsim_vllm_run_XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "mkstemp(%s) failed: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f, "fdopen failed: %s", strerror(errno));
+    int put = fputs(text, f);
+    cr_assert(fclose(f) == 0 && put >= 0, "cannot write %s", path);
+}
+
+static void vllm_run_opts(struct kvsim_trace_opts *o)
+{
+    kvsim_trace_opts_default(o);
+    o->format = KVSIM_TRACE_VLLM_RUN;
+}
+
+/* A vLLM run file whose line 2 is `row` (lines 1 and 3 are good) must fail with "<path>" want. */
+static void expect_vllm_run_error(const char *row, const char *want)
+{
+    char path[4096], text[2048];
+    snprintf(
+        text, sizeof text,
+        "{\"request_id\": \"r0\", \"input_toks\": 10, \"output_toks\": 2, \"queued_ts\": 1.5}\n"
+        "%s\n"
+        "{\"request_id\": \"r2\", \"input_toks\": 30, \"output_toks\": 4, \"queued_ts\": 2.5}\n",
+        row);
+    write_temp(path, sizeof path, text);
+    struct kvsim_trace_opts o;
+    vllm_run_opts(&o);
+    expect_error(path, &o, -EINVAL, want);
+    unlink(path);
+}
+
+Test(trace, vllm_run_small_every_field)
+{
+    char path[4096];
+    /* Out of order on purpose; every recorded key, integer and real times. */
+    write_temp(path, sizeof path,
+               "{\"request_id\": \"bench-0\", \"input_toks\": 2358, \"output_toks\": 531, "
+               "\"arrival_time\": 1777142838.338653, \"queued_ts\": 479748.340626232, "
+               "\"scheduled_ts\": 479748.34067238, \"first_token_ts\": 479748.510151426, "
+               "\"last_token_ts\": 479764.054028055}\n"
+               "\n"
+               "{\"request_id\": \"bench-1\", \"input_toks\": 1, \"output_toks\": 1, "
+               "\"queued_ts\": 479748, \"arrival_time\": 1777142838}\n"
+               "{\"request_id\": \"\", \"queued_ts\": 479749.25, \"input_toks\": 4294967295, "
+               "\"output_toks\": 7}\n");
+    struct kvsim_trace_opts o;
+    vllm_run_opts(&o);
+    struct kvsim_trace t;
+    input_load_ok(path, &o, &t);
+    cr_assert_eq(t.format, KVSIM_TRACE_VLLM_RUN);
+    cr_assert_str_eq(kvsim_trace_format_name(t.format), "vllm-run");
+    cr_assert_eq(t.num_reqs, 3);
+    cr_assert_eq(t.num_hash_ids, 0);
+    cr_assert_null(t.hash_ids);
+    cr_assert_eq(t.block_size, 0);
+    cr_assert_eq(t.num_sessions, 0);
+    cr_assert_eq(t.num_clamped, 0);
+    /* Line 2 is blank; line 3's queued_ts (479748 s) is the earliest and becomes 0. */
+    expect_req(&t, 0, (struct want_req){3, 0, 1, 1, 0, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){1, 340626232, 2358, 531, 0, -1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){4, 1250000000, UINT32_MAX, 7, 0, -1, -1, 0, false});
+    cr_assert_null(kvsim_trace_hashes(&t, &t.reqs[0]));
+    input_check_invariants(&t);
+    kvsim_trace_free(&t);
+
+    /* Speedup and max_requests as for the other formats; the earliest kept row is 0. */
+    o.arrival_speedup = 2.0;
+    o.max_requests = 1;
+    input_load_ok(path, &o, &t);
+    cr_assert_eq(t.num_reqs, 1);
+    expect_req(&t, 0, (struct want_req){1, 0, 2358, 531, 0, -1, -1, 0, false});
+    kvsim_trace_free(&t);
+    o.max_requests = 0;
+    input_load_ok(path, &o, &t);
+    expect_req(&t, 1, (struct want_req){1, 170313116, 2358, 531, 0, -1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){4, 625000000, UINT32_MAX, 7, 0, -1, -1, 0, false});
+    kvsim_trace_free(&t);
+    unlink(path);
+}
+
+Test(trace, vllm_run_ties_keep_file_order)
+{
+    char path[4096];
+    write_temp(
+        path, sizeof path,
+        "{\"request_id\": \"a\", \"input_toks\": 5, \"output_toks\": 1, \"queued_ts\": 3}\n"
+        "{\"request_id\": \"b\", \"input_toks\": 6, \"output_toks\": 1, \"queued_ts\": 2.0}\n"
+        "{\"request_id\": \"c\", \"input_toks\": 7, \"output_toks\": 1, \"queued_ts\": 2}\n");
+    struct kvsim_trace_opts o;
+    vllm_run_opts(&o);
+    struct kvsim_trace t;
+    input_load_ok(path, &o, &t);
+    expect_req(&t, 0, (struct want_req){2, 0, 6, 1, 0, -1, -1, 0, false});
+    expect_req(&t, 1, (struct want_req){3, 0, 7, 1, 0, -1, -1, 0, false});
+    expect_req(&t, 2, (struct want_req){1, 1000000000, 5, 1, 0, -1, -1, 0, false});
+    kvsim_trace_free(&t);
+    unlink(path);
+}
+
+Test(trace, vllm_run_is_never_chosen_by_extension)
+{
+    /* A .jsonl is Mooncake under AUTO: a vLLM run row is then an unknown Mooncake field. */
+    char dir[4096], path[4200];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/kvsim_vllm_run_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp failed: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/requests.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"request_id\": \"r\", \"input_toks\": 5, \"output_toks\": 1, \"queued_ts\": 3}\n", f);
+    cr_assert_eq(fclose(f), 0);
+    expect_error(path, NULL, -EINVAL,
+                 ":1: field 'request_id': unknown field (expected timestamp, input_length, "
+                 "output_length, hash_ids, session_id, delay)");
+    struct kvsim_trace_opts o;
+    vllm_run_opts(&o);
+    struct kvsim_trace t;
+    input_load_ok(path, &o, &t);
+    cr_assert_eq(t.num_reqs, 1);
+    kvsim_trace_free(&t);
+    unlink(path);
+    rmdir(dir);
+}
+
+Test(trace, vllm_run_missing_field)
+{
+    expect_vllm_run_error("{\"request_id\": \"r1\", \"input_toks\": 20, \"queued_ts\": 2}",
+                          ":2: field 'output_toks': missing");
+    expect_vllm_run_error("{\"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": 2}",
+                          ":2: field 'request_id': missing");
+    expect_vllm_run_error("{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, "
+                          "\"arrival_time\": 1777142838.6}",
+                          ":2: field 'queued_ts': missing");
+}
+
+Test(trace, vllm_run_wrong_type)
+{
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": \"20\", \"output_toks\": 3, \"queued_ts\": 2}",
+        ":2: field 'input_toks': expected an integer, got a string");
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 20.0, \"output_toks\": 3, \"queued_ts\": 2}",
+        ":2: field 'input_toks': expected an integer, got a real number");
+    expect_vllm_run_error(
+        "{\"request_id\": 1, \"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": 2}",
+        ":2: field 'request_id': expected a string, got an integer");
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": null}",
+        ":2: field 'queued_ts': expected a number, got null");
+    expect_vllm_run_error("{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, "
+                          "\"queued_ts\": 2, \"first_token_ts\": \"soon\"}",
+                          ":2: field 'first_token_ts': expected a number, got a string");
+    expect_vllm_run_error("[1, 2]", ":2: expected a JSON object, got an array");
+}
+
+Test(trace, vllm_run_unknown_key)
+{
+    expect_vllm_run_error("{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, "
+                          "\"queued_ts\": 2, \"prompt\": \"hi\"}",
+                          ":2: field 'prompt': unknown field (expected request_id, input_toks, "
+                          "output_toks, queued_ts, arrival_time, scheduled_ts, first_token_ts, "
+                          "last_token_ts)");
+}
+
+Test(trace, vllm_run_bad_values)
+{
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 0, \"output_toks\": 3, \"queued_ts\": 2}",
+        ":2: field 'input_toks': must be >= 1, got 0");
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": -1, \"queued_ts\": 2}",
+        ":2: field 'output_toks': must be >= 1, got -1");
+    expect_vllm_run_error("{\"request_id\": \"r1\", \"input_toks\": 5000000000, \"output_toks\": "
+                          "3, \"queued_ts\": 2}",
+                          ":2: field 'input_toks': 5000000000 is too large (max 4294967295)");
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": -0.5}",
+        ":2: field 'queued_ts': must be >= 0, got -0.5");
+    expect_vllm_run_error(
+        "{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": 2e9}",
+        ":2: field 'queued_ts': 2e+09 s is too large (max 1e+09 s)");
 }

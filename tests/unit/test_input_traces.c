@@ -65,3 +65,28 @@ Test(trace, real_azure_conv)
     /* 2023-11-16 18:15:46.6805900 .. 19:14:08.4025270 */
     load_real(&(struct real_trace){"AzureLLMInferenceTrace_conv.csv", 19366, 0, 3501721});
 }
+
+Test(trace, real_vllm_run_requests)
+{
+    /* A recorded vLLM run: requests arrive at their queued_ts (not a .jsonl's Mooncake AUTO). */
+    char path[1024];
+    kvsim_test_trace_path(path, sizeof path,
+                          "groundtruth/llmservingsim-RTXPRO6000-Llama-3.1-8B/requests.jsonl");
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.format = KVSIM_TRACE_VLLM_RUN;
+    struct kvsim_trace t;
+    input_load_ok(path, &o, &t);
+    cr_assert_eq(t.format, KVSIM_TRACE_VLLM_RUN);
+    cr_assert_eq(t.num_reqs, 300);
+    cr_assert_eq(t.num_hash_ids, 0);
+    cr_assert_eq(t.num_sessions, 0);
+    cr_assert_eq(t.reqs[0].line, 1);
+    cr_assert_eq(t.reqs[0].input_len, 2358);
+    cr_assert_eq(t.reqs[0].output_len, 531);
+    /* queued_ts 479748.340626232 .. 479777.51210695 s */
+    int64_t last = t.reqs[t.num_reqs - 1].arrival_ns;
+    cr_assert_eq(last / 1000, INT64_C(29171480), "last arrival %" PRId64 " ns", last);
+    input_check_invariants(&t);
+    kvsim_trace_free(&t);
+}

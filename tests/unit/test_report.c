@@ -559,11 +559,10 @@ Test(metrics, json_report_and_jsonl_reread)
     json_t *root = json_load_file(jpath, 0, &jerr);
     cr_assert_not_null(root, "%s: %s", jpath, jerr.text);
     /* Key order is fixed, "wall" last. */
-    const char *keys[] = {"format",      "run",        "requests",
-                          "preemptions", "tokens",     "prefix_cache_reuse_ratio",
-                          "duration_ms", "throughput", "ttft_ms",
-                          "ttst_ms",     "tpot_ms",    "itl_ms",
-                          "e2e_ms",      "wall"};
+    const char *keys[] = {
+        "format", "run",         "requests",   "preemptions", "tokens",  "prefix_cache_reuse_ratio",
+        "timing", "duration_ms", "throughput", "ttft_ms",     "ttst_ms", "tpot_ms",
+        "itl_ms", "e2e_ms",      "wall"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -575,6 +574,9 @@ Test(metrics, json_report_and_jsonl_reread)
     }
     cr_assert_eq(i, sizeof keys / sizeof keys[0]);
     cr_assert_str_eq(json_string_value(json_object_get(root, "format")), "kvsim-report-1");
+    cr_assert_str_eq(
+        json_string_value(json_object_get(json_object_get(root, "timing"), "step_model")),
+        "polynomial");
     cr_assert_str_eq(json_string_value(json_object_get(json_object_get(root, "run"), "trace")),
                      "hand");
     cr_assert_eq(jnum(root, "run.seed"), 7);

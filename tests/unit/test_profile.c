@@ -1,0 +1,153 @@
+/*
+ * test_profile.c - the profile step model: loading, interpolation and the composition of one
+ * iteration against hand-computed cases (tests/inputs/profiles/tiny: a two-layer model whose
+ * dense operators are straight lines and whose attention is a plane, so every value below is
+ * exact), clamping, and its errors.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "runtime/runtime.h"
+
+#define TINY KVSIM_SOURCE_DIR "/tests/inputs/profiles/tiny"
+
+static struct kvsim_profile *load_tiny(void)
+{
+    struct kvsim_profile_config c = {
+        .root = TINY, .hardware = "TESTHW", .model = "test/tiny", .tp = 1};
+    struct kvsim_profile *p = NULL;
+    char err[512];
+    int rc = kvsim_profile_load(&c, &p, err, sizeof err);
+    cr_assert_eq(rc, 0, "load: %s", err);
+    return p;
+}
+
+static int64_t cost(const struct kvsim_profile *p, const struct kvsim_step_batch *b,
+                    unsigned *outside)
+{
+    struct kvsim_step_model m;
+    kvsim_step_model_default(&m);
+    m.profile = p;
+    return kvsim_step_model_cost_ns(&m, b, outside);
+}
+
+Test(profile, loads_the_architecture)
+{
+    struct kvsim_profile *p = load_tiny();
+    const struct kvsim_model_arch *a = kvsim_profile_arch(p);
+    cr_assert_eq(a->num_layers, 2);
+    cr_assert_eq(a->hidden_size, 64);
+    cr_assert_str_eq(kvsim_profile_hardware(p), "TESTHW");
+    cr_assert_eq(kvsim_profile_tp(p), 1);
+    kvsim_profile_free(p);
+}
+
+/* One 16-token prefill (no prefix) and one decode at context 24: T = 17 tokens, S = 2.
+ * Dense at 17 (weight 0.16 between 1 and 101): embedding 1.16, layernorm 2.32 (twice a layer),
+ * qkv 13.2, o_proj 6.6, down 26.4, final 1.32; lm_head at 2 sequences 110; attention
+ * 10 + 16/4 + 0/8 + 1 * 24/4 = 20. Step = 1.16 + 1.32 + 110 + 2 (2 * 2.32 + 13.2 + 6.6 + 26.4
+ * + 20) = 254.16 us. */
+Test(profile, composes_a_mixed_step)
+{
+    struct kvsim_profile *p = load_tiny();
+    uint32_t chunk[] = {16};
+    uint64_t prefix[] = {0}, ctx[] = {24};
+    struct kvsim_step_batch b = {.prefill_tokens = 16,
+                                 .num_prefill_reqs = 1,
+                                 .num_decode_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix,
+                                 .decode_context = ctx};
+    unsigned out = 99;
+    cr_assert_eq(cost(p, &b, &out), 254160);
+    cr_assert_eq(out, 0);
+    kvsim_profile_free(p);
+}
+
+/* Two prefills, 32 tokens after a 16-token prefix and 16 after 16: T = 48 (weight 0.47), S = 2.
+ * The larger is looked up: 10 + 8 + 2 = 20; the other adds its own time less a lone 16-token
+ * chunk's: (10 + 4 + 2) - 14 = 2. Step = 1.47 + 1.94 + 110 + 2 (2 * 2.94 + 19.4 + 9.7 + 38.8 +
+ * 22) = 304.97 us. */
+Test(profile, composes_two_prefills)
+{
+    struct kvsim_profile *p = load_tiny();
+    uint32_t chunk[] = {16, 32};
+    uint64_t prefix[] = {16, 16};
+    struct kvsim_step_batch b = {.prefill_tokens = 48,
+                                 .num_prefill_reqs = 2,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix};
+    cr_assert_eq(cost(p, &b, NULL), 304970);
+    kvsim_profile_free(p);
+}
+
+/* Decodes only at contexts 16 and 32 (mean 24; no skew fit: alpha 0): attention
+ * 10 + 2 * 24 / 4 = 22; T = S = 2 (weight 0.01). */
+Test(profile, interpolates_decode_context_at_the_mean)
+{
+    struct kvsim_profile *p = load_tiny();
+    uint64_t ctx[] = {16, 32};
+    struct kvsim_step_batch b = {.num_decode_reqs = 2, .decode_context = ctx};
+    double dense = 2 * 2.02 + 10.2 + 5.1 + 20.4, once = 1.01 + 1.02, seq = 110;
+    int64_t want = llround((once + seq + 2 * (dense + 22)) * 1e3);
+    cr_assert_eq(cost(p, &b, NULL), want);
+    kvsim_profile_free(p);
+}
+
+Test(profile, clamps_outside_the_grid_and_says_where)
+{
+    struct kvsim_profile *p = load_tiny();
+    uint64_t ctx[12];
+    for (int i = 0; i < 12; i++)
+        ctx[i] = 64; /* above the profiled 32 */
+    uint32_t chunk[] = {188};
+    uint64_t prefix[] = {0};
+    struct kvsim_step_batch b = {.prefill_tokens = 188,
+                                 .num_prefill_reqs = 1,
+                                 .num_decode_reqs = 12,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix,
+                                 .decode_context = ctx};
+    unsigned out = 0;
+    int64_t t = cost(p, &b, &out);
+    cr_assert_eq(out, KVSIM_PROFILE_TOKENS | KVSIM_PROFILE_SEQUENCES | KVSIM_PROFILE_ATTENTION);
+    /* clamped: dense at 101 tokens, lm_head at 11 sequences, attention at (32, 0, 2, 32) */
+    double dense = 2 * 4 + 30 + 15 + 60, once = 2 + 3, seq = 200, attn = 10 + 8 + 2 * 32 / 4.0;
+    cr_assert_eq(t, llround((once + seq + 2 * (dense + attn)) * 1e3));
+    kvsim_profile_free(p);
+}
+
+Test(profile, min_duration_bounds_every_step)
+{
+    struct kvsim_profile *p = load_tiny();
+    struct kvsim_step_model m;
+    kvsim_step_model_default(&m);
+    m.profile = p;
+    int64_t lo = kvsim_step_model_min_duration_ns(&m);
+    uint64_t ctx[] = {16};
+    struct kvsim_step_batch b = {.num_decode_reqs = 1, .decode_context = ctx};
+    cr_assert_gt(lo, 0);
+    cr_assert_lt(lo, kvsim_step_model_duration_ns(&m, &b));
+    kvsim_profile_free(p);
+}
+
+Test(profile, refuses_what_it_cannot_read)
+{
+    struct kvsim_profile *p = NULL;
+    char err[512];
+    struct kvsim_profile_config c = {
+        .root = TINY, .hardware = "NOPE", .model = "test/tiny", .tp = 1};
+    cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -ENOENT);
+    cr_assert(strstr(err, "NOPE/test/tiny/bf16/tp1/dense.csv: cannot read"), "%s", err);
+    c.hardware = "TESTHW";
+    c.tp = 2;
+    cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "needs a link bandwidth"), "%s", err);
+    c.tp_link_gbps = 16;
+    cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -ENOENT);
+    cr_assert(strstr(err, "tp2/dense.csv"), "%s", err);
+    cr_assert_null(p);
+}

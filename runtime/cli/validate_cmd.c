@@ -235,14 +235,57 @@ static int field_num(const struct cli_parser *p, const char *path, size_t line, 
     return 0;
 }
 
-/* Reads a JSONL file, calling row() on each object. */
+/* A request's start (queued or arrival), first and last token times (ms) and output tokens, from
+ * a line of the run (real) or of the replay's records. Returns 0 or -EINVAL (reported). */
+static int record_times(const struct cli_parser *p, const char *path, size_t line, json_t *o,
+                        bool real, double t[4])
+{
+    static const char *const real_keys[4] = {"queued_ts", "first_token_ts", "last_token_ts",
+                                             "output_toks"};
+    static const char *const sim_keys[4] = {"arrival_ms", "first_token_ms", "last_token_ms",
+                                            "output_tokens"};
+    if (!real) {
+        json_t *st = json_object_get(o, "status");
+        if (!json_is_string(st) || strcmp(json_string_value(st), "completed"))
+            return cli_error(p, "%s:%zu: the simulated request did not complete", path, line);
+    }
+    for (int k = 0; k < 4; k++) {
+        int rc = field_num(p, path, line, o, real ? real_keys[k] : sim_keys[k], &t[k]);
+        if (rc)
+            return rc;
+        if (real && k < 3)
+            t[k] *= 1e3; /* s -> ms */
+    }
+    if (!(t[1] >= t[0] && t[2] >= t[1] && t[3] >= 1))
+        return cli_error(p, "%s:%zu: times out of order or no output", path, line);
+    return 0;
+}
+
+/* Room for n + 1 requests in s. Returns 0 or -ENOMEM. */
+static int side_reserve(struct side *s, size_t *cap)
+{
+    if (s->n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 512;
+    double **arr[3] = {&s->ttft, &s->tpot, &s->e2e};
+    for (int k = 0; k < 3; k++) {
+        double *q = realloc(*arr[k], c * sizeof(double));
+        if (!q)
+            return -ENOMEM;
+        *arr[k] = q;
+    }
+    *cap = c;
+    return 0;
+}
+
+/* Reads the requests of a run (real) or of the replay's records into s. */
 static int read_jsonl(const struct cli_parser *p, const char *path, struct side *s, bool real)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return cli_error(p, "%s: cannot read: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t cap = 0, line = 0, n = 0, capn = 0;
+    size_t cap = 0, line = 0, room = 0;
     double t0 = INFINITY, t1 = -INFINITY;
     int rc = 0;
     while (!rc && getline(&buf, &cap, f) > 0) {
@@ -253,65 +296,26 @@ static int read_jsonl(const struct cli_parser *p, const char *path, struct side 
             rc = cli_error(p, "%s:%zu: %s", path, line, e.text);
             break;
         }
-        if (n == capn) {
-            capn = capn ? capn * 2 : 512;
-            struct side t = *s;
-            t.ttft = realloc(s->ttft, capn * sizeof(double));
-            if (t.ttft)
-                s->ttft = t.ttft;
-            t.tpot = realloc(s->tpot, capn * sizeof(double));
-            if (t.tpot)
-                s->tpot = t.tpot;
-            t.e2e = realloc(s->e2e, capn * sizeof(double));
-            if (t.e2e)
-                s->e2e = t.e2e;
-            if (!t.ttft || !t.tpot || !t.e2e)
-                rc = -ENOMEM;
-        }
-        double start = 0, first = 0, last = 0, out = 0;
-        if (!rc && real) {
-            rc = field_num(p, path, line, o, "queued_ts", &start);
-            if (!rc)
-                rc = field_num(p, path, line, o, "first_token_ts", &first);
-            if (!rc)
-                rc = field_num(p, path, line, o, "last_token_ts", &last);
-            if (!rc)
-                rc = field_num(p, path, line, o, "output_toks", &out);
-            start *= 1e3, first *= 1e3, last *= 1e3;
-        } else if (!rc) {
-            json_t *st = json_object_get(o, "status");
-            if (!json_is_string(st) || strcmp(json_string_value(st), "completed"))
-                rc = cli_error(p, "%s:%zu: the simulated request did not complete", path, line);
-            if (!rc)
-                rc = field_num(p, path, line, o, "arrival_ms", &start);
-            if (!rc)
-                rc = field_num(p, path, line, o, "first_token_ms", &first);
-            if (!rc)
-                rc = field_num(p, path, line, o, "last_token_ms", &last);
-            if (!rc)
-                rc = field_num(p, path, line, o, "output_tokens", &out);
-        }
+        double t[4]; /* start, first, last (ms), output tokens */
+        rc = record_times(p, path, line, o, real, t);
         json_decref(o);
+        if (!rc && side_reserve(s, &room))
+            rc = cli_error(p, "%s: out of memory", path);
         if (rc)
             break;
-        if (!(first >= start && last >= first && out >= 1)) {
-            rc = cli_error(p, "%s:%zu: times out of order or no output", path, line);
-            break;
-        }
-        s->ttft[n] = first - start;
-        s->e2e[n] = last - start;
-        if (out > 1)
-            s->tpot[s->ntpot++] = (last - first) / (out - 1);
-        s->out_tokens += out;
-        t0 = start < t0 ? start : t0;
-        t1 = last > t1 ? last : t1;
-        n++;
+        s->ttft[s->n] = t[1] - t[0];
+        s->e2e[s->n] = t[2] - t[0];
+        if (t[3] > 1)
+            s->tpot[s->ntpot++] = (t[2] - t[1]) / (t[3] - 1);
+        s->out_tokens += t[3];
+        t0 = fmin(t0, t[0]);
+        t1 = fmax(t1, t[2]);
+        s->n++;
     }
     free(buf);
     fclose(f);
-    s->n = n;
     s->span_s = (t1 - t0) / 1e3;
-    if (!rc && (!n || !(s->span_s > 0)))
+    if (!rc && (!s->n || !(s->span_s > 0)))
         rc = cli_error(p, "%s: no requests", path);
     return rc;
 }
@@ -322,7 +326,8 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Percentile q of sorted v[0..n), linear between closest ranks (numpy's default). */
+/* Percentile q of sorted v[0..n), linear between closest ranks: numpy's default, which the runs'
+ * own summaries use (kvsim_latency_of's nearest rank would differ from their vLLM column). */
 static double percentile(const double *v, size_t n, double q)
 {
     double pos = q / 100.0 * (double)(n - 1);
@@ -429,16 +434,16 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     t->tp_link_latency_us = ri.link_latency_ns / 1e3;
     t->gpu_memory_gib = ri.mem_gib;
     t->gpu_memory_utilization = ri.mem_util > 0 ? ri.mem_util : 0.9;
+    char err[768];
     if (a->config_path) { /* the polynomial: capacity still from the model when profiles exist */
-        if (kvsim_step_model_load(a->config_path, &cfg.model, NULL, 0)) {
-            char err[512];
-            kvsim_step_model_load(a->config_path, &cfg.model, err, sizeof err);
-            return cli_error(p, "--config %s", err) ? CLI_EXIT_USAGE : CLI_EXIT_USAGE;
+        if (kvsim_step_model_load(a->config_path, &cfg.model, err, sizeof err)) {
+            cli_error(p, "--config %s", err);
+            return CLI_EXIT_USAGE;
         }
         t->hardware = NULL;
     } else if (!t->profiles) {
-        return cli_error(p, "needs --profiles ROOT (or --config FILE.json)") ? CLI_EXIT_USAGE
-                                                                             : CLI_EXIT_USAGE;
+        cli_error(p, "needs --profiles ROOT (or --config FILE.json)");
+        return CLI_EXIT_USAGE;
     }
     if (!t->profiles)
         t->model = NULL, t->gpu_memory_gib = 0;
@@ -460,10 +465,10 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     char trace[1100], reqs[64] = "/tmp/kvsim-validate-XXXXXX";
     snprintf(trace, sizeof trace, "%s/requests.jsonl", dir);
     int fd = -1;
-    if (!a->requests_path && (fd = mkstemp(reqs)) < 0)
-        return cli_error(p, "cannot create a temporary file: %s", strerror(errno))
-                   ? CLI_EXIT_FAILED
-                   : CLI_EXIT_FAILED;
+    if (!a->requests_path && (fd = mkstemp(reqs)) < 0) {
+        cli_error(p, "cannot create a temporary file: %s", strerror(errno));
+        return CLI_EXIT_FAILED;
+    }
     if (fd >= 0)
         close(fd);
     cfg.trace_path = trace;
@@ -474,7 +479,6 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     cfg.quiet = true;
     cfg.requests_path = a->requests_path ? a->requests_path : reqs;
     struct kvsim_report rep;
-    char err[768];
     int rc = kvsim_replay_run(&cfg, &rep, err, sizeof err);
     int status = CLI_EXIT_OK;
     if (rc) {

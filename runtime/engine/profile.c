@@ -329,6 +329,16 @@ static void op_table_free(struct op_table *t)
     free(t->op);
 }
 
+/* Room for need points in both arrays of o's curve. Returns 0 or -ENOMEM. */
+static int grow_curve(struct op_rows *o, uint32_t need)
+{
+    uint32_t cap = o->cap;
+    int rc = grow((void **)&o->c.x, &cap, need, sizeof(double));
+    if (!rc)
+        rc = grow((void **)&o->c.y, &o->cap, need, sizeof(double));
+    return rc;
+}
+
 static struct op_rows *op_find(struct op_table *t, const char *name)
 {
     for (uint32_t i = 0; i < t->n; i++)
@@ -363,9 +373,7 @@ static int load_ops(const char *path, const char *header, const char *axis, stru
             memset(o, 0, sizeof *o);
             snprintf(o->name, sizeof o->name, "%.47s", f[0]);
         }
-        uint32_t cx = o->cap;
-        if ((rc = grow((void **)&o->c.x, &cx, o->c.n + 1, sizeof(double))) ||
-            (rc = grow((void **)&o->c.y, &o->cap, o->c.n + 1, sizeof(double))))
+        if ((rc = grow_curve(o, o->c.n + 1)))
             break;
         if (o->c.n && x <= o->c.x[o->c.n - 1]) {
             rc = fail(err, errlen, -EINVAL, "%s:%u: field '%s' of '%s' must increase", path, c.line,
@@ -828,8 +836,7 @@ static double attention_at(const struct kvsim_profile *p, double pc, double kp, 
     /* A batch of no decodes and a chunk below the smallest profiled one costs that chunk's time:
      * the pc axis starts at 0 only for decode-only batches. */
     if (nd == 0 && pc < p->pc[1]) {
-        if (pc < p->pc[1])
-            *out = true;
+        *out = true;
         pc = p->pc[1];
     }
     uint32_t i0, i1, j0, j1;
@@ -859,13 +866,11 @@ static double attention_at(const struct kvsim_profile *p, double pc, double kp, 
 static double skew_alpha(const struct kvsim_profile *p, double pc, uint32_t n, double sr,
                          double kvb, double kp)
 {
-    if (!p->num_alpha)
+    if (!p->num_alpha || pc != floor(pc)) /* the fit is keyed by profiled chunk sizes */
         return p->alpha_default;
     struct prof_alpha k = {
         .key = alpha_key(pc, bins_label(&p->n_bins, n), bins_label(&p->sr_bins, sr),
                          bins_label(&p->kvb_bins, kvb), bins_label(&p->kp_bins, kp))};
-    if (pc != floor(pc))
-        return p->alpha_default;
     const struct prof_alpha *a = bsearch(&k, p->alpha, p->num_alpha, sizeof k, cmp_alpha);
     return a ? a->alpha : p->alpha_default;
 }

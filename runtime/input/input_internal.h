@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "runtime/input/input.h"
 
 /* Longest excerpt of a bad value quoted in an error message. */
@@ -61,6 +63,15 @@ struct kvsim_req_spec *input__add_req(struct loader *ld, uint32_t line, int64_t 
  * *is_new. Returns 0 or -ENOMEM. */
 int input__session_lookup(struct loader *ld, const char *key, size_t len, int32_t *session,
                           bool *is_new);
+
+/* The JSONL formats' shared pieces (jsonl.c): a value's kind for messages ("an integer", ...);
+ * a required integer field in [min, UINT32_MAX] (0 or -EINVAL); one line parsed as a JSON object
+ * and handed to row (an error names the line and the column). */
+const char *input__json_kind(const json_t *v);
+int input__get_u32(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t min,
+                   uint32_t *out);
+int input__json_line(struct loader *ld, uint32_t line, const char *s, size_t n,
+                     int (*row)(struct loader *ld, uint32_t line, json_t *o));
 
 /* One Mooncake JSONL line (not blank). Returns 0 or a negative errno. */
 int input__mooncake_line(struct loader *ld, uint32_t line, const char *s, size_t n);

@@ -20,42 +20,6 @@
 static const char *const MOONCAKE_KEYS[] = {"timestamp", "input_length", "output_length",
                                             "hash_ids",  "session_id",   "delay"};
 
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
-/* Reads a required integer field in [min, UINT32_MAX]. Returns 0 or -EINVAL. */
-static int get_u32(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t min,
-                   uint32_t *out)
-{
-    json_t *v = json_object_get(o, name);
-    if (!v)
-        return input__fail_field(ld, line, name, "missing");
-    if (!json_is_integer(v))
-        return input__fail_field(ld, line, name, "expected an integer, got %s", json_kind(v));
-    json_int_t x = json_integer_value(v);
-    if (x < (json_int_t)min)
-        return input__fail_field(ld, line, name,
-                                 "must be >= %" PRIu32 ", got %" JSON_INTEGER_FORMAT, min, x);
-    if (x > (json_int_t)UINT32_MAX)
-        return input__fail_field(ld, line, name,
-                                 "%" JSON_INTEGER_FORMAT " is too large (max %" PRIu32 ")", x,
-                                 UINT32_MAX);
-    *out = (uint32_t)x;
-    return 0;
-}
-
 /* Reads a time in ms (a number in [0, MAX_MS]) as ns. Returns 0 or -EINVAL. */
 static int get_ms(struct loader *ld, uint32_t line, json_t *v, const char *name, int64_t *ns)
 {
@@ -71,7 +35,7 @@ static int get_ms(struct loader *ld, uint32_t line, json_t *v, const char *name,
         return 0;
     }
     if (!json_is_real(v))
-        return input__fail_field(ld, line, name, "expected a number, got %s", json_kind(v));
+        return input__fail_field(ld, line, name, "expected a number, got %s", input__json_kind(v));
     double x = json_real_value(v);
     if (!isfinite(x))
         return input__fail_field(ld, line, name, "not a finite number");
@@ -107,9 +71,9 @@ static int mooncake_row(struct loader *ld, uint32_t line, json_t *o)
         return input__fail_field(ld, line, "timestamp", "missing");
     int rc = get_ms(ld, line, ts, "timestamp", &ts_ns);
     if (!rc)
-        rc = get_u32(ld, line, o, "input_length", 1, &input_len);
+        rc = input__get_u32(ld, line, o, "input_length", 1, &input_len);
     if (!rc)
-        rc = get_u32(ld, line, o, "output_length", 1, &output_len);
+        rc = input__get_u32(ld, line, o, "output_length", 1, &output_len);
     if (rc)
         return rc;
 
@@ -117,7 +81,8 @@ static int mooncake_row(struct loader *ld, uint32_t line, json_t *o)
     if (!h)
         return input__fail_field(ld, line, "hash_ids", "missing");
     if (!json_is_array(h))
-        return input__fail_field(ld, line, "hash_ids", "expected an array, got %s", json_kind(h));
+        return input__fail_field(ld, line, "hash_ids", "expected an array, got %s",
+                                 input__json_kind(h));
     size_t nh = json_array_size(h);
     uint64_t bs = ld->opts->trace_block_size;
     uint64_t needed = (input_len + bs - 1) / bs;
@@ -140,7 +105,7 @@ static int mooncake_row(struct loader *ld, uint32_t line, json_t *o)
         if (!json_is_integer(e))
             return input__fail_field(ld, line, "hash_ids",
                                      "element %zu is %s, expected a non-negative integer", i,
-                                     json_kind(e));
+                                     input__json_kind(e));
         if (json_integer_value(e) < 0)
             return input__fail_field(ld, line, "hash_ids",
                                      "element %zu is negative (%" JSON_INTEGER_FORMAT ")", i,
@@ -171,7 +136,7 @@ static int mooncake_row(struct loader *ld, uint32_t line, json_t *o)
         sname = ibuf + 1;
     } else if (sid && !json_is_null(sid)) {
         return input__fail_field(ld, line, "session_id", "expected a string or an integer, got %s",
-                                 json_kind(sid));
+                                 input__json_kind(sid));
     }
 
     json_t *dl = json_object_get(o, "delay");
@@ -230,15 +195,5 @@ out:
 
 int input__mooncake_line(struct loader *ld, uint32_t line, const char *s, size_t n)
 {
-    json_error_t je;
-    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
-    if (!o && je.column > 0)
-        return input__fail(ld, -EINVAL, line, "invalid JSON at column %d: %s", je.column, je.text);
-    if (!o)
-        return input__fail(ld, -EINVAL, line, "invalid JSON: %s", je.text);
-    int rc = json_is_object(o)
-                 ? mooncake_row(ld, line, o)
-                 : input__fail(ld, -EINVAL, line, "expected a JSON object, got %s", json_kind(o));
-    json_decref(o);
-    return rc;
+    return input__json_line(ld, line, s, n, mooncake_row);
 }

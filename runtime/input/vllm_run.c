@@ -34,41 +34,6 @@ static bool in_list(const char *key, const char *const *list, size_t n)
     return false;
 }
 
-/* The same wording as mooncake.c's messages. */
-static const char *json_kind(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
-/* Reads a required token count (an integer in [1, UINT32_MAX]). Returns 0 or -EINVAL. */
-static int get_tokens(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t *out)
-{
-    json_t *v = json_object_get(o, name);
-    if (!v)
-        return input__fail_field(ld, line, name, "missing");
-    if (!json_is_integer(v))
-        return input__fail_field(ld, line, name, "expected an integer, got %s", json_kind(v));
-    json_int_t x = json_integer_value(v);
-    if (x < 1)
-        return input__fail_field(ld, line, name, "must be >= 1, got %" JSON_INTEGER_FORMAT, x);
-    if (x > (json_int_t)UINT32_MAX)
-        return input__fail_field(ld, line, name,
-                                 "%" JSON_INTEGER_FORMAT " is too large (max %" PRIu32 ")", x,
-                                 UINT32_MAX);
-    *out = (uint32_t)x;
-    return 0;
-}
-
 /* Reads the required queued_ts (s, a finite number in [0, MAX_S]) as ns. Returns 0 or -EINVAL. */
 static int get_queued_ns(struct loader *ld, uint32_t line, json_t *o, int64_t *ns)
 {
@@ -77,7 +42,7 @@ static int get_queued_ns(struct loader *ld, uint32_t line, json_t *o, int64_t *n
     if (!v)
         return input__fail_field(ld, line, name, "missing");
     if (!json_is_number(v))
-        return input__fail_field(ld, line, name, "expected a number, got %s", json_kind(v));
+        return input__fail_field(ld, line, name, "expected a number, got %s", input__json_kind(v));
     double x = json_number_value(v);
     if (!isfinite(x))
         return input__fail_field(ld, line, name, "not a finite number");
@@ -104,7 +69,8 @@ static int vllm_run_row(struct loader *ld, uint32_t line, json_t *o)
                 "unknown field (expected request_id, input_toks, output_toks, queued_ts, "
                 "arrival_time, scheduled_ts, first_token_ts, last_token_ts)");
         if (!json_is_number(v))
-            return input__fail_field(ld, line, key, "expected a number, got %s", json_kind(v));
+            return input__fail_field(ld, line, key, "expected a number, got %s",
+                                     input__json_kind(v));
     }
 
     json_t *id = json_object_get(o, "request_id");
@@ -112,12 +78,12 @@ static int vllm_run_row(struct loader *ld, uint32_t line, json_t *o)
         return input__fail_field(ld, line, "request_id", "missing");
     if (!json_is_string(id))
         return input__fail_field(ld, line, "request_id", "expected a string, got %s",
-                                 json_kind(id));
+                                 input__json_kind(id));
     uint32_t input_len = 0, output_len = 0;
     int64_t queued_ns = 0;
-    int rc = get_tokens(ld, line, o, "input_toks", &input_len);
+    int rc = input__get_u32(ld, line, o, "input_toks", 1, &input_len);
     if (!rc)
-        rc = get_tokens(ld, line, o, "output_toks", &output_len);
+        rc = input__get_u32(ld, line, o, "output_toks", 1, &output_len);
     if (!rc)
         rc = get_queued_ns(ld, line, o, &queued_ns);
     if (rc)
@@ -133,15 +99,5 @@ static int vllm_run_row(struct loader *ld, uint32_t line, json_t *o)
 
 int input__vllm_run_line(struct loader *ld, uint32_t line, const char *s, size_t n)
 {
-    json_error_t je;
-    json_t *o = json_loadb(s, n, JSON_REJECT_DUPLICATES, &je);
-    if (!o && je.column > 0)
-        return input__fail(ld, -EINVAL, line, "invalid JSON at column %d: %s", je.column, je.text);
-    if (!o)
-        return input__fail(ld, -EINVAL, line, "invalid JSON: %s", je.text);
-    int rc = json_is_object(o)
-                 ? vllm_run_row(ld, line, o)
-                 : input__fail(ld, -EINVAL, line, "expected a JSON object, got %s", json_kind(o));
-    json_decref(o);
-    return rc;
+    return input__json_line(ld, line, s, n, vllm_run_row);
 }

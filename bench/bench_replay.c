@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -47,6 +48,11 @@
 #define LARGE_BLOCK_BLOCKS 513u /* 512 usable + the null block */
 #define DISAGG_PREFILL     4u   /* the disaggregated runs: 4 prefill + 4 decode engines */
 #define DISAGG_DECODE      (NUM_ENGINES - DISAGG_PREFILL)
+/* The profile step model's run (docs/fidelity/timing.md): the shared Llama-3.1-8B profile. */
+#define PROFILE_ROOT       KVSIM_SOURCE_DIR "/../shared/profiles/llmservingsim"
+#define PROFILE_HARDWARE   "RTXPRO6000"
+#define PROFILE_MODEL      "meta-llama/Llama-3.1-8B"
+#define GOAL_PROFILE_RATIO 1.3 /* issue #12: at most 1.3x the polynomial's wall time */
 
 /* DESIGN.md, "Performance targets". */
 #define GOAL_REQ_PER_S_1T   100000.0
@@ -75,6 +81,7 @@ struct run_cfg {
     uint32_t block_size;
     uint32_t num_blocks; /* null block included */
     bool disagg;         /* DISAGG_PREFILL + DISAGG_DECODE engines instead of NUM_ENGINES */
+    bool profile;        /* the profile step model instead of the polynomial */
 };
 
 #define MAX_CONFIGS 16
@@ -130,7 +137,17 @@ static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
         cfg.disagg.prefill_sched = cfg.disagg.decode_sched = cfg.sched;
         cfg.disagg.prefill_router = cfg.disagg.decode_router = c->router;
     }
+    struct kvsim_profile *prof = NULL;
+    if (c->profile) { /* loaded before the clock starts: the replay's cost is what is compared */
+        struct kvsim_profile_config pc = {
+            .root = PROFILE_ROOT, .hardware = PROFILE_HARDWARE, .model = PROFILE_MODEL, .tp = 1};
+        msg->rc = kvsim_profile_load(&pc, &prof, msg->err, sizeof msg->err);
+        if (msg->rc)
+            return;
+        cfg.model.profile = prof;
+    }
     bench_replay_child(&cfg, false, msg);
+    kvsim_profile_free(prof);
 }
 
 static void describe(const void *ctx, size_t i, struct bench_config *bc)
@@ -141,6 +158,8 @@ static void describe(const void *ctx, size_t i, struct bench_config *bc)
     else if (c->disagg)
         snprintf(bc->label, sizeof bc->label, "%s, %uP+%uD", kvsim_router_policy_name(c->router),
                  DISAGG_PREFILL, DISAGG_DECODE);
+    else if (c->profile)
+        snprintf(bc->label, sizeof bc->label, "%s, profile", kvsim_router_policy_name(c->router));
     else if (c->block_size != SMALL_BLOCK)
         snprintf(bc->label, sizeof bc->label, "%s, block %u", kvsim_router_policy_name(c->router),
                  c->block_size);
@@ -165,6 +184,7 @@ static json_t *config_json(const struct bench_suite *s, const struct run_cfg *c,
         }
         json_object_set_new(j, "block_size", json_integer(c->block_size));
         json_object_set_new(j, "num_blocks", json_integer(c->num_blocks));
+        json_object_set_new(j, "step_model", json_string(c->profile ? "profile" : "polynomial"));
     }
     return j;
 }
@@ -236,6 +256,13 @@ static size_t build_configs(const struct bench_trace_opts *o, struct run_cfg *cf
                                      .block_size = SMALL_BLOCK,
                                      .num_blocks = SMALL_BLOCK_BLOCKS,
                                      .disagg = true};
+    if (access(PROFILE_ROOT, R_OK) == 0)
+        cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
+                                     .router = KVSIM_ROUTER_KV,
+                                     .threads = 1,
+                                     .block_size = SMALL_BLOCK,
+                                     .num_blocks = SMALL_BLOCK_BLOCKS,
+                                     .profile = true};
     return n;
 }
 
@@ -247,7 +274,7 @@ static const struct bench_config *find_run(const struct bench_suite *s,
     for (size_t i = 0; i < s->num_configs; i++) {
         const struct run_cfg *c = &cfgs[i];
         if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
-            c->block_size == block_size && c->disagg == disagg)
+            c->block_size == block_size && c->disagg == disagg && !c->profile)
             return &s->configs[i];
     }
     return NULL;
@@ -305,6 +332,42 @@ static json_t *disagg_cost(const struct bench_suite *s, bool *identical)
     return json_pack("{s:I, s:I, s:o, s:b}", "prefill_engines", (json_int_t)DISAGG_PREFILL,
                      "decode_engines", (json_int_t)DISAGG_DECODE, "runs", rows, "identical",
                      *identical);
+}
+
+/* The profile step model's run against the polynomial's (kv, 1 thread): wall time, and wall time
+ * per engine step (the schedules differ, as the clocks do). Prints a row, returns the JSON. */
+static json_t *profile_cost(const struct bench_suite *s)
+{
+    printf("\nprofile step model (%s on %s, kv router, 1 thread) against the polynomial\n",
+           PROFILE_MODEL, PROFILE_HARDWARE);
+    const struct run_cfg *cfgs = ((const struct replay_ctx *)s->ctx)->cfgs;
+    const struct bench_rep *prof = NULL;
+    for (size_t i = 0; i < s->num_configs; i++)
+        if (cfgs[i].profile)
+            prof = bench_best(&s->configs[i]);
+    const struct bench_config *cp = find_config(s, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
+    const struct bench_rep *poly = cp ? bench_best(cp) : NULL;
+    if (!prof || !poly) {
+        printf("  not measured (%s)\n",
+               access(PROFILE_ROOT, R_OK) ? "no profiles at " PROFILE_ROOT : "a run failed");
+        return json_null();
+    }
+    double wp = (double)poly->msg.wall_ns * 1e-9, wf = (double)prof->msg.wall_ns * 1e-9;
+    double ratio = wp > 0 ? wf / wp : 0.0;
+    double up = poly->msg.steps ? wp * 1e9 / (double)poly->msg.steps : 0.0;
+    double uf = prof->msg.steps ? wf * 1e9 / (double)prof->msg.steps : 0.0;
+    printf("%-12s %10s %12s %12s\n", "step model", "wall s", "steps", "wall ns/step");
+    bench_print_rule(100);
+    printf("%-12s %10.3f %12" PRIu64 " %12.0f\n", "polynomial", wp, poly->msg.steps, up);
+    printf("%-12s %10.3f %12" PRIu64 " %12.0f\n", "profile", wf, prof->msg.steps, uf);
+    printf("wall ratio profile/polynomial %.2fx (goal <= %.2fx: %s); per step %.2fx\n", ratio,
+           GOAL_PROFILE_RATIO, ratio <= GOAL_PROFILE_RATIO ? "met" : "NOT met",
+           up > 0 ? uf / up : 0.0);
+    return json_pack("{s:s, s:s, s:f, s:f, s:I, s:I, s:f, s:f, s:b}", "model", PROFILE_MODEL,
+                     "hardware", PROFILE_HARDWARE, "wall_polynomial_s", wp, "wall_profile_s", wf,
+                     "steps_polynomial", (json_int_t)poly->msg.steps, "steps_profile",
+                     (json_int_t)prof->msg.steps, "wall_ratio_profile_to_polynomial", ratio,
+                     "goal_ratio", GOAL_PROFILE_RATIO, "met", ratio <= GOAL_PROFILE_RATIO);
 }
 
 /* One row of the targets table: per router "measured (measured/goal[ met])"; fmt NULL prints
@@ -489,6 +552,7 @@ int main(int argc, char **argv)
     bool disagg_identical;
     json_t *dcj = disagg_cost(&suite, &disagg_identical);
     all_identical = all_identical && disagg_identical;
+    json_t *pcj = profile_cost(&suite);
 
     /* ---- targets ---- */
     printf("\ntargets (DESIGN.md); cells: measured (measured/goal)\n");
@@ -535,6 +599,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "speedups", speedups);
     json_object_set_new(root, "block_size_check", bsj);
     json_object_set_new(root, "disagg_cost", dcj);
+    json_object_set_new(root, "profile_cost", pcj);
     json_t *targets = json_object();
     json_object_set_new(targets, "requests_per_wall_s_1_thread",
                         goal_json(GOAL_REQ_PER_S_1T, ">=", "requests/s"));

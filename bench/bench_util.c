@@ -648,6 +648,7 @@ void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload
     msg->offload = rep.offload;
     msg->epochs = rep.disagg.epochs;
     msg->handoffs = rep.disagg.handoffs;
+    msg->steps = rep.timing.steps;
     struct digest d;
     digest_init(&d);
     dig_report(&d, &rep);

@@ -150,6 +150,7 @@ struct bench_msg {
     struct kvsim_latency ttft; /* ns */
     struct kvsim_offload_summary offload;
     uint64_t epochs, handoffs; /* a disaggregated replay's (0 otherwise) */
+    uint64_t steps;            /* engine steps over all engines */
     uint64_t digest;
     char err[256];
 };

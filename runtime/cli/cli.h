@@ -127,6 +127,7 @@ void cli_timing_fini(struct cli_timing *t);
 
 int cli_replay_main(int argc, char **argv);
 int cli_validate_main(int argc, char **argv);
+int cli_calibrate_main(int argc, char **argv);
 int cli_conform_main(int argc, char **argv);
 int cli_soak_main(int argc, char **argv);
 int cli_minimize_main(int argc, char **argv);

@@ -15,6 +15,8 @@ static void usage(FILE *out)
                  "  replay      replay a trace (or the built-in workload) through N engines\n"
                  "  validate    replay a recorded vLLM run and compare its latencies and\n"
                  "              throughput with the real ones (the Diff%% table)\n"
+                 "  calibrate   fit the step model to part of a recorded vLLM run and\n"
+                 "              compare the fitted and the held-out requests\n"
                  "  conform     run conformance scenarios against the scheduler core\n"
                  "  soak        seeded randomized scheduler runs checking invariants and\n"
                  "              liveness; failing seeds are written as scenarios\n"
@@ -37,9 +39,9 @@ static const struct {
     int (*main)(int argc, char **argv);
 } commands[] = {
     {"replay", cli_replay_main},       {"validate", cli_validate_main},
-    {"conform", cli_conform_main},     {"soak", cli_soak_main},
-    {"minimize", cli_minimize_main},   {"stress", cli_stress_main},
-    {"pool-demo", cli_pool_demo_main},
+    {"calibrate", cli_calibrate_main}, {"conform", cli_conform_main},
+    {"soak", cli_soak_main},           {"minimize", cli_minimize_main},
+    {"stress", cli_stress_main},       {"pool-demo", cli_pool_demo_main},
 };
 
 int main(int argc, char **argv)

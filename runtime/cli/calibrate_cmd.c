@@ -1,8 +1,9 @@
 /*
  * calibrate_cmd.c - `kvsim calibrate RUN_DIR -o CONFIG.json`: for a user with a recorded vLLM
- * run and no profile. Fits the polynomial step model (or, with --profiles, one speedup_ratio on
- * the profile) to the first --train-fraction of the run's requests (by arrival) and prints the
- * Diff% table on those and on the held-out rest, so the user sees whether the fit generalizes.
+ * run and no profile. Fits the polynomial step model (or, with --profiles, a correction on the
+ * profile: speedup_ratio and step_overhead_ms) to the first --train-fraction of the run's
+ * requests (by arrival) and prints the Diff% table on those and on the held-out rest, so the user
+ * sees whether the fit generalizes.
  * Main thread only.
  *
  * The fit replays the whole run for every trial (the requests share the engine's steps) and
@@ -24,8 +25,9 @@ static void calibrate_usage(FILE *out)
                  "both parts (docs/fidelity/timing.md). RUN_DIR as for kvsim validate.\n"
                  "  -o, --output CONFIG.json   the fitted configuration (for --config)\n"
                  "  --train-fraction F         share of the requests, by arrival, fitted (0.5)\n"
-                 "  --profiles ROOT            fit one speedup_ratio on the profile instead of\n"
-                 "                             the polynomial's coefficients\n"
+                 "  --profiles ROOT            fit a correction on the profile (speedup_ratio\n"
+                 "                             and step_overhead_ms) instead of the\n"
+                 "                             polynomial's coefficients\n"
                  "  --hardware HW              profile hardware label (config.json's)\n"
                  "  --num-gpu-blocks N         KV blocks (meta.json's, else derived)\n"
                  "  --max-trials N             replays the fit may run (400)\n");
@@ -47,8 +49,9 @@ static const struct option calibrate_opts[] = {
 #define MAX_PARAMS 4
 
 /* What is fitted: the polynomial's prefill slope and constant, decode constant and slope over KV
- * utilisation (prefill_ms = p1 T + p0, decode_ms = d1 u + d0; p2 = d2 = 0), or a profile's one
- * scale (the step time is multiplied by it: speedup_ratio = 1 / scale). */
+ * utilisation (prefill_ms = p1 T + p0, decode_ms = d1 u + d0; p2 = d2 = 0), or a correction on a
+ * profile: a scale (speedup_ratio = 1 / scale: eager-mode kernel times against a run with CUDA
+ * graphs) and a fixed cost per step (step_overhead_ms: the CPU side the profile cannot see). */
 struct fit {
     struct cli_parser *p;
     struct fid_run *run;
@@ -66,6 +69,7 @@ static void model_of(const struct fit *f, const double *x, struct kvsim_step_mod
     *m = f->base;
     if (f->profile) {
         m->speedup_ratio = exp(-x[0]);
+        m->step_overhead_ms = exp(x[1]);
         return;
     }
     m->prefill_ms[0] = 0;
@@ -229,7 +233,7 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
                     .base = run.cfg.model,
                     .profile = a->timing.profile != NULL,
                     .max_trials = a->max_trials};
-    f.dims = f.profile ? 1 : 4;
+    f.dims = f.profile ? 2 : 4;
     f.train = (size_t)llround(a->fraction * (double)run.real.n);
     int status = CLI_EXIT_OK;
     if (f.train < 2 || f.train + 2 > run.real.n) {
@@ -250,8 +254,10 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     const struct kvsim_step_model *b = &f.base;
     double x[MAX_PARAMS] = {log(fmax(b->prefill_ms[1], 1e-6)), log(fmax(b->prefill_ms[2], 1e-3)),
                             log(fmax(b->decode_ms[2], 1e-3)), log(fmax(b->decode_ms[1], 1))};
-    if (f.profile)
+    if (f.profile) { /* from a scale of 1 and 0.1 ms a step */
         x[0] = log(b->speedup_ratio > 0 ? 1 / b->speedup_ratio : 1);
+        x[1] = log(fmax(b->step_overhead_ms, 0.1));
+    }
     double l = nelder_mead(&f, x, 0.5);
     if (f.error) {
         fid_close(&run);
@@ -261,8 +267,8 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     model_of(&f, x, &m);
     printf("run          %s (%zu requests)\n", dir, run.real.n);
     if (f.profile)
-        printf("fitted       speedup_ratio %.6g on profile %s\n", m.speedup_ratio,
-               kvsim_profile_dir(a->timing.profile));
+        printf("fitted       speedup_ratio %.6g, step_overhead_ms %.4g on profile %s\n",
+               m.speedup_ratio, m.step_overhead_ms, kvsim_profile_dir(a->timing.profile));
     else
         printf("fitted       prefill_ms = %.6g T + %.6g, decode_ms = %.6g u + %.6g\n",
                m.prefill_ms[1], m.prefill_ms[2], m.decode_ms[1], m.decode_ms[2]);

@@ -282,6 +282,8 @@ struct kvsim_step_model {
     double decode_ms[3];  /* d2, d1, d0 */
     double decode_floor_ms;
     double speedup_ratio;
+    double step_overhead_ms; /* added to every step after speedup_ratio (0): CPU-side work a
+                              * GPU kernel profile does not see (kvsim calibrate fits it) */
     /* NULL: the polynomial above. Otherwise the profile model (kvsim_profile_load), which the
      * step model reads and never owns: it must outlive every engine using it. */
     const struct kvsim_profile *profile;
@@ -294,9 +296,9 @@ KVSIM_EXTERN int64_t kvsim_step_model_duration_ns(const struct kvsim_step_model 
 KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m);
 /*
  * Reads {"step_model": {"prefill_ms": [p2,p1,p0], "decode_ms": [d2,d1,d0],
- * "decode_floor_ms": x}, "speedup_ratio": s} (every key optional, unknown keys rejected) from a
- * JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with a message in err naming
- * the file and the key.
+ * "decode_floor_ms": x}, "speedup_ratio": s, "step_overhead_ms": o} (every key optional, unknown
+ * keys rejected) from a JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with a
+ * message in err naming the file and the key.
  */
 KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
                                        size_t errlen);

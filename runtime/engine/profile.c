@@ -36,7 +36,8 @@ struct prof_curve {
 struct prof_slice {
     uint32_t nkp, nkd;
     double *kp, *kd;
-    double *t; /* [nkp * nkd], holes filled at load */
+    bool kp_shared, kd_shared; /* the axis belongs to an earlier slice (share_axes) */
+    double *t;                 /* [nkp * nkd], holes filled at load */
 };
 
 /* The skew correction's buckets (meta.yaml skew_fit.bucket_axes): right-inclusive bins. */
@@ -502,6 +503,31 @@ static int cmp_row(const void *a, const void *b)
     return 0;
 }
 
+/* Points every slice's prefix and context axes at the first slice's equal one (freeing the
+ * copy), so that a lookup brackets a value once for all its corners. */
+static void share_axes(struct kvsim_profile *p)
+{
+    size_t n = (size_t)p->npc * p->nnd;
+    for (size_t i = 0; i < n; i++) {
+        struct prof_slice *s = &p->slice[i];
+        for (size_t j = 0; j < i && s->nkp; j++) {
+            struct prof_slice *o = &p->slice[j];
+            if (!s->kp_shared && o->nkp == s->nkp &&
+                !memcmp(o->kp, s->kp, s->nkp * sizeof *s->kp)) {
+                free(s->kp);
+                s->kp = o->kp;
+                s->kp_shared = true;
+            }
+            if (!s->kd_shared && o->nkd == s->nkd &&
+                !memcmp(o->kd, s->kd, s->nkd * sizeof *s->kd)) {
+                free(s->kd);
+                s->kd = o->kd;
+                s->kd_shared = true;
+            }
+        }
+    }
+}
+
 static int load_attention(struct kvsim_profile *p, const char *path, char *err, size_t errlen)
 {
     struct csv c;
@@ -561,6 +587,8 @@ static int load_attention(struct kvsim_profile *p, const char *path, char *err, 
         i = j;
     }
     free(r);
+    if (!rc)
+        share_axes(p);
     if (!rc && !isfinite(p->attn_launch_us))
         rc = fail(err, errlen, -EINVAL, "%s: no row for the smallest prefill chunk alone", path);
     return rc;
@@ -799,11 +827,35 @@ out_tables:
 /* ---- the model ------------------------------------------------------------------------------ */
 
 /* One (pc, nd) slice at (kp, kd), bilinear. */
-static double slice_at(const struct prof_slice *s, double kp, double kd, bool *out)
+/* A value bracketed on an axis, kept while the corners of one lookup share that axis (most
+ * slices have the same prefix and context axes: load_attention shares their arrays). */
+struct bracket {
+    const double *axis; /* NULL: nothing kept */
+    uint32_t i0, i1;
+    double w;
+    bool out;
+};
+
+static double bracket_on(struct bracket *c, const double *x, uint32_t n, double v, uint32_t *i0,
+                         uint32_t *i1, bool *out)
+{
+    if (c->axis != x) {
+        c->axis = x;
+        c->out = false;
+        c->w = axis_bracket(x, n, v, &c->i0, &c->i1, &c->out);
+    }
+    *i0 = c->i0;
+    *i1 = c->i1;
+    *out = *out || c->out;
+    return c->w;
+}
+
+static double slice_at(const struct prof_slice *s, double kp, double kd, struct bracket cache[2],
+                       bool *out)
 {
     uint32_t a0, a1, b0, b1;
-    double wa = axis_bracket(s->kp, s->nkp, kp, &a0, &a1, out);
-    double wb = axis_bracket(s->kd, s->nkd, kd, &b0, &b1, out);
+    double wa = bracket_on(&cache[0], s->kp, s->nkp, kp, &a0, &a1, out);
+    double wb = bracket_on(&cache[1], s->kd, s->nkd, kd, &b0, &b1, out);
     const double *t = s->t;
     double v0 = t[(size_t)a0 * s->nkd + b0] +
                 wb * (t[(size_t)a0 * s->nkd + b1] - t[(size_t)a0 * s->nkd + b0]);
@@ -844,16 +896,24 @@ static double attention_at(const struct kvsim_profile *p, double pc, double kp, 
     double wj = axis_bracket(p->nd, p->nnd, nd, &j0, &j1, out);
     double c[2][2];
     uint32_t ii[2] = {i0, i1}, jj[2] = {j0, j1};
-    for (int a = 0; a < 2; a++)
-        for (int b = 0; b < 2; b++) {
+    int na = i0 == i1 ? 1 : 2, nb = j0 == j1 ? 1 : 2; /* on a grid line, one corner serves two */
+    struct bracket cache[2] = {{0}, {0}};
+    for (int a = 0; a < na; a++)
+        for (int b = 0; b < nb; b++) {
             /* an empty corner ((0 chunk, 0 decodes)) weighs nothing: it is the other pc's */
             if (p->pc[ii[a]] == 0 && p->nd[jj[b]] == 0) {
                 c[a][b] = NAN;
                 continue;
             }
             const struct prof_slice *s = slice_get(p, ii[a], jj[b], out);
-            c[a][b] = s ? slice_at(s, kp, kd, out) : NAN;
+            c[a][b] = s ? slice_at(s, kp, kd, cache, out) : NAN;
         }
+    for (int a = 0; a < 2; a++) {
+        if (nb == 1)
+            c[a][1] = c[a][0];
+        if (a == 1 && na == 1)
+            c[1][0] = c[0][0], c[1][1] = c[0][1];
+    }
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++)
             if (isnan(c[a][b]))
@@ -904,8 +964,8 @@ static double batch_attention(const struct kvsim_profile *p, const struct kvsim_
     if (n > 1 && hi > mean) {
         double sr = (mean - lo) / (hi - lo);
         double alpha = skew_alpha(p, pc, n, sr, hi, kp);
-        double tmax = attention_at(p, pc, kp, n, hi, out);
-        if (alpha != 0 && tmax > t)
+        double tmax = alpha != 0 ? attention_at(p, pc, kp, n, hi, out) : t;
+        if (tmax > t)
             t += alpha * (tmax - t);
     }
     for (uint32_t i = 0; i < b->num_prefill_reqs; i++) {
@@ -977,8 +1037,10 @@ void kvsim_profile_free(struct kvsim_profile *p)
     free(p->seq_us);
     if (p->slice)
         for (size_t i = 0; i < (size_t)p->npc * p->nnd; i++) {
-            free(p->slice[i].kp);
-            free(p->slice[i].kd);
+            if (!p->slice[i].kp_shared)
+                free(p->slice[i].kp);
+            if (!p->slice[i].kd_shared)
+                free(p->slice[i].kd);
             free(p->slice[i].t);
         }
     free(p->slice);

@@ -21,6 +21,7 @@ void kvsim_step_model_default(struct kvsim_step_model *m)
     m->decode_ms[2] = 5.74;
     m->decode_floor_ms = 1.0;
     m->speedup_ratio = 1.0;
+    m->step_overhead_ms = 0.0;
     m->profile = NULL;
 }
 
@@ -49,6 +50,7 @@ int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m, const struct 
     }
     if (m->speedup_ratio > 0)
         ms /= m->speedup_ratio;
+    ms += m->step_overhead_ms;
     int64_t ns = llround(ms * 1e6);
     return ns > 0 ? ns : 1;
 }
@@ -65,6 +67,7 @@ int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_model *m)
         ms = kvsim_profile__min_step_us(m->profile) / 1e3;
     if (m->speedup_ratio > 0)
         ms /= m->speedup_ratio;
+    ms += m->step_overhead_ms;
     double ns = ms * 1e6 - 1.0; /* below any rounding of kvsim_step_model_duration_ns */
     return ns > 1.0 ? (int64_t)ns : 1;
 }
@@ -113,6 +116,14 @@ int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *er
             } else {
                 m->speedup_ratio = json_number_value(v);
             }
+        } else if (!strcmp(key, "step_overhead_ms")) {
+            if (!json_is_number(v) || !(json_number_value(v) >= 0) ||
+                !isfinite(json_number_value(v))) {
+                snprintf(err, errlen, "%s: key 'step_overhead_ms' must be a number >= 0", path);
+                rc = -EINVAL;
+            } else {
+                m->step_overhead_ms = json_number_value(v);
+            }
         } else if (!strcmp(key, "step_model")) {
             const char *k2;
             json_t *v2;
@@ -144,8 +155,9 @@ int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *er
                 }
             }
         } else {
-            snprintf(err, errlen, "%s: unknown key '%s' (expected step_model, speedup_ratio)", path,
-                     key);
+            snprintf(err, errlen,
+                     "%s: unknown key '%s' (expected step_model, speedup_ratio, step_overhead_ms)",
+                     path, key);
             rc = -EINVAL;
         }
     }

@@ -5,6 +5,9 @@
  * exact), clamping, and its errors.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -150,4 +153,38 @@ Test(profile, refuses_what_it_cannot_read)
     cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -ENOENT);
     cr_assert(strstr(err, "tp2/dense.csv"), "%s", err);
     cr_assert_null(p);
+}
+
+/* step_overhead_ms (kvsim calibrate's correction) adds to every step after speedup_ratio, for
+ * the profile as for the polynomial, and a bad value names the key. */
+Test(profile, step_overhead_adds_to_every_step)
+{
+    struct kvsim_profile *p = load_tiny();
+    char path[] = "/tmp/kvsim-test-overhead-XXXXXX", err[512];
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char *json = "{\"speedup_ratio\": 2, \"step_overhead_ms\": 0.5}";
+    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    struct kvsim_step_model m;
+    kvsim_step_model_default(&m);
+    cr_assert_eq(kvsim_step_model_load(path, &m, err, sizeof err), 0, "%s", err);
+    m.profile = p;
+    uint32_t chunk[] = {16};
+    uint64_t prefix[] = {0}, ctx[] = {24};
+    struct kvsim_step_batch b = {.prefill_tokens = 16,
+                                 .num_prefill_reqs = 1,
+                                 .num_decode_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix,
+                                 .decode_context = ctx};
+    cr_assert_eq(kvsim_step_model_duration_ns(&m, &b), 254160 / 2 + 500000);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    json = "{\"step_overhead_ms\": -1}";
+    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    cr_assert_eq(kvsim_step_model_load(path, &m, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "key 'step_overhead_ms' must be a number >= 0"), "%s", err);
+    unlink(path);
+    kvsim_profile_free(p);
 }

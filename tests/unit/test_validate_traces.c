@@ -139,7 +139,8 @@ Test(validate_traces, calibrate_fits_the_polynomial)
     unlink(empty);
 }
 
-/* A correction factor on the profile: close to 1, since the profile alone is within a few %. */
+/* A correction on the profile: a scale close to 1 and a small overhead, since the profile alone
+ * is within a few %. */
 Test(validate_traces, calibrate_fits_a_profile_correction)
 {
     char cfg[64], args[1400];
@@ -148,7 +149,9 @@ Test(validate_traces, calibrate_fits_a_profile_correction)
     run_kvsim("calibrate", QWEN, args);
     json_t *c = load(cfg);
     double s = json_number_value(json_object_get(c, "speedup_ratio"));
+    double o = json_number_value(json_object_get(c, "step_overhead_ms"));
     cr_expect(s > 0.9 && s < 1.1, "speedup_ratio %g", s);
+    cr_expect(o >= 0 && o < 5, "step_overhead_ms %g", o);
     json_decref(c);
     unlink(cfg);
 }

@@ -410,15 +410,20 @@ int cli_replay_main(int argc, char **argv)
         if (rc)
             return CLI_EXIT_USAGE;
     }
-    if (c < 0 || check_replay_args(&p, &a) != 0)
+    if (c < 0)
         return CLI_EXIT_USAGE;
+    /* capacity first: the pools' settings and the offload checks read what it derives */
+    if (cli_timing_apply(&p, &a.timing, &a.cfg.sched, &a.cfg.model, &a.cfg.kv_bytes_per_token) ||
+        check_replay_args(&p, &a) != 0) {
+        cli_timing_fini(&a.timing);
+        return CLI_EXIT_USAGE;
+    }
     char err[512];
     if (a.config_path && kvsim_step_model_load(a.config_path, &a.cfg.model, err, sizeof err)) {
+        cli_timing_fini(&a.timing);
         cli_error(&p, "--config %s", err);
         return CLI_EXIT_USAGE;
     }
-    if (cli_timing_apply(&p, &a.timing, &a.cfg.sched, &a.cfg.model, &a.cfg.kv_bytes_per_token))
-        return CLI_EXIT_USAGE;
     struct kvsim_report report;
     int rc = kvsim_replay_run(&a.cfg, &report, err, sizeof err);
     if (rc) {

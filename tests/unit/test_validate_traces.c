@@ -155,3 +155,25 @@ Test(validate_traces, calibrate_fits_a_profile_correction)
     json_decref(c);
     unlink(cfg);
 }
+
+/* Capacity derived from the model and the GPU reaches both pools of a disaggregated replay (it
+ * was derived after the pools had copied the engine settings): 20 GiB leave 763 blocks of
+ * Llama-3.1-8B, too few for 181 of Mooncake's prompts. */
+Test(validate_traces, derived_capacity_reaches_disaggregated_pools)
+{
+    char trace[1024], out[64], cmd[4096];
+    kvsim_test_trace_path(trace, sizeof trace, "mooncake_trace_1000.jsonl");
+    temp_path(out, sizeof out);
+    snprintf(cmd, sizeof cmd,
+             "%s replay --trace %s --prefill-engines 1 --decode-engines 1 %s --hardware RTXPRO6000 "
+             "--model meta-llama/Llama-3.1-8B --gpu-memory-gib 20 --quiet --report %s",
+             KVSIM_BINARY, trace, profiles_arg(), out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    json_t *r = load(out);
+    json_t *why = json_object_get(json_object_get(r, "requests"), "rejected_by_reason");
+    cr_expect_eq(json_integer_value(json_object_get(why, "exceeds_kv_capacity")), 181);
+    cr_expect_eq(
+        json_integer_value(json_object_get(json_object_get(r, "timing"), "num_gpu_blocks")), 763);
+    json_decref(r);
+    unlink(out);
+}

@@ -24,6 +24,20 @@ static kvpool_token output_token(uint32_t req, uint32_t k)
     return (kvpool_token)(0xc0000000u | ((uint32_t)(x >> 33) & 0x3fffffffu));
 }
 
+/* The token a request with a spec stop_after emits as its last output (the engine API's stop):
+ * outside both the prompt tokens kvsim makes and output_token's range. */
+#define ENGINE_EOS_TOKEN 0xbfffffffu
+
+/* Tells the observer (the engine API), if any. */
+static inline void observe(const struct kvsim_engine *e, uint32_t kind, uint32_t req, int64_t t,
+                           uint32_t a, uint32_t b)
+{
+    if (e->cfg.observe) {
+        struct kvsim_engine_obs o = {.t = t, .req = req, .kind = kind, .a = a, .b = b};
+        e->cfg.observe(e->cfg.observe_ctx, &o);
+    }
+}
+
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
 int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engine **out)
@@ -87,6 +101,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->tok_count);
     free(e->runs);
     free(e->waiting_scratch);
+    free(e->aborts);
     engine__disagg_free(e);
     free(e);
 }
@@ -105,6 +120,34 @@ uint64_t kvsim_engine_steps_outside(const struct kvsim_engine *e, uint64_t axis[
     return e->steps_outside;
 }
 const char *kvsim_engine_error(const struct kvsim_engine *e) { return e->err; }
+int64_t kvsim_engine_step_end(const struct kvsim_engine *e)
+{
+    return e->step ? e->step_end : INT64_MAX;
+}
+int64_t kvsim_engine_clock(const struct kvsim_engine *e) { return e->now; }
+
+void kvsim_engines_timing(const struct kvsim_step_model *m, uint32_t num_gpu_blocks,
+                          struct kvsim_engine *const *engines, uint32_t n,
+                          struct kvsim_timing_summary *t)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->step_model, sizeof t->step_model, "%s", m->profile ? "profile" : "polynomial");
+    if (m->profile) {
+        snprintf(t->profile, sizeof t->profile, "%s", kvsim_profile_dir(m->profile));
+        snprintf(t->model, sizeof t->model, "%s", kvsim_profile_arch(m->profile)->name);
+        snprintf(t->hardware, sizeof t->hardware, "%s", kvsim_profile_hardware(m->profile));
+        t->tp = kvsim_profile_tp(m->profile);
+    }
+    t->num_gpu_blocks = num_gpu_blocks;
+    for (uint32_t e = 0; e < n; e++) {
+        uint64_t axis[3];
+        t->steps += kvsim_engine_steps(engines[e]);
+        t->steps_outside += kvsim_engine_steps_outside(engines[e], axis);
+        t->outside_tokens += axis[0];
+        t->outside_sequences += axis[1];
+        t->outside_attention += axis[2];
+    }
+}
 const struct kvsim_engine_pub *kvsim_engine_pub(const struct kvsim_engine *e) { return &e->pub; }
 
 const struct kvsim_engine_done *kvsim_engine_take_done(struct kvsim_engine *e, uint32_t *n)
@@ -271,6 +314,12 @@ static const char *reject_reason(const struct kvsim_engine *e, const struct kvsi
 
 int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
 {
+    return kvsim_engine_admit_ext(e, req, t, NULL);
+}
+
+int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,
+                           const struct kvsim_engine_admit_opts *o)
+{
     const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[req];
     struct kvsim_metrics *m = e->cfg.metrics;
     if (e->cfg.role == KVSIM_ENGINE_DECODE)
@@ -284,9 +333,12 @@ int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
     if (reject) {
         /* Explicitly rejected, and finished for its session: the next turn still comes. */
         mrc = kvsim_metrics_on_reject(m, req, t, reject);
-        return mrc ? engine__fail(e, mrc) : engine__push_done(e, req, t);
+        if (mrc)
+            return engine__fail(e, mrc);
+        observe(e, KVSIM_OBS_FINISHED, req, t, KVSIM_OBS_REJECTED, 0);
+        return engine__push_done(e, req, t);
     }
-    uint32_t n = kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
+    uint32_t n = o && o->prompt ? 0 : kvsim_prompt_runs(e->cfg.trace, req, e->runs, e->cap_runs);
     if (n > e->cap_runs) {
         struct kvpool_token_run *nr = realloc(e->runs, n * sizeof *nr);
         if (!nr)
@@ -298,12 +350,15 @@ int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t)
     bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
     struct sched_request_params p = {
         .id = req,
+        .prompt = o ? o->prompt : NULL,
         .num_prompt_tokens = spec->input_len,
-        .prompt_runs = e->runs,
+        .prompt_runs = o && o->prompt ? NULL : e->runs,
         .num_prompt_runs = n,
         .max_tokens = prefill ? 1 : spec->output_len, /* vLLM's proxy sends the prefill so */
+        .min_tokens = o ? o->min_tokens : 0,
+        .priority = o ? o->priority : 0,
         .arrival = (double)t,
-        .eos_token_id = -1,
+        .eos_token_id = e->cfg.stops && spec->stop_after ? (int64_t)ENGINE_EOS_TOKEN : -1,
         .kv_producer = prefill,
     };
     struct sched_request *r;
@@ -363,6 +418,8 @@ static int start_step(struct kvsim_engine *e)
         for (uint32_t i = 0; i < st->num_preempted; i++)
             if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
                 return engine__fail(e, rc);
+            else
+                observe(e, KVSIM_OBS_PREEMPTED, (uint32_t)st->preempted[i]->id, e->now, 0, 0);
         if (e->tiers) {
             struct sched_offload_status os;
             sched_offload_status(e->s, &os);
@@ -385,11 +442,11 @@ static int start_step(struct kvsim_engine *e)
         }
         for (uint32_t i = 0; i < st->num_new; i++) {
             const struct sched_request *r = st->new_reqs[i];
-            rc = kvsim_metrics_on_schedule(
-                m, (uint32_t)r->id, e->now,
-                r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0, (int32_t)e->cfg.id);
+            uint32_t cached = r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0;
+            rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, cached, (int32_t)e->cfg.id);
             if (rc)
                 return engine__fail(e, rc);
+            observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, cached, 0);
             if (e->cfg.role != KVSIM_ENGINE_DECODE) /* a decode leaves the queue when reserved */
                 e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
         }
@@ -398,6 +455,7 @@ static int start_step(struct kvsim_engine *e)
             rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
             if (rc)
                 return engine__fail(e, rc);
+            observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, 0, 0);
         }
         struct kvsim_step_batch b = {0};
         bool shape = e->cfg.model.profile != NULL; /* only the profile model reads the shape */
@@ -453,10 +511,14 @@ static int complete_step(struct kvsim_engine *e)
         const struct sched_request *r = st->scheduled[i].req;
         e->tok_count[i] = st->scheduled[i].samples ? 1 : 0;
         e->tok[i] = output_token((uint32_t)r->id, r->num_output);
+        if (e->cfg.stops && e->cfg.trace->reqs[r->id].stop_after == r->num_output + 1)
+            e->tok[i] = ENGINE_EOS_TOKEN;
         e->tok_ptr[i] = &e->tok[i];
-        if (st->scheduled[i].samples && !prefill &&
-            (rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
-            return engine__fail(e, rc);
+        if (st->scheduled[i].samples && !prefill) {
+            if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
+                return engine__fail(e, rc);
+            observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, r->num_output, 0);
+        }
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
     e->step = NULL;
@@ -470,6 +532,9 @@ static int complete_step(struct kvsim_engine *e)
         if ((rc = kvsim_metrics_on_finish(m, req, e->now)) != 0 ||
             (rc = engine__push_done(e, req, e->now)) != 0)
             return engine__fail(e, rc);
+        observe(e, KVSIM_OBS_FINISHED, req, e->now,
+                fin[i]->status == SCHED_FINISHED_STOPPED ? KVSIM_OBS_STOP : KVSIM_OBS_LENGTH,
+                fin[i]->num_output);
     }
     if (prefill && (rc = engine__prefills_finished(e, fin, nf)) != 0)
         return rc;
@@ -480,6 +545,88 @@ static int complete_step(struct kvsim_engine *e)
     e->unfinished -= nf;
     if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0) /* blocks cached by the update */
         return engine__fail(e, rc);
+    return 0;
+}
+
+/* Finds unfinished request req among the running and waiting ones (aborts are rare: a scan). */
+static struct sched_request *find_unfinished(struct kvsim_engine *e, uint32_t req)
+{
+    struct sched_request *const *rr;
+    uint32_t n = sched_running(e->s, &rr);
+    for (uint32_t i = 0; i < n; i++)
+        if (rr[i]->id == req)
+            return rr[i];
+    uint32_t nw = sched_waiting_snapshot(e->s, NULL, 0);
+    if (nw > e->cap_waiting_scratch) {
+        struct sched_request **ns = realloc(e->waiting_scratch, nw * sizeof *ns);
+        if (!ns)
+            return NULL;
+        e->waiting_scratch = ns;
+        e->cap_waiting_scratch = nw;
+    }
+    nw = sched_waiting_snapshot(e->s, e->waiting_scratch, e->cap_waiting_scratch);
+    for (uint32_t i = 0; i < nw; i++)
+        if (e->waiting_scratch[i]->id == req)
+            return e->waiting_scratch[i];
+    return NULL;
+}
+
+/* Aborts req now (no step runs). Returns 0, -ENOENT (not unfinished here) or an error. */
+static int abort_now(struct kvsim_engine *e, uint32_t req)
+{
+    struct sched_request *r = find_unfinished(e, req);
+    if (!r)
+        return -ENOENT;
+    bool queued = kvsim_metrics_record(e->cfg.metrics, req)->first_sched_ns == KVSIM_TIME_NONE;
+    uint32_t outputs = r->num_output;
+    int rc = sched_abort(e->s, r);
+    if (rc)
+        return engine__fail(e, rc);
+    if (queued && e->cfg.role != KVSIM_ENGINE_DECODE)
+        e->pub.queued_tokens -= e->cfg.trace->reqs[req].input_len;
+    if ((rc = kvsim_metrics_on_abort(e->cfg.metrics, req, e->now, "client_abort")) != 0 ||
+        (rc = engine__push_done(e, req, e->now)) != 0)
+        return engine__fail(e, rc);
+    observe(e, KVSIM_OBS_FINISHED, req, e->now, KVSIM_OBS_ABORT, outputs);
+    if (sched_release(e->s, r) != 0)
+        return engine__fail(e, -EBUSY);
+    e->unfinished--;
+    if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0)
+        return engine__fail(e, rc);
+    return 0;
+}
+
+int kvsim_engine_abort_req(struct kvsim_engine *e, uint32_t req)
+{
+    if (!e->step) {
+        int rc = abort_now(e, req);
+        if (rc == 0)
+            engine__publish(e);
+        return rc;
+    }
+    if (!find_unfinished(e, req))
+        return -ENOENT;
+    if (e->num_aborts == e->cap_aborts) {
+        uint32_t nc = e->cap_aborts ? 2 * e->cap_aborts : 8;
+        uint32_t *na = realloc(e->aborts, nc * sizeof *na);
+        if (!na)
+            return -ENOMEM;
+        e->aborts = na;
+        e->cap_aborts = nc;
+    }
+    e->aborts[e->num_aborts++] = req;
+    return 0;
+}
+
+/* The aborts that waited for the step that just ended (one already finished is skipped). */
+static int apply_aborts(struct kvsim_engine *e)
+{
+    for (uint32_t i = 0; i < e->num_aborts; i++) {
+        int rc = abort_now(e, e->aborts[i]);
+        if (rc && rc != -ENOENT)
+            return rc;
+    }
+    e->num_aborts = 0;
     return 0;
 }
 
@@ -564,7 +711,8 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
         e->now = e->step_end;
         /* vLLM checks pin deadlines once per step (get_finished): at its end. */
         if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0 ||
-            (rc = engine__apply_messages(e, e->now, true)) != 0)
+            (rc = engine__apply_messages(e, e->now, true)) != 0 ||
+            (e->num_aborts && (rc = apply_aborts(e)) != 0))
             return rc;
         engine__pin_account(e, e->now);
         if (e->tiers && e->cfg.sched.check_invariants) {

@@ -448,6 +448,28 @@ struct kvsim_engine_done {
 
 struct kvsim_engine;
 
+/* What an engine tells its observer (kvsim_engine_config.observe) as it happens, on the
+ * engine's thread, during kvsim_engine_admit* / kvsim_engine_advance / kvsim_engine_abort_req. */
+enum kvsim_engine_obs_kind {
+    KVSIM_OBS_SCHEDULED = 0, /* admitted; a: cached prompt tokens (first admission only) */
+    KVSIM_OBS_TOKEN,         /* an output token; a: its index (0 = the first) */
+    KVSIM_OBS_PREEMPTED,     /* its KV freed; it will be admitted again */
+    KVSIM_OBS_FINISHED,      /* a: enum kvsim_obs_finish; b: output tokens */
+};
+enum kvsim_obs_finish {
+    KVSIM_OBS_STOP = 0, /* stopped (spec stop_after, as at an EOS) */
+    KVSIM_OBS_LENGTH,   /* max_tokens reached */
+    KVSIM_OBS_ABORT,    /* kvsim_engine_abort_req */
+    KVSIM_OBS_REJECTED, /* could never run here */
+};
+struct kvsim_engine_obs {
+    int64_t t;
+    uint32_t req;
+    uint32_t kind; /* enum kvsim_engine_obs_kind */
+    uint32_t a, b;
+};
+typedef void (*kvsim_engine_observe_fn)(void *ctx, const struct kvsim_engine_obs *o);
+
 /* What an engine serves: whole requests, or one side of disaggregated ones. */
 enum kvsim_engine_role {
     KVSIM_ENGINE_AGGREGATED = 0,
@@ -477,6 +499,11 @@ struct kvsim_engine_config {
     const struct kvsim_tiers_config *tiers; /* G2/G3 offload tiers, or NULL for none */
     enum kvsim_engine_role role;
     const struct kvsim_engine_disagg *disagg; /* prefill and decode roles (NULL otherwise) */
+    /* The engine API (runtime/kvsim.h): told every admission, token, preemption and finish
+     * (NULL: nobody); requests stop after their spec's stop_after outputs (stops). */
+    kvsim_engine_observe_fn observe;
+    void *observe_ctx;
+    bool stops;
 };
 
 /* What the offload side of an engine did (zero without tiers). */
@@ -501,6 +528,24 @@ KVSIM_EXTERN void kvsim_engine_destroy(struct kvsim_engine *e);
  * is rejected with a reason instead. Returns 0 or -ENOMEM.
  */
 KVSIM_EXTERN int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_t t);
+/* What kvsim_engine_admit_ext adds to the trace's description of a request. */
+struct kvsim_engine_admit_opts {
+    const kvpool_token *prompt; /* the prompt's spec->input_len token ids, or NULL: the
+                                 * trace's hash ids (kvsim_prompt_runs) */
+    uint32_t min_tokens;        /* no stop before this many outputs */
+    int64_t priority;           /* the priority policy's: lower first */
+};
+/* kvsim_engine_admit with those (o NULL: as kvsim_engine_admit). Returns 0 or -ENOMEM. */
+KVSIM_EXTERN int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,
+                                        const struct kvsim_engine_admit_opts *o);
+/*
+ * kvsim_engine_abort_req - abort request req (a client abort, vLLM's abort_requests): at once
+ * when no step runs, else right after the running step ends (vLLM handles aborts between
+ * steps); it finishes ABORTED then (metrics status aborted, reason "client_abort"). Returns 0,
+ * -ENOENT (req is not unfinished here) or -ENOMEM.
+ */
+KVSIM_EXTERN int kvsim_engine_abort_req(struct kvsim_engine *e, uint32_t req);
+
 /*
  * kvsim_engine_advance - process every step that completes at or before `until`,
  * starting each next step at the completion instant, and start a step at `until` if the engine
@@ -511,6 +556,10 @@ KVSIM_EXTERN int kvsim_engine_admit(struct kvsim_engine *e, uint32_t req, int64_
  * make progress on: kvsim_engine_error says which).
  */
 KVSIM_EXTERN int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
+/* The running step's end, or INT64_MAX when no step runs. */
+KVSIM_EXTERN int64_t kvsim_engine_step_end(const struct kvsim_engine *e);
+/* The engine's clock: the last step end, arrival or event it processed. */
+KVSIM_EXTERN int64_t kvsim_engine_clock(const struct kvsim_engine *e);
 /* Earliest time this engine has something to do (its running step's end or a transfer's end),
  * or INT64_MAX. */
 KVSIM_EXTERN int64_t kvsim_engine_next_event(const struct kvsim_engine *e);
@@ -569,6 +618,12 @@ KVSIM_EXTERN const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsi
 /* A prefill engine's pinned blocks integrated over virtual time (block-ns) and their peak. */
 KVSIM_EXTERN void kvsim_engine_pin_stats(const struct kvsim_engine *e, double *block_ns,
                                          uint32_t *peak_blocks);
+
+/* The report's timing part: which step model m is (num_gpu_blocks: one engine's), steps over
+ * engines[0..n) and those off the profile's grid, summed in engine order. */
+KVSIM_EXTERN void kvsim_engines_timing(const struct kvsim_step_model *m, uint32_t num_gpu_blocks,
+                                       struct kvsim_engine *const *engines, uint32_t n,
+                                       struct kvsim_timing_summary *t);
 
 /* Last error message (for -EUCLEAN / -EDEADLK). */
 KVSIM_EXTERN const char *kvsim_engine_error(const struct kvsim_engine *e);

@@ -67,6 +67,8 @@ struct kvsim_engine {
     int64_t pinned_since; /* the instant pinned_blocks last changed */
     double pinned_block_ns;
     uint32_t waiting_handoffs; /* decode: routed requests not yet reserved */
+    uint32_t *aborts;          /* kvsim_engine_abort_req while a step runs: applied at its end */
+    uint32_t num_aborts, cap_aborts;
 };
 
 /* Refreshes e->pub (the engine's published view). */

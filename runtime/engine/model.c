@@ -229,8 +229,12 @@ int kvsim_model_arch_load(const char *path, const char *name, struct kvsim_model
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
+        if (json_error_code(&jerr) == json_error_cannot_open_file) {
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            return -ENOENT;
+        }
         snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        return json_error_code(&jerr) == json_error_cannot_open_file ? -ENOENT : -EINVAL;
+        return -EINVAL;
     }
     struct kvsim_model_arch a;
     memset(&a, 0, sizeof a);

@@ -63,6 +63,8 @@ struct kvsim_req_spec {
     int64_t delay_ns;    /* session turn > 0: think time after the previous turn completes;
                             0 otherwise */
     bool clamped;        /* input_length exceeded num_hashes * block_size and was clamped */
+    uint32_t stop_after; /* the engine API's stop_after: output tokens after which the request
+                            stops as at an EOS (0: none; read only by engines with cfg.stops) */
 };
 
 struct kvsim_trace {
@@ -75,6 +77,10 @@ struct kvsim_trace {
     uint32_t num_sessions; /* sessions: session indices are 0 .. num_sessions-1 */
     enum kvsim_trace_format format;
 };
+
+/* The largest hash id: each id becomes one token id below 2^31 (kvsim_prompt_runs; the tokens
+ * above are unique prompts' and outputs'), so larger ids are refused rather than folded. */
+#define KVSIM_MAX_HASH_ID INT64_C(0x7fffffff)
 
 /* The hash ids of request r of trace t (r->num_hashes of them; NULL when there are none). */
 static inline const uint64_t *kvsim_trace_hashes(const struct kvsim_trace *t,

@@ -110,6 +110,11 @@ static int mooncake_row(struct loader *ld, uint32_t line, json_t *o)
             return input__fail_field(ld, line, "hash_ids",
                                      "element %zu is negative (%" JSON_INTEGER_FORMAT ")", i,
                                      json_integer_value(e));
+        if (json_integer_value(e) > KVSIM_MAX_HASH_ID)
+            return input__fail_field(ld, line, "hash_ids",
+                                     "element %zu is %" JSON_INTEGER_FORMAT
+                                     ", above the largest hash id kvsim expands (2^31 - 1)",
+                                     i, json_integer_value(e));
         t->hash_ids[t->num_hash_ids + i] = (uint64_t)json_integer_value(e);
     }
 

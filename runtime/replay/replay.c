@@ -438,29 +438,6 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
 }
 
 /* Sums the engines' offload statistics (engine order: the result is thread-independent). */
-/* Which step model timed the run; steps over all engines and those off the profile's grid. */
-static void summarize_timing(struct replay *rp, struct kvsim_timing_summary *t)
-{
-    const struct kvsim_step_model *m = &rp->cfg->model;
-    memset(t, 0, sizeof *t);
-    snprintf(t->step_model, sizeof t->step_model, "%s", m->profile ? "profile" : "polynomial");
-    if (m->profile) {
-        snprintf(t->profile, sizeof t->profile, "%s", kvsim_profile_dir(m->profile));
-        snprintf(t->model, sizeof t->model, "%s", kvsim_profile_arch(m->profile)->name);
-        snprintf(t->hardware, sizeof t->hardware, "%s", kvsim_profile_hardware(m->profile));
-        t->tp = kvsim_profile_tp(m->profile);
-    }
-    t->num_gpu_blocks = rp->cfg->sched.num_blocks;
-    for (uint32_t e = 0; e < rp->num_engines; e++) {
-        uint64_t axis[3];
-        t->steps += kvsim_engine_steps(rp->engines[e]);
-        t->steps_outside += kvsim_engine_steps_outside(rp->engines[e], axis);
-        t->outside_tokens += axis[0];
-        t->outside_sequences += axis[1];
-        t->outside_attention += axis[2];
-    }
-}
-
 static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
 {
     memset(o, 0, sizeof *o);
@@ -648,6 +625,29 @@ static void engine_config(const struct replay *rp, uint32_t e, struct kvsim_engi
     }
 }
 
+/* A deep copy of t (an in-memory request list). Returns 0, -EINVAL (empty) or -ENOMEM. */
+static int copy_trace(const struct kvsim_trace *t, struct kvsim_trace *out, char *err,
+                      size_t errlen)
+{
+    *out = *t;
+    out->reqs = NULL;
+    out->hash_ids = NULL;
+    if (t->num_reqs == 0) {
+        snprintf(err, errlen, "no requests to replay");
+        return -EINVAL;
+    }
+    out->reqs = malloc(t->num_reqs * sizeof *out->reqs);
+    out->hash_ids = malloc((t->num_hash_ids ? t->num_hash_ids : 1) * sizeof *out->hash_ids);
+    if (!out->reqs || !out->hash_ids) {
+        kvsim_trace_free(out);
+        return -ENOMEM;
+    }
+    memcpy(out->reqs, t->reqs, t->num_reqs * sizeof *out->reqs);
+    if (t->num_hash_ids)
+        memcpy(out->hash_ids, t->hash_ids, t->num_hash_ids * sizeof *out->hash_ids);
+    return 0;
+}
+
 int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
                      size_t errlen)
 {
@@ -661,6 +661,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     int64_t wall0 = base_monotonic_ns();
     if (cfg->trace_path) {
         rc = kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp.trace, err, errlen);
+    } else if (cfg->requests) {
+        rc = copy_trace(cfg->requests, &rp.trace, err, errlen);
     } else {
         struct kvsim_synth_opts so = cfg->synth;
         so.seed = cfg->seed;
@@ -870,7 +872,9 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0) {
         kvsim_metrics_mark_incomplete(rp.metrics);
         struct kvsim_report_run run = {
-            .trace = cfg->trace_path ? cfg->trace_path : "synthetic",
+            .trace = cfg->trace_path ? cfg->trace_path
+                     : cfg->requests ? (cfg->trace_label ? cfg->trace_label : "requests")
+                                     : "synthetic",
             .router = kvsim_router_policy_name(cfg->router),
             .seed = cfg->seed,
             .num_engines = rp.num_engines,
@@ -886,7 +890,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rc == 0 && rp.num_prefill)
             rc = replay__disagg_summarize(&rp, report);
         if (rc == 0)
-            summarize_timing(&rp, &report->timing);
+            kvsim_engines_timing(&cfg->model, cfg->sched.num_blocks, rp.engines, rp.num_engines,
+                                 &report->timing);
         if (rc == 0 && cfg->offload)
             summarize_offload(&rp, &report->offload);
         if (rc == 0 && cfg->disagg.events_path)

@@ -107,7 +107,11 @@ struct kvsim_disagg_config {
 };
 
 struct kvsim_replay_config {
-    const char *trace_path; /* NULL: the built-in synthetic workload */
+    const char *trace_path; /* NULL: the built-in synthetic workload (or `requests`) */
+    /* Requests given in memory instead of a file (kvsim_replay_requests): copied at the start;
+     * trace_path must be NULL. The report names them trace_label (NULL: "requests"). */
+    const struct kvsim_trace *requests;
+    const char *trace_label;
     struct kvsim_trace_opts trace_opts;
     struct kvsim_synth_opts synth; /* its seed is replaced by `seed` */
     struct sched_config sched;     /* per engine */

@@ -25,25 +25,11 @@ const char *kvsim_req_status_name(enum kvsim_req_status status)
     return "unknown";
 }
 
-int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvsim_metrics **out)
+/* Every record of recs[0..n) PENDING with all times unset. */
+static void record_init(struct kvsim_req_record *recs, uint32_t n)
 {
-    if (num_threads == 0)
-        return -EINVAL;
-    struct kvsim_metrics *m = calloc(1, sizeof *m);
-    if (m == NULL)
-        goto fail_metrics;
-    m->num_requests = num_requests;
-    m->num_threads = num_threads;
-    m->recs = malloc((num_requests ? num_requests : 1) * sizeof *m->recs);
-    if (m->recs == NULL)
-        goto fail_recs;
-    m->sketches =
-        aligned_alloc(_Alignof(struct thread_sketch), num_threads * sizeof(struct thread_sketch));
-    if (m->sketches == NULL)
-        goto fail_sketches;
-
-    for (uint32_t i = 0; i < num_requests; i++) {
-        m->recs[i] = (struct kvsim_req_record){
+    for (uint32_t i = 0; i < n; i++)
+        recs[i] = (struct kvsim_req_record){
             .arrival_ns = KVSIM_TIME_NONE,
             .first_sched_ns = KVSIM_TIME_NONE,
             .first_token_ns = KVSIM_TIME_NONE,
@@ -57,7 +43,27 @@ int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvs
             .pin_ns = KVSIM_TIME_NONE,
             .transfer_ns = KVSIM_TIME_NONE,
         };
-    }
+}
+
+int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads, struct kvsim_metrics **out)
+{
+    if (num_threads == 0)
+        return -EINVAL;
+    struct kvsim_metrics *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        goto fail_metrics;
+    m->num_requests = num_requests;
+    m->cap_requests = num_requests ? num_requests : 1;
+    m->num_threads = num_threads;
+    m->recs = malloc((num_requests ? num_requests : 1) * sizeof *m->recs);
+    if (m->recs == NULL)
+        goto fail_recs;
+    m->sketches =
+        aligned_alloc(_Alignof(struct thread_sketch), num_threads * sizeof(struct thread_sketch));
+    if (m->sketches == NULL)
+        goto fail_sketches;
+
+    record_init(m->recs, num_requests);
     for (uint32_t i = 0; i < num_threads; i++)
         kvsim_sketch_init(&m->sketches[i].s);
     *out = m;
@@ -69,6 +75,25 @@ fail_recs:
     free(m);
 fail_metrics:
     return -ENOMEM;
+}
+
+int kvsim_metrics_grow(struct kvsim_metrics *m, uint32_t num_requests)
+{
+    if (num_requests <= m->num_requests)
+        return 0;
+    if (num_requests > m->cap_requests) {
+        uint32_t nc = m->cap_requests > num_requests / 2 ? 2 * m->cap_requests : num_requests;
+        if (nc < num_requests) /* 2 * cap wrapped */
+            nc = num_requests;
+        struct kvsim_req_record *r = realloc(m->recs, (size_t)nc * sizeof *r);
+        if (!r)
+            return -ENOMEM;
+        m->recs = r;
+        m->cap_requests = nc;
+    }
+    record_init(m->recs + m->num_requests, num_requests - m->num_requests);
+    m->num_requests = num_requests;
+    return 0;
 }
 
 void kvsim_metrics_destroy(struct kvsim_metrics *m)

@@ -169,6 +169,10 @@ struct kvsim_metrics;
  */
 KVSIM_EXTERN int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads,
                                       struct kvsim_metrics **out);
+/* kvsim_metrics_grow - requests up to num_requests-1 (the new records PENDING; amortized O(1)
+ * per request added); never shrinks. Records may move: hold indices, not pointers. Same
+ * context as create. Returns 0 or -ENOMEM (unchanged). */
+KVSIM_EXTERN int kvsim_metrics_grow(struct kvsim_metrics *m, uint32_t num_requests);
 /* Frees the collector. Accepts NULL. */
 KVSIM_EXTERN void kvsim_metrics_destroy(struct kvsim_metrics *m);
 KVSIM_EXTERN uint32_t kvsim_metrics_num_requests(const struct kvsim_metrics *m);
@@ -411,6 +415,10 @@ KVSIM_EXTERN void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency 
  */
 KVSIM_EXTERN int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
                                          size_t errlen);
+
+/* The JSON kvsim_report_write_json writes (without its final newline), malloc'd (free()), or
+ * NULL when memory runs out. */
+KVSIM_EXTERN char *kvsim_report_json_text(const struct kvsim_report *r);
 
 /*
  * kvsim_metrics_write_requests - write one JSON line per request, in index order: its status,

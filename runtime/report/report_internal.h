@@ -16,6 +16,7 @@ struct thread_sketch {
 
 struct kvsim_metrics {
     uint32_t num_requests;          /* R */
+    uint32_t cap_requests;          /* records allocated (>= R; kvsim_metrics_grow) */
     uint32_t num_threads;           /* T */
     struct kvsim_req_record *recs;  /* [R], indexed by request */
     struct thread_sketch *sketches; /* [T], indexed by worker thread */

@@ -368,8 +368,7 @@ static json_t *report_json(const struct kvsim_report *r)
     return root;
 }
 
-int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
-                            size_t errlen)
+char *kvsim_report_json_text(const struct kvsim_report *r)
 {
     json_t *root = report_json(r);
     char *text =
@@ -377,6 +376,13 @@ int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char
             ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
             : NULL;
     json_decref(root);
+    return text;
+}
+
+int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
+                            size_t errlen)
+{
+    char *text = kvsim_report_json_text(r);
     if (text == NULL) {
         if (err != NULL && errlen > 0)
             snprintf(err, errlen, "%s: out of memory building the report", path);

@@ -345,6 +345,12 @@ Test(trace, hash_id_not_an_integer)
     expect_error(BAD "bad_hash_element.jsonl", NULL, -EINVAL,
                  ":2: field 'hash_ids': element 1 is a string, expected a non-negative integer");
 }
+Test(trace, hash_id_above_what_kvsim_expands)
+{
+    expect_error(BAD "hash_id_too_large.jsonl", NULL, -EINVAL,
+                 ":2: field 'hash_ids': element 1 is 2147483648, above the largest hash id kvsim "
+                 "expands (2^31 - 1)");
+}
 Test(trace, delay_on_a_first_turn)
 {
     expect_error(BAD "delay_first_turn.jsonl", NULL, -EINVAL,

@@ -1,17 +1,21 @@
-/* version.c - build identity and kvsim's error messages (runtime.h). */
+/* version.c - build identity and kvsim's error messages (kvsim.h). */
 #include "runtime/runtime.h"
 
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *kvsim_version(void) { return "kvsim " KVSIM_VERSION_STRING; }
 
+unsigned kvsim_version_hex(void) { return KVSIM_VERSION_HEX; }
+
+void kvsim_free(void *p) { free(p); }
+
 const char *kvsim_allocator(void)
 {
-#ifdef KVSIM_HAVE_JEMALLOC
-    return "jemalloc";
-#else
-    return "libc";
-#endif
+    /* Asked of the process, not of the build: libkvsim.so does not link jemalloc (the
+     * executable does), and a caller may preload it. */
+    return dlsym(RTLD_DEFAULT, "mallctl") ? "jemalloc" : "libc";
 }
 
 const char *kvsim_strerror(int err)

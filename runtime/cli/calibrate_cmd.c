@@ -231,7 +231,7 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     struct fit f = {.p = p,
                     .run = &run,
                     .base = run.cfg.model,
-                    .profile = a->timing.profile != NULL,
+                    .profile = a->timing.r.profile != NULL,
                     .max_trials = a->max_trials};
     f.dims = f.profile ? 2 : 4;
     f.train = (size_t)llround(a->fraction * (double)run.real.n);
@@ -268,7 +268,7 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     printf("run          %s (%zu requests)\n", dir, run.real.n);
     if (f.profile)
         printf("fitted       speedup_ratio %.6g, step_overhead_ms %.4g on profile %s\n",
-               m.speedup_ratio, m.step_overhead_ms, kvsim_profile_dir(a->timing.profile));
+               m.speedup_ratio, m.step_overhead_ms, kvsim_profile_dir(a->timing.r.profile));
     else
         printf("fitted       prefill_ms = %.6g T + %.6g, decode_ms = %.6g u + %.6g\n",
                m.prefill_ms[1], m.prefill_ms[2], m.decode_ms[1], m.decode_ms[2]);
@@ -295,8 +295,8 @@ int cli_calibrate_main(int argc, char **argv)
         case 'h': calibrate_usage(stdout); return CLI_EXIT_OK;
         case K_OUTPUT: a.output = p.arg; break;
         case K_FRACTION: rc = cli_double(&p, 0, true, 1, &a.fraction); break;
-        case K_PROFILES: a.timing.profiles = p.arg; break;
-        case K_HARDWARE: a.timing.hardware = p.arg; break;
+        case K_PROFILES: a.timing.o.profiles = p.arg; break;
+        case K_HARDWARE: a.timing.o.hardware = p.arg; break;
         case K_BLOCKS: rc = cli_u32(&p, 2, INT32_MAX - 2, &a.fo.blocks); break;
         case K_TRIALS: rc = cli_u32(&p, 1, 100000, &a.max_trials); break;
         }

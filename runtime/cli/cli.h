@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/api/api.h"
 #include "runtime/runtime.h"
 
 /* Exit statuses of every subcommand. */
@@ -85,13 +86,8 @@ int cli_error(const struct cli_parser *p, const char *fmt, ...)
  * --tp, the all-reduce link), and capacity from the model and the GPU (--gpu-memory-gib,
  * --gpu-memory-utilization) unless --num-gpu-blocks was given. */
 struct cli_timing {
-    const char *profiles, *hardware, *model;
-    uint32_t tp;
-    double tp_link_gbps, tp_link_latency_us;
-    double gpu_memory_gib, gpu_memory_utilization;
-    bool blocks_given, kv_bytes_given;
-    struct kvsim_profile *profile;      /* loaded by cli_timing_apply (owned) */
-    struct kvsim_gpu_capacity capacity; /* derived by cli_timing_apply */
+    struct kvsim_timing_opts o; /* what the options say */
+    struct kvsim_timing r;      /* the profile (owned) and capacity cli_timing_apply found */
 };
 void cli_timing_default(struct cli_timing *t);
 /* Their getopt_long entries (values from CLI_O_TIMING up) and their parser: 0, -EINVAL
@@ -120,7 +116,8 @@ enum {
     }
 int cli_parse_timing_option(struct cli_parser *p, int c, struct cli_timing *t);
 /* Loads the profile into m and derives the capacity into sc and *kv_bytes_per_token (NULL: not
- * set). Returns 0 or -EINVAL (reported, naming the option and the file). */
+ * set), as kvsim_timing_resolve. Returns 0 or -EINVAL (reported, naming the option and the
+ * file). */
 int cli_timing_apply(const struct cli_parser *p, struct cli_timing *t, struct sched_config *sc,
                      struct kvsim_step_model *m, uint64_t *kv_bytes_per_token);
 void cli_timing_fini(struct cli_timing *t);

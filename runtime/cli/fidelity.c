@@ -375,25 +375,25 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     ri.max_num_batched_tokens = cfg->sched.max_num_batched_tokens;
     if (read_meta(p, dir, &ri) || read_cluster(p, dir, &ri))
         return -EINVAL;
-    t->model = NULL;
-    t->tp = ri.tp;
-    if (!t->hardware)
-        t->hardware = ri.hardware;
-    t->tp_link_gbps = ri.link_gbps > 0 ? ri.link_gbps : t->tp_link_gbps;
-    t->tp_link_latency_us = ri.link_latency_ns / 1e3;
-    t->gpu_memory_gib = ri.mem_gib;
-    t->gpu_memory_utilization = ri.mem_util > 0 ? ri.mem_util : 0.9;
+    t->o.model = NULL;
+    t->o.tp = ri.tp;
+    if (!t->o.hardware)
+        t->o.hardware = ri.hardware;
+    t->o.tp_link_gbps = ri.link_gbps > 0 ? ri.link_gbps : t->o.tp_link_gbps;
+    t->o.tp_link_latency_us = ri.link_latency_ns / 1e3;
+    t->o.gpu_memory_gib = ri.mem_gib;
+    t->o.gpu_memory_utilization = ri.mem_util > 0 ? ri.mem_util : 0.9;
     char err[768];
     /* --config alone: its polynomial; with --profiles, the profile and the config's speedup */
     if (o->config_path && kvsim_step_model_load(o->config_path, &cfg->model, err, sizeof err))
         return cli_error(p, "--config %s", err);
-    if (!o->config_path && !t->profiles && !o->polynomial_default)
+    if (!o->config_path && !t->o.profiles && !o->polynomial_default)
         return cli_error(p, "needs --profiles ROOT (or --config FILE.json)");
-    if (t->profiles) {
+    if (t->o.profiles) {
         snprintf(run->model, sizeof run->model, "%s", ri.model);
-        t->model = run->model;
+        t->o.model = run->model;
     } else {
-        t->hardware = NULL, t->gpu_memory_gib = 0;
+        t->o.hardware = NULL, t->o.gpu_memory_gib = 0;
     }
     cfg->sched.block_size = ri.block_size;
     cfg->sched.max_num_seqs = ri.max_num_seqs;
@@ -401,11 +401,11 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     cfg->sched.enable_prefix_caching = ri.prefix_caching;
     if (o->blocks || ri.num_gpu_blocks) {
         cfg->sched.num_blocks = o->blocks ? o->blocks : (uint32_t)ri.num_gpu_blocks;
-        t->blocks_given = true;
+        t->o.blocks_given = true;
     }
     if (cli_timing_apply(p, t, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token))
         return -EINVAL;
-    const struct kvsim_model_arch *arch = t->profile ? kvsim_profile_arch(t->profile) : NULL;
+    const struct kvsim_model_arch *arch = t->r.profile ? kvsim_profile_arch(t->r.profile) : NULL;
     if (ri.max_model_len)
         cfg->sched.max_model_len = ri.max_model_len;
     else if (arch && arch->max_position_embeddings) /* vLLM's default: the model's */

@@ -69,31 +69,12 @@ int cli_error(const struct cli_parser *p, const char *fmt, ...)
 
 bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-    if (!s || *s < '0' || *s > '9')
-        return false; /* no sign, no leading space */
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
+    return kvsim_parse_u64(s, min, max, out);
 }
 
 bool cli_parse_double(const char *s, double min, bool min_open, double max, double *out)
 {
-    if (!s || !*s || strchr(" \t\n\v\f\r", *s))
-        return false;
-    for (const char *c = s; *c; c++)
-        if (*c == 'x' || *c == 'X') /* no hexadecimal floats */
-            return false;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v) || !(min_open ? v > min : v >= min) || !(v <= max))
-        return false;
-    *out = v;
-    return true;
+    return kvsim_parse_double(s, min, min_open, max, out);
 }
 
 int cli_u64(struct cli_parser *p, uint64_t min, uint64_t max, uint64_t *out)
@@ -128,12 +109,7 @@ int cli_choice(struct cli_parser *p, const char *const *names, int n, int *out)
             *out = i;
             return 0;
         }
-    char list[256] = "";
-    size_t k = 0;
-    for (int i = 0; i < n && k < sizeof list; i++)
-        k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", names[i],
-                              i + 2 < n   ? ", "
-                              : i + 1 < n ? " or "
-                                          : "");
-    return cli_error(p, "option %s: '%s' is not %s", p->name, p->arg, list);
+    char list[256];
+    return cli_error(p, "option %s: '%s' is not %s", p->name, p->arg,
+                     kvsim_choices_text(names, n, list, sizeof list));
 }

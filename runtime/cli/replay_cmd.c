@@ -98,347 +98,118 @@ static void replay_usage(FILE *out)
                  "  -h, --help                 this help\n");
 }
 
-enum {
-    O_TRACE = 256,
-    O_FORMAT,
-    O_TBS,
-    O_SPEEDUP,
-    O_MAXREQ,
-    O_SEED,
-    O_ENGINES,
-    O_THREADS,
-    O_ROUTER,
-    O_BS,
-    O_BLOCKS,
-    O_SEQS,
-    O_TOKENS,
-    O_MML,
-    O_CONFIG,
-    O_REPORT,
-    O_REQOUT,
-    O_QUIET,
-    O_CHECK,
-    O_KVINDEX,
-    O_G2,
-    O_G3,
-    O_G3WT,
-    O_OEXEC,
-    O_OTHREADS,
-    O_OFAIL,
-    O_OSEED,
-    O_KVBYTES,
-    O_G12BW,
-    O_G23BW,
-    O_G3SHARED,
-    O_PENGINES,
-    O_DENGINES,
-    O_PARGS,
-    O_DARGS,
-    O_PROUTER,
-    O_DROUTER,
-    O_XGBPS,
-    O_XLAT,
-    O_XABORT,
-    O_HRELEASE,
-    O_HEVENTS,
-};
+/* Options are told apart by their long name (the option table of api/config.c reads them), so
+ * every entry returns the same value. */
+#define O_RUN 1
 
 static const struct option replay_opts[] = {
-    {"trace", required_argument, NULL, O_TRACE},
-    {"format", required_argument, NULL, O_FORMAT},
-    {"trace-block-size", required_argument, NULL, O_TBS},
-    {"arrival-speedup", required_argument, NULL, O_SPEEDUP},
-    {"max-requests", required_argument, NULL, O_MAXREQ},
-    {"seed", required_argument, NULL, O_SEED},
-    {"engines", required_argument, NULL, O_ENGINES},
-    {"threads", required_argument, NULL, O_THREADS},
-    {"router", required_argument, NULL, O_ROUTER},
-    {"block-size", required_argument, NULL, O_BS},
-    {"num-gpu-blocks", required_argument, NULL, O_BLOCKS},
-    {"max-num-seqs", required_argument, NULL, O_SEQS},
-    {"max-num-batched-tokens", required_argument, NULL, O_TOKENS},
-    {"max-model-len", required_argument, NULL, O_MML},
-    {"config", required_argument, NULL, O_CONFIG},
+    {"trace", required_argument, NULL, O_RUN},
+    {"format", required_argument, NULL, O_RUN},
+    {"trace-block-size", required_argument, NULL, O_RUN},
+    {"arrival-speedup", required_argument, NULL, O_RUN},
+    {"max-requests", required_argument, NULL, O_RUN},
+    {"seed", required_argument, NULL, O_RUN},
+    {"engines", required_argument, NULL, O_RUN},
+    {"threads", required_argument, NULL, O_RUN},
+    {"router", required_argument, NULL, O_RUN},
+    {"block-size", required_argument, NULL, O_RUN},
+    {"num-gpu-blocks", required_argument, NULL, O_RUN},
+    {"max-num-seqs", required_argument, NULL, O_RUN},
+    {"max-num-batched-tokens", required_argument, NULL, O_RUN},
+    {"max-model-len", required_argument, NULL, O_RUN},
+    {"config", required_argument, NULL, O_RUN},
     CLI_TIMING_OPTIONS,
-    {"report", required_argument, NULL, O_REPORT},
-    {"requests-out", required_argument, NULL, O_REQOUT},
-    {"quiet", no_argument, NULL, O_QUIET},
-    {"check-invariants", no_argument, NULL, O_CHECK},
-    {"kv-index", required_argument, NULL, O_KVINDEX},
-    {"g2-blocks", required_argument, NULL, O_G2},
-    {"g3-blocks", required_argument, NULL, O_G3},
-    {"g3-write-through", no_argument, NULL, O_G3WT},
-    {"offload-executor", required_argument, NULL, O_OEXEC},
-    {"offload-threads", required_argument, NULL, O_OTHREADS},
-    {"offload-fail-rate", required_argument, NULL, O_OFAIL},
-    {"offload-seed", required_argument, NULL, O_OSEED},
-    {"kv-bytes-per-token", required_argument, NULL, O_KVBYTES},
-    {"g1-g2-gbps", required_argument, NULL, O_G12BW},
-    {"g2-g3-gbps", required_argument, NULL, O_G23BW},
-    {"g3-shared", no_argument, NULL, O_G3SHARED},
-    {"prefill-engines", required_argument, NULL, O_PENGINES},
-    {"decode-engines", required_argument, NULL, O_DENGINES},
-    {"prefill-engine-args", required_argument, NULL, O_PARGS},
-    {"decode-engine-args", required_argument, NULL, O_DARGS},
-    {"prefill-router", required_argument, NULL, O_PROUTER},
-    {"decode-router", required_argument, NULL, O_DROUTER},
-    {"kv-transfer-gbps", required_argument, NULL, O_XGBPS},
-    {"kv-transfer-latency-us", required_argument, NULL, O_XLAT},
-    {"kv-transfer-abort-timeout-ms", required_argument, NULL, O_XABORT},
-    {"handoff-release", required_argument, NULL, O_HRELEASE},
-    {"handoff-events", required_argument, NULL, O_HEVENTS},
+    {"report", required_argument, NULL, O_RUN},
+    {"requests-out", required_argument, NULL, O_RUN},
+    {"quiet", no_argument, NULL, O_RUN},
+    {"check-invariants", no_argument, NULL, O_RUN},
+    {"kv-index", required_argument, NULL, O_RUN},
+    {"g2-blocks", required_argument, NULL, O_RUN},
+    {"g3-blocks", required_argument, NULL, O_RUN},
+    {"g3-write-through", no_argument, NULL, O_RUN},
+    {"offload-executor", required_argument, NULL, O_RUN},
+    {"offload-threads", required_argument, NULL, O_RUN},
+    {"offload-fail-rate", required_argument, NULL, O_RUN},
+    {"offload-seed", required_argument, NULL, O_RUN},
+    {"kv-bytes-per-token", required_argument, NULL, O_RUN},
+    {"g1-g2-gbps", required_argument, NULL, O_RUN},
+    {"g2-g3-gbps", required_argument, NULL, O_RUN},
+    {"g3-shared", no_argument, NULL, O_RUN},
+    {"prefill-engines", required_argument, NULL, O_RUN},
+    {"decode-engines", required_argument, NULL, O_RUN},
+    {"prefill-engine-args", required_argument, NULL, O_RUN},
+    {"decode-engine-args", required_argument, NULL, O_RUN},
+    {"prefill-router", required_argument, NULL, O_RUN},
+    {"decode-router", required_argument, NULL, O_RUN},
+    {"kv-transfer-gbps", required_argument, NULL, O_RUN},
+    {"kv-transfer-latency-us", required_argument, NULL, O_RUN},
+    {"kv-transfer-abort-timeout-ms", required_argument, NULL, O_RUN},
+    {"handoff-release", required_argument, NULL, O_RUN},
+    {"handoff-events", required_argument, NULL, O_RUN},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
-/* What the options say beyond the replay configuration. */
-struct replay_args {
-    struct kvsim_replay_config cfg;
-    const char *report_path, *config_path;
-    const char *offload_opt; /* an offload option that needs --g2-blocks, or NULL */
-    const char *disagg_opt;  /* a disaggregation option that needs --prefill-engines, or NULL */
-    bool engines_given;
-    const char *prefill_args, *decode_args; /* engine-args files */
-    struct cli_timing timing;
-};
-
-/* Input, cluster and engine options. Returns 0, -EINVAL (reported), or 1 (not one of them). */
-static int parse_run_option(struct cli_parser *p, int c, struct replay_args *a)
-{
-    static const char *const formats[] = {"mooncake", "azure", "vllm-run"};
-    static const enum kvsim_trace_format format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE,
-                                                         KVSIM_TRACE_VLLM_RUN};
-    static const char *const routers[] = {"round-robin", "least-loaded", "kv"};
-    static const char *const indexes[] = {"pool", "events"};
-    struct kvsim_replay_config *cfg = &a->cfg;
-    int choice = 0, rc;
-    switch (c) {
-    case O_TRACE: cfg->trace_path = p->arg; return 0;
-    case O_FORMAT:
-        rc = cli_choice(p, formats, 3, &choice);
-        cfg->trace_opts.format = format_ids[choice];
-        return rc;
-    case O_TBS: return cli_u32(p, 1, 1 << 20, &cfg->trace_opts.trace_block_size);
-    case O_SPEEDUP: return cli_double(p, 0, true, 1e12, &cfg->trace_opts.arrival_speedup);
-    case O_MAXREQ: return cli_u64(p, 1, UINT32_MAX, &cfg->trace_opts.max_requests);
-    case O_SEED: return cli_u64(p, 0, UINT64_MAX, &cfg->seed);
-    case O_ENGINES: a->engines_given = true; return cli_u32(p, 1, 4096, &cfg->num_engines);
-    case O_THREADS: return cli_u32(p, 1, 1024, &cfg->num_threads);
-    case O_ROUTER:
-        rc = cli_choice(p, routers, 3, &choice);
-        cfg->router = (enum kvsim_router_policy)kvsim_router_policy_parse(routers[choice]);
-        return rc;
-    case O_KVINDEX:
-        rc = cli_choice(p, indexes, 2, &choice);
-        cfg->kv_index_events = choice == 1;
-        return rc;
-    case O_BS: return cli_u32(p, 1, 65536, &cfg->sched.block_size);
-    case O_BLOCKS:
-        a->timing.blocks_given = true;
-        return cli_u32(p, 2, INT32_MAX - 2, &cfg->sched.num_blocks);
-    case O_SEQS: return cli_u32(p, 1, 1 << 20, &cfg->sched.max_num_seqs);
-    case O_TOKENS: return cli_u32(p, 1, UINT32_MAX, &cfg->sched.max_num_batched_tokens);
-    case O_MML: return cli_u32(p, 2, UINT32_MAX, &cfg->sched.max_model_len);
-    case O_CONFIG: a->config_path = p->arg; return 0;
-    case O_REPORT: a->report_path = p->arg; return 0;
-    case O_REQOUT: cfg->requests_path = p->arg; return 0;
-    case O_QUIET: cfg->quiet = true; return 0;
-    case O_CHECK: cfg->sched.check_invariants = true; return 0;
-    }
-    return cli_parse_timing_option(p, c, &a->timing);
-}
-
-/* Offload options (docs/offload.md). Returns 0, -EINVAL (reported), or 1 (not one of them). */
-static int parse_offload_option(struct cli_parser *p, int c, struct replay_args *a)
-{
-    static const char *const executors[] = {"inline", "pool"};
-    struct kvsim_replay_config *cfg = &a->cfg;
-    struct offload_config *pipe = &cfg->tiers.pipe;
-    int choice = 0, rc = 0;
-    double gbps = 0;
-    switch (c) {
-    case O_G2:
-        cfg->offload = true;
-        return cli_u32(p, 1, OFFLOAD_TIER_MAX_CAPACITY, &cfg->tiers.g2_blocks);
-    case O_KVBYTES:
-        a->timing.kv_bytes_given = true;
-        return cli_u64(p, 1, UINT64_C(1) << 40, &cfg->kv_bytes_per_token);
-    case O_G3: rc = cli_u32(p, 0, OFFLOAD_TIER_MAX_CAPACITY, &cfg->tiers.g3_blocks); break;
-    case O_G3WT: cfg->tiers.g3_write_through = true; break;
-    case O_G3SHARED: cfg->g3_shared = true; break;
-    case O_OEXEC:
-        rc = cli_choice(p, executors, 2, &choice);
-        cfg->offload_pool = choice == 1;
-        break;
-    case O_OTHREADS: rc = cli_u32(p, 1, 256, &cfg->offload_threads); break;
-    case O_OFAIL: rc = cli_double(p, 0, false, 1, &pipe->fail_rate); break;
-    case O_OSEED: rc = cli_u64(p, 0, UINT64_MAX, &pipe->seed); break;
-    case O_G12BW:
-    case O_G23BW: {
-        rc = cli_double(p, 0, true, 1e12, &gbps);
-        int64_t bw = (int64_t)(gbps * 1e9);
-        enum offload_lane up = c == O_G12BW ? OFFLOAD_LANE_G1_G2 : OFFLOAD_LANE_G2_G3;
-        enum offload_lane down = c == O_G12BW ? OFFLOAD_LANE_G2_G1 : OFFLOAD_LANE_G3_G2;
-        if (rc == 0)
-            pipe->lanes[up].bandwidth = pipe->lanes[down].bandwidth = bw;
-        break;
-    }
-    default: return 1;
-    }
-    a->offload_opt = p->long_name;
-    return rc;
-}
-
-/* Disaggregated serving options (docs/disagg.md). Returns 0, -EINVAL (reported), or 1. */
-static int parse_disagg_option(struct cli_parser *p, int c, struct replay_args *a)
-{
-    static const char *const routers[] = {"round-robin", "least-loaded", "kv"};
-    static const char *const releases[] = {"pinned", "immediate"};
-    struct kvsim_disagg_config *d = &a->cfg.disagg;
-    int choice = 0, rc = 0;
-    double x = 0;
-    switch (c) {
-    case O_PENGINES: return cli_u32(p, 1, 4096, &d->prefill_engines);
-    case O_DENGINES: rc = cli_u32(p, 1, 4096, &d->decode_engines); break;
-    case O_PARGS: a->prefill_args = p->arg; break;
-    case O_DARGS: a->decode_args = p->arg; break;
-    case O_PROUTER:
-    case O_DROUTER:
-        rc = cli_choice(p, routers, 3, &choice);
-        *(c == O_PROUTER ? &d->prefill_router : &d->decode_router) =
-            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[choice]);
-        break;
-    case O_XGBPS: rc = cli_double(p, 1e-6, false, 1e6, &d->transfer.gbps); break;
-    case O_XLAT:
-        rc = cli_double(p, 0, false, 1e9, &x);
-        d->transfer.latency_ns = (int64_t)(x * 1e3 + 0.5);
-        break;
-    case O_XABORT:
-        rc = cli_double(p, 0, false, 1e12, &x);
-        if (rc == 0 && x > 0 && x < 1e-6)
-            return cli_error(p, "option %s: '%s' is below 1 ns (0 means never)", p->name, p->arg);
-        d->abort_timeout_ns = (int64_t)(x * 1e6 + 0.5);
-        break;
-    case O_HRELEASE:
-        rc = cli_choice(p, releases, 2, &choice);
-        d->release_immediately = choice == 1;
-        break;
-    case O_HEVENTS: d->events_path = p->arg; break;
-    default: return 1;
-    }
-    a->disagg_opt = p->long_name;
-    return rc;
-}
-
-/* The pools' engine settings: the engine options, then each pool's engine-args file. Returns 0
- * or -EINVAL (reported). */
-static int pool_settings(struct cli_parser *p, struct replay_args *a)
-{
-    struct kvsim_disagg_config *d = &a->cfg.disagg;
-    d->prefill_sched = d->decode_sched = a->cfg.sched;
-    char err[512];
-    if (a->prefill_args &&
-        kvsim_engine_args_load(a->prefill_args, &d->prefill_sched, err, sizeof err) != 0)
-        return cli_error(p, "--prefill-engine-args %s", err);
-    if (a->decode_args &&
-        kvsim_engine_args_load(a->decode_args, &d->decode_sched, err, sizeof err) != 0)
-        return cli_error(p, "--decode-engine-args %s", err);
-    return 0;
-}
-
-/* The checks of disaggregated serving. Returns 0 or -EINVAL (reported). */
-static int check_disagg_args(struct cli_parser *p, struct replay_args *a)
-{
-    const struct kvsim_disagg_config *d = &a->cfg.disagg;
-    if (!d->prefill_engines) {
-        if (a->disagg_opt)
-            return cli_error(p,
-                             "option --%s needs --prefill-engines (disaggregated serving is "
-                             "off)",
-                             a->disagg_opt);
-        return 0;
-    }
-    if (!d->decode_engines)
-        return cli_error(p, "option --prefill-engines needs --decode-engines");
-    if (a->engines_given)
-        return cli_error(p, "options --engines and --prefill-engines exclude each other (the "
-                            "engines are the prefill and the decode ones)");
-    if (a->cfg.offload)
-        return cli_error(p, "offload tiers (--g2-blocks) and disaggregated serving do not "
-                            "combine yet");
-    return pool_settings(p, a);
-}
-
-/* The checks that need every option. Returns 0 or -EINVAL (reported). */
-static int check_replay_args(struct cli_parser *p, struct replay_args *a)
-{
-    const struct kvsim_replay_config *cfg = &a->cfg;
-    if (cfg->g3_shared && cfg->tiers.g3_blocks == 0)
-        return cli_error(p, "option --g3-shared needs --g3-blocks N with N > 0 (the shared G3's "
-                            "capacity)");
-    if (a->offload_opt && !cfg->offload)
-        return cli_error(p, "option --%s needs --g2-blocks (offload tiers are off)",
-                         a->offload_opt);
-    if (cfg->offload && offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size) == 0)
-        return cli_error(p, "--kv-bytes-per-token x --block-size overflows");
-    if (cli_optind() < p->argc) {
-        cli_error(p, "unexpected argument '%s'", p->argv[cli_optind()]);
-        replay_usage(stderr);
-        return -EINVAL;
-    }
-    return check_disagg_args(p, a);
-}
-
 int cli_replay_main(int argc, char **argv)
 {
+    /* The getopt table above and the option table (api/config.c) must name the same options,
+     * with the same kind (a flag or not): checked on every run, so any test of the command
+     * line catches a mismatch. */
+    for (const struct option *x = replay_opts; x->name; x++) {
+        bool flag = false;
+        if (strcmp(x->name, "help") &&
+            (!kvsim_options_known(x->name, &flag) || flag != (x->has_arg == no_argument))) {
+            fprintf(stderr, "kvsim replay: option --%s: the option table disagrees (kvsim bug)\n",
+                    x->name);
+            return CLI_EXIT_FAILED;
+        }
+    }
     struct cli_parser p;
-    struct replay_args a = {0};
-    kvsim_replay_config_default(&a.cfg);
-    cli_timing_default(&a.timing);
+    struct kvsim_options o;
+    kvsim_options_default(&o);
     cli_begin(&p, "kvsim replay", argc, argv, replay_opts, "h");
+    char err[1024];
     int c;
     while ((c = cli_next(&p)) > 0) {
         if (c == 'h') {
             replay_usage(stdout);
             return CLI_EXIT_OK;
         }
-        int rc = parse_run_option(&p, c, &a);
-        if (rc == 1)
-            rc = parse_offload_option(&p, c, &a);
-        if (rc == 1)
-            rc = parse_disagg_option(&p, c, &a);
-        if (rc)
+        /* Every long option is one of the option table's (api/config.c): its range, its
+         * message. */
+        if (kvsim_options_set(&o, p.long_name, p.arg, err, sizeof err) != 0) {
+            cli_error(&p, "%s", err);
             return CLI_EXIT_USAGE;
+        }
     }
     if (c < 0)
         return CLI_EXIT_USAGE;
-    /* capacity first: the pools' settings and the offload checks read what it derives */
-    if (cli_timing_apply(&p, &a.timing, &a.cfg.sched, &a.cfg.model, &a.cfg.kv_bytes_per_token) ||
-        check_replay_args(&p, &a) != 0) {
-        cli_timing_fini(&a.timing);
+    if (cli_optind() < p.argc) {
+        cli_error(&p, "unexpected argument '%s'", p.argv[cli_optind()]);
+        replay_usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    char err[512];
-    if (a.config_path && kvsim_step_model_load(a.config_path, &a.cfg.model, err, sizeof err)) {
-        cli_timing_fini(&a.timing);
-        cli_error(&p, "--config %s", err);
+    struct kvsim_run run;
+    int rc = kvsim_options_resolve(&o, &run, err, sizeof err);
+    if (rc) {
+        cli_error(&p, "%s", err);
         return CLI_EXIT_USAGE;
     }
     struct kvsim_report report;
-    int rc = kvsim_replay_run(&a.cfg, &report, err, sizeof err);
+    rc = kvsim_replay_run(&run.replay, &report, err, sizeof err);
     if (rc) {
-        cli_timing_fini(&a.timing);
+        kvsim_run_fini(&run);
         cli_error(&p, "%s", err);
         return rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
     }
-    if (!a.cfg.quiet)
+    if (!run.replay.quiet)
         kvsim_report_print(stdout, &report);
     int status = CLI_EXIT_OK;
-    if (a.report_path && kvsim_report_write_json(a.report_path, &report, err, sizeof err) != 0) {
+    if (o.report_path && kvsim_report_write_json(o.report_path, &report, err, sizeof err) != 0) {
         cli_error(&p, "%s", err);
         status = CLI_EXIT_FAILED;
     }
     kvsim_report_fini(&report);
-    cli_timing_fini(&a.timing);
+    kvsim_run_fini(&run);
     return status;
 }

@@ -104,15 +104,15 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
         FILE *out = a->quiet ? NULL : stdout;
         if (out) {
             printf("run          %s (%zu requests)\n", dir, run.real.n);
-            if (t->profile)
-                printf("step model   profile %s%s\n", kvsim_profile_dir(t->profile),
+            if (t->r.profile)
+                printf("step model   profile %s%s\n", kvsim_profile_dir(t->r.profile),
                        a->fo.config_path ? " (speedup_ratio from --config)" : "");
             else
                 printf("step model   polynomial (%s)\n", a->fo.config_path);
             printf("KV blocks    %u%s\n", run.cfg.sched.num_blocks,
-                   t->blocks_given              ? " (the run's or --num-gpu-blocks)"
-                   : t->capacity.num_gpu_blocks ? " (derived from the model and the GPU)"
-                                                : " (kvsim's default: no model to derive it)");
+                   t->o.blocks_given              ? " (the run's or --num-gpu-blocks)"
+                   : t->r.capacity.num_gpu_blocks ? " (derived from the model and the GPU)"
+                                                  : " (kvsim's default: no model to derive it)");
             printf("steps        %llu, %llu off the profile's grid\n\n",
                    (unsigned long long)rep.timing.steps,
                    (unsigned long long)rep.timing.steps_outside);
@@ -139,8 +139,8 @@ int cli_validate_main(int argc, char **argv)
         int rc = 0;
         switch (c) {
         case 'h': validate_usage(stdout); return CLI_EXIT_OK;
-        case V_PROFILES: a.timing.profiles = p.arg; break;
-        case V_HARDWARE: a.timing.hardware = p.arg; break;
+        case V_PROFILES: a.timing.o.profiles = p.arg; break;
+        case V_HARDWARE: a.timing.o.hardware = p.arg; break;
         case V_CONFIG: a.fo.config_path = p.arg; break;
         case V_BLOCKS: rc = cli_u32(&p, 2, INT32_MAX - 2, &a.fo.blocks); break;
         case V_REPORT: a.report_path = p.arg; break;

@@ -1,0 +1,104 @@
+/*
+ * api.h - the options of a run, by name (runtime/api/config.c): the one reader of `kvsim
+ * replay`'s options, used by the command line (cli/replay_cmd.c, cli/timing.c) and by the
+ * public API's kvsim_config_t (kvsim.h). Not installed: internal to kvsim.
+ *
+ * An option set is plain data owned by one thread at a time; nothing here has global state.
+ * Errors are negative errno values with a one-line message in the caller's buffer, worded as
+ * the command line prints them after "kvsim replay: ".
+ */
+#ifndef KVSIM_API_H
+#define KVSIM_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/kvsim.h"
+#include "runtime/replay/replay.h"
+
+/* Where the step model's timing and the KV capacity come from (--profiles ... --gpu-memory-*). */
+struct kvsim_timing_opts {
+    const char *profiles, *hardware, *model; /* ROOT, HW, ORG/NAME */
+    uint32_t tp;
+    double tp_link_gbps, tp_link_latency_us;
+    double gpu_memory_gib; /* 0: capacity from num_gpu_blocks */
+    double gpu_memory_utilization;
+    bool blocks_given, kv_bytes_given; /* --num-gpu-blocks / --kv-bytes-per-token win */
+};
+/* Fills t with the defaults (tp 1, a 16 GiB/s 20 us link, utilization 0.9, no profile). */
+void kvsim_timing_opts_default(struct kvsim_timing_opts *t);
+
+/* What kvsim_timing_resolve found: the profile (owned: kvsim_timing_fini) and the capacity. */
+struct kvsim_timing {
+    struct kvsim_profile *profile;      /* NULL: no --hardware */
+    struct kvsim_gpu_capacity capacity; /* num_gpu_blocks 0: not derived */
+};
+/*
+ * kvsim_timing_resolve - load the model and its profile and derive the capacity: sets
+ * m->profile, sc->num_blocks (unless blocks_given) and *kv_bytes_per_token (if not NULL and
+ * unless kv_bytes_given). Returns 0, or -EINVAL with the message (an option missing its
+ * companions, a file that cannot be read, a capacity that does not fit). On error *out holds
+ * nothing to free.
+ */
+int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config *sc,
+                         struct kvsim_step_model *m, uint64_t *kv_bytes_per_token,
+                         struct kvsim_timing *out, char *err, size_t errlen);
+void kvsim_timing_fini(struct kvsim_timing *t);
+
+/* Every option of a run, as set. Strings are borrowed (kvsim_config_t keeps copies). */
+struct kvsim_options {
+    struct kvsim_replay_config replay;
+    struct kvsim_timing_opts timing;
+    const char *config_path;                /* --config: the step model's JSON */
+    const char *report_path;                /* --report */
+    const char *prefill_args, *decode_args; /* --*-engine-args files */
+    const char *offload_opt;                /* an offload option that needs --g2-blocks, or NULL */
+    const char *disagg_opt; /* a disaggregation option that needs --prefill-engines, or NULL */
+    bool engines_given;
+    bool kv_events; /* an API engine keeps its KV events */
+};
+/* `kvsim replay`'s defaults. */
+void kvsim_options_default(struct kvsim_options *o);
+
+/*
+ * kvsim_options_set - one option: name is its long name without dashes, as `kvsim replay`
+ * spells it (kvsim_options_canonical maps the API's spellings); value its text (NULL for a
+ * flag: true). Returns 0, 1 (not an option of a run: the caller decides), or -EINVAL with
+ * "option --NAME: ..." in err. String values are stored as given (borrowed).
+ */
+int kvsim_options_set(struct kvsim_options *o, const char *name, const char *value, char *err,
+                      size_t errlen);
+/* Whether name (long name, no dashes) is an option of a run; and whether it takes no value on
+ * the command line (a flag). */
+bool kvsim_options_known(const char *name, bool *is_flag);
+/* The i-th option's long name (table order), NULL past the last: for the documentation test. */
+const char *kvsim_options_name(size_t i);
+/* The canonical long name of an API spelling (leading dashes dropped, '_' as '-', aliases)
+ * into buf; returns buf. */
+const char *kvsim_options_canonical(const char *name, char *buf, size_t len);
+
+/* A run ready to go: the options resolved (profile, capacity, pools, step model file). */
+struct kvsim_run {
+    struct kvsim_replay_config replay;
+    struct kvsim_timing timing;
+};
+/*
+ * kvsim_options_resolve - check the options that need each other and build the run: the timing
+ * and capacity first (the pools' settings and the offload checks read what it derives), then
+ * the offload and disaggregation checks and the pools' engine-args files, then the --config
+ * step model. Returns 0, or -EINVAL/-ENOENT with the message; on error *run holds nothing.
+ */
+int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
+                          size_t errlen);
+void kvsim_run_fini(struct kvsim_run *run);
+
+/* Strict number readers shared with the command line: no sign or space before the digits, no
+ * trailing text, no hexadecimal floats, finite. */
+bool kvsim_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+bool kvsim_parse_double(const char *s, double min, bool min_open, double max, double *out);
+
+/* "a, b or c" of names[0..n) into buf (truncated to len); returns buf. */
+const char *kvsim_choices_text(const char *const *names, int n, char *buf, size_t len);
+
+#endif /* KVSIM_API_H */

@@ -1,0 +1,762 @@
+/*
+ * config.c - the options of a run by name (api.h) and the public configuration object
+ * (kvsim.h: kvsim_config_*). One table holds every option's name, kind and range; the command
+ * line and the API both set options through it, so they cannot drift apart.
+ */
+#include "runtime/api/api.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- number readers -------------------------------------------------------------------------- */
+
+bool kvsim_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+    if (!s || *s < '0' || *s > '9')
+        return false; /* no sign, no leading space */
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool kvsim_parse_double(const char *s, double min, bool min_open, double max, double *out)
+{
+    if (!s || !*s || strchr(" \t\n\v\f\r", *s))
+        return false;
+    for (const char *c = s; *c; c++)
+        if (*c == 'x' || *c == 'X') /* no hexadecimal floats */
+            return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v) || !(min_open ? v > min : v >= min) || !(v <= max))
+        return false;
+    *out = v;
+    return true;
+}
+
+const char *kvsim_choices_text(const char *const *names, int n, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%s", names[i],
+                              i + 2 < n   ? ", "
+                              : i + 1 < n ? " or "
+                                          : "");
+    return buf;
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+enum opt_id {
+    /* input */
+    O_TRACE,
+    O_FORMAT,
+    O_TBS,
+    O_SPEEDUP,
+    O_MAXREQ,
+    O_SEED,
+    /* cluster */
+    O_ENGINES,
+    O_THREADS,
+    O_ROUTER,
+    O_KVINDEX,
+    /* engine */
+    O_BS,
+    O_BLOCKS,
+    O_SEQS,
+    O_TOKENS,
+    O_MML,
+    O_CHECK,
+    O_CONFIG,
+    O_LPTT,
+    O_PREFIX,
+    O_CHUNKED,
+    O_ASYNC,
+    O_POLICY,
+    O_KVEVENTS,
+    /* timing */
+    O_PROFILES,
+    O_HARDWARE,
+    O_MODEL,
+    O_TP,
+    O_TPGBPS,
+    O_TPLAT,
+    O_GPUMEM,
+    O_GPUUTIL,
+    /* offload */
+    O_G2,
+    O_G3,
+    O_G3SHARED,
+    O_G3WT,
+    O_OEXEC,
+    O_OTHREADS,
+    O_OFAIL,
+    O_OSEED,
+    O_KVBYTES,
+    O_G12BW,
+    O_G23BW,
+    /* disaggregation */
+    O_PENGINES,
+    O_DENGINES,
+    O_PARGS,
+    O_DARGS,
+    O_PROUTER,
+    O_DROUTER,
+    O_XGBPS,
+    O_XLAT,
+    O_XABORT,
+    O_HRELEASE,
+    O_HEVENTS,
+    /* output */
+    O_REPORT,
+    O_REQOUT,
+    O_QUIET,
+};
+
+enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
+/* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
+ * --prefill-engines. */
+enum opt_group { G_NONE, G_OFFLOAD, G_DISAGG };
+
+struct opt {
+    const char *name;
+    enum opt_id id;
+    enum opt_kind kind;
+    enum opt_group group;
+    double min, max; /* K_U32/K_U64/K_DBL (integers exact up to 2^53; u64 max below) */
+    bool min_open;
+    const char *const *choices; /* K_CHOICE: NULL-terminated */
+};
+
+static const char *const formats[] = {"mooncake", "azure", "vllm-run", NULL};
+static const char *const routers[] = {"round-robin", "least-loaded", "kv", NULL};
+static const char *const indexes[] = {"pool", "events", NULL};
+static const char *const executors[] = {"inline", "pool", NULL};
+static const char *const releases[] = {"pinned", "immediate", NULL};
+static const char *const policies[] = {"fcfs", "priority", NULL};
+
+#define U32MAX  4294967295.0
+/* Integer ranges beyond 2^53 (seeds: the whole u64) are checked as u64, not as doubles. */
+#define U64_ALL -1.0
+
+static const struct opt opts[] = {
+    {"trace", O_TRACE, K_STR, G_NONE, 0, 0, false, NULL},
+    {"format", O_FORMAT, K_CHOICE, G_NONE, 0, 0, false, formats},
+    {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
+    {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL},
+    {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL},
+    {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL},
+    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
+    {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL},
+    {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers},
+    {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes},
+    {"block-size", O_BS, K_U32, G_NONE, 1, 65536, false, NULL},
+    {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL},
+    {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
+    {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL},
+    {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL},
+    {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL},
+    {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL},
+    {"enable-prefix-caching", O_PREFIX, K_BOOL, G_NONE, 0, 0, false, NULL},
+    {"enable-chunked-prefill", O_CHUNKED, K_BOOL, G_NONE, 0, 0, false, NULL},
+    {"async-scheduling", O_ASYNC, K_BOOL, G_NONE, 0, 0, false, NULL},
+    {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies},
+    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL},
+    {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL},
+    {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL},
+    {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL},
+    {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL},
+    {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 0, 1e6, true, NULL},
+    {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL},
+    {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL},
+    {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL},
+    {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL},
+    {"g3-blocks", O_G3, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL},
+    {"g3-shared", O_G3SHARED, K_FLAG, G_OFFLOAD, 0, 0, false, NULL},
+    {"g3-write-through", O_G3WT, K_FLAG, G_OFFLOAD, 0, 0, false, NULL},
+    {"offload-executor", O_OEXEC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors},
+    {"offload-threads", O_OTHREADS, K_U32, G_OFFLOAD, 1, 256, false, NULL},
+    {"offload-fail-rate", O_OFAIL, K_DBL, G_OFFLOAD, 0, 1, false, NULL},
+    {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL},
+    {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL},
+    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 0, 1e12, true, NULL},
+    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 0, 1e12, true, NULL},
+    {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
+    {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL},
+    {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL},
+    {"decode-engine-args", O_DARGS, K_STR, G_DISAGG, 0, 0, false, NULL},
+    {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers},
+    {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers},
+    {"kv-transfer-gbps", O_XGBPS, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL},
+    {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL},
+    {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL},
+    {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases},
+    {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL},
+    {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
+};
+#define NUM_OPTS (sizeof opts / sizeof opts[0])
+
+static const struct opt *find_opt(const char *name)
+{
+    for (size_t i = 0; i < NUM_OPTS; i++)
+        if (!strcmp(opts[i].name, name))
+            return &opts[i];
+    return NULL;
+}
+
+bool kvsim_options_known(const char *name, bool *is_flag)
+{
+    const struct opt *o = find_opt(name);
+    if (o && is_flag)
+        *is_flag = o->kind == K_FLAG;
+    return o != NULL;
+}
+
+const char *kvsim_options_name(size_t i) { return i < NUM_OPTS ? opts[i].name : NULL; }
+
+const char *kvsim_options_canonical(const char *name, char *buf, size_t len)
+{
+    while (*name == '-')
+        name++;
+    size_t i = 0;
+    for (; name[i] && i + 1 < len; i++)
+        buf[i] = name[i] == '_' ? '-' : name[i];
+    buf[i] = 0;
+    if (!strcmp(buf, "num-gpu-blocks-override")) /* vLLM's name */
+        snprintf(buf, len, "num-gpu-blocks");
+    return buf;
+}
+
+void kvsim_options_default(struct kvsim_options *o)
+{
+    memset(o, 0, sizeof *o);
+    kvsim_replay_config_default(&o->replay);
+    kvsim_timing_opts_default(&o->timing);
+}
+
+/* ---- setting one option ---------------------------------------------------------------------- */
+
+/* The value of option d in v (one of the kinds' members). */
+struct opt_value {
+    uint64_t u;
+    double x;
+    bool b;
+    int choice;
+};
+
+static int parse_value(const struct opt *d, const char *value, struct opt_value *v, char *err,
+                       size_t errlen)
+{
+    switch (d->kind) {
+    case K_STR:
+        if (value && *value)
+            return 0;
+        snprintf(err, errlen, "option --%s: needs a value", d->name);
+        return -EINVAL;
+    case K_U32:
+    case K_U64: {
+        uint64_t min = (uint64_t)d->min, max = d->max < 0 ? UINT64_MAX : (uint64_t)d->max;
+        if (kvsim_parse_u64(value, min, max, &v->u))
+            return 0;
+        snprintf(err, errlen, "option --%s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]",
+                 d->name, value ? value : "", min, max);
+        return -EINVAL;
+    }
+    case K_DBL:
+        if (kvsim_parse_double(value, d->min, d->min_open, d->max, &v->x))
+            return 0;
+        snprintf(err, errlen, "option --%s: '%s' is not a number in %c%g, %g]", d->name,
+                 value ? value : "", d->min_open ? '(' : '[', d->min, d->max);
+        return -EINVAL;
+    case K_FLAG:
+    case K_BOOL:
+        if (!value || !strcmp(value, "true") || (d->kind == K_FLAG && !*value))
+            v->b = true;
+        else if (!strcmp(value, "false"))
+            v->b = false;
+        else {
+            snprintf(err, errlen, "option --%s: '%s' is not true or false", d->name, value);
+            return -EINVAL;
+        }
+        return 0;
+    case K_CHOICE:
+        for (int i = 0; d->choices[i]; i++)
+            if (value && !strcmp(value, d->choices[i])) {
+                v->choice = i;
+                return 0;
+            }
+        {
+            char list[256];
+            int n = 0;
+            while (d->choices[n])
+                n++;
+            snprintf(err, errlen, "option --%s: '%s' is not %s", d->name, value ? value : "",
+                     kvsim_choices_text(d->choices, n, list, sizeof list));
+        }
+        return -EINVAL;
+    }
+    return -EINVAL;
+}
+
+/* Input, cluster, engine, timing and output options. Returns 0, -EINVAL, or 1 (not one). */
+static int apply_run(struct kvsim_options *o, const struct opt *d, const char *value,
+                     const struct opt_value *v, char *err, size_t errlen)
+{
+    static const enum kvsim_trace_format format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE,
+                                                         KVSIM_TRACE_VLLM_RUN};
+    struct kvsim_replay_config *cfg = &o->replay;
+    struct kvsim_timing_opts *t = &o->timing;
+    switch (d->id) {
+    case O_TRACE: cfg->trace_path = value; return 0;
+    case O_FORMAT: cfg->trace_opts.format = format_ids[v->choice]; return 0;
+    case O_TBS: cfg->trace_opts.trace_block_size = (uint32_t)v->u; return 0;
+    case O_SPEEDUP: cfg->trace_opts.arrival_speedup = v->x; return 0;
+    case O_MAXREQ: cfg->trace_opts.max_requests = v->u; return 0;
+    case O_SEED: cfg->seed = v->u; return 0;
+    case O_ENGINES:
+        o->engines_given = true;
+        cfg->num_engines = (uint32_t)v->u;
+        return 0;
+    case O_THREADS: cfg->num_threads = (uint32_t)v->u; return 0;
+    case O_ROUTER:
+        cfg->router = (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
+        return 0;
+    case O_KVINDEX: cfg->kv_index_events = v->choice == 1; return 0;
+    case O_BS: cfg->sched.block_size = (uint32_t)v->u; return 0;
+    case O_BLOCKS:
+        t->blocks_given = true;
+        cfg->sched.num_blocks = (uint32_t)v->u;
+        return 0;
+    case O_SEQS: cfg->sched.max_num_seqs = (uint32_t)v->u; return 0;
+    case O_TOKENS: cfg->sched.max_num_batched_tokens = (uint32_t)v->u; return 0;
+    case O_MML: cfg->sched.max_model_len = (uint32_t)v->u; return 0;
+    case O_CHECK: cfg->sched.check_invariants = v->b; return 0;
+    case O_CONFIG: o->config_path = value; return 0;
+    case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
+    case O_PREFIX: cfg->sched.enable_prefix_caching = v->b; return 0;
+    case O_CHUNKED: cfg->sched.enable_chunked_prefill = v->b; return 0;
+    case O_ASYNC: cfg->sched.async_scheduling = v->b; return 0;
+    case O_POLICY:
+        cfg->sched.policy = v->choice ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
+        return 0;
+    case O_KVEVENTS: o->kv_events = v->b; return 0;
+    case O_PROFILES: t->profiles = value; return 0;
+    case O_HARDWARE: t->hardware = value; return 0;
+    case O_MODEL: t->model = value; return 0;
+    case O_TP: t->tp = (uint32_t)v->u; return 0;
+    case O_TPGBPS: t->tp_link_gbps = v->x; return 0;
+    case O_TPLAT: t->tp_link_latency_us = v->x; return 0;
+    case O_GPUMEM: t->gpu_memory_gib = v->x; return 0;
+    case O_GPUUTIL: t->gpu_memory_utilization = v->x; return 0;
+    case O_REPORT: o->report_path = value; return 0;
+    case O_REQOUT: cfg->requests_path = value; return 0;
+    case O_QUIET: cfg->quiet = v->b; return 0;
+    default: break;
+    }
+    (void)err;
+    (void)errlen;
+    return 1;
+}
+
+/* Offload options (docs/offload.md). Returns 0 or 1 (not one). */
+static int apply_offload(struct kvsim_options *o, const struct opt *d, const struct opt_value *v)
+{
+    struct kvsim_replay_config *cfg = &o->replay;
+    struct offload_config *pipe = &cfg->tiers.pipe;
+    switch (d->id) {
+    case O_G2:
+        cfg->offload = true;
+        cfg->tiers.g2_blocks = (uint32_t)v->u;
+        return 0;
+    case O_KVBYTES:
+        o->timing.kv_bytes_given = true;
+        cfg->kv_bytes_per_token = v->u;
+        return 0;
+    case O_G3: cfg->tiers.g3_blocks = (uint32_t)v->u; return 0;
+    case O_G3WT: cfg->tiers.g3_write_through = v->b; return 0;
+    case O_G3SHARED: cfg->g3_shared = v->b; return 0;
+    case O_OEXEC: cfg->offload_pool = v->choice == 1; return 0;
+    case O_OTHREADS: cfg->offload_threads = (uint32_t)v->u; return 0;
+    case O_OFAIL: pipe->fail_rate = v->x; return 0;
+    case O_OSEED: pipe->seed = v->u; return 0;
+    case O_G12BW:
+    case O_G23BW: {
+        int64_t bw = (int64_t)(v->x * 1e9);
+        enum offload_lane up = d->id == O_G12BW ? OFFLOAD_LANE_G1_G2 : OFFLOAD_LANE_G2_G3;
+        enum offload_lane down = d->id == O_G12BW ? OFFLOAD_LANE_G2_G1 : OFFLOAD_LANE_G3_G2;
+        pipe->lanes[up].bandwidth = pipe->lanes[down].bandwidth = bw;
+        return 0;
+    }
+    default: return 1;
+    }
+}
+
+/* Disaggregated serving options (docs/disagg.md). Returns 0, -EINVAL, or 1 (not one). */
+static int apply_disagg(struct kvsim_options *o, const struct opt *d, const char *value,
+                        const struct opt_value *v, char *err, size_t errlen)
+{
+    struct kvsim_disagg_config *dc = &o->replay.disagg;
+    switch (d->id) {
+    case O_PENGINES: dc->prefill_engines = (uint32_t)v->u; return 0;
+    case O_DENGINES: dc->decode_engines = (uint32_t)v->u; return 0;
+    case O_PARGS: o->prefill_args = value; return 0;
+    case O_DARGS: o->decode_args = value; return 0;
+    case O_PROUTER:
+    case O_DROUTER:
+        *(d->id == O_PROUTER ? &dc->prefill_router : &dc->decode_router) =
+            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
+        return 0;
+    case O_XGBPS: dc->transfer.gbps = v->x; return 0;
+    case O_XLAT: dc->transfer.latency_ns = (int64_t)(v->x * 1e3 + 0.5); return 0;
+    case O_XABORT:
+        if (v->x > 0 && v->x < 1e-6) {
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns (0 means never)", d->name,
+                     value);
+            return -EINVAL;
+        }
+        dc->abort_timeout_ns = (int64_t)(v->x * 1e6 + 0.5);
+        return 0;
+    case O_HRELEASE: dc->release_immediately = v->choice == 1; return 0;
+    case O_HEVENTS: dc->events_path = value; return 0;
+    default: return 1;
+    }
+}
+
+int kvsim_options_set(struct kvsim_options *o, const char *name, const char *value, char *err,
+                      size_t errlen)
+{
+    const struct opt *d = find_opt(name);
+    if (!d)
+        return 1;
+    struct opt_value v = {0};
+    int rc = parse_value(d, value, &v, err, errlen);
+    if (rc)
+        return rc;
+    rc = apply_run(o, d, value, &v, err, errlen);
+    if (rc == 1)
+        rc = apply_offload(o, d, &v);
+    if (rc == 1)
+        rc = apply_disagg(o, d, value, &v, err, errlen);
+    if (rc == 0 && d->group == G_OFFLOAD)
+        o->offload_opt = d->name;
+    else if (rc == 0 && d->group == G_DISAGG)
+        o->disagg_opt = d->name;
+    return rc;
+}
+
+/* ---- timing and capacity --------------------------------------------------------------------- */
+
+void kvsim_timing_opts_default(struct kvsim_timing_opts *t)
+{
+    memset(t, 0, sizeof *t);
+    t->tp = 1;
+    /* LLMServingSim's cluster configuration of the shared vLLM runs: 16 GiB/s, 20 us a message */
+    t->tp_link_gbps = 16;
+    t->tp_link_latency_us = 20;
+    t->gpu_memory_utilization = 0.9;
+}
+
+int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config *sc,
+                         struct kvsim_step_model *m, uint64_t *kv_bytes_per_token,
+                         struct kvsim_timing *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char why[768];
+    if ((t->profiles || t->hardware) && !(t->profiles && t->hardware && t->model)) {
+        snprintf(err, errlen,
+                 "a profile needs --profiles ROOT, --hardware HW and --model ORG/NAME");
+        return -EINVAL;
+    }
+    if (t->gpu_memory_gib > 0 && !t->model) {
+        snprintf(err, errlen, "--gpu-memory-gib needs --model ORG/NAME (its layers and KV heads)");
+        return -EINVAL;
+    }
+    if (t->model && !t->profiles) {
+        snprintf(err, errlen,
+                 "--model needs --profiles ROOT (ROOT/configs/model/%s.json is its Hugging Face "
+                 "config)",
+                 t->model);
+        return -EINVAL;
+    }
+    if (!t->model)
+        return 0;
+    struct kvsim_model_arch arch;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/configs/model/%s.json", t->profiles, t->model);
+    int rc = kvsim_model_arch_load(path, t->model, &arch, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "--model %s", why);
+        return -EINVAL;
+    }
+    if (t->hardware) {
+        struct kvsim_profile_config pc = {
+            .root = t->profiles,
+            .hardware = t->hardware,
+            .model = t->model,
+            .tp = t->tp,
+            .tp_link_gbps = t->tp_link_gbps,
+            .tp_link_latency_ns = (int64_t)(t->tp_link_latency_us * 1e3),
+        };
+        if ((rc = kvsim_profile_load(&pc, &out->profile, why, sizeof why))) {
+            snprintf(err, errlen, "--profiles %s", why);
+            return -EINVAL;
+        }
+    }
+    if (t->gpu_memory_gib > 0) {
+        struct kvsim_gpu_config g = {
+            .gpu_memory_gib = t->gpu_memory_gib,
+            .gpu_memory_utilization = t->gpu_memory_utilization,
+            .tp = t->tp,
+            .block_size = sc->block_size,
+            .max_num_batched_tokens = sc->max_num_batched_tokens,
+            .max_num_seqs = sc->max_num_seqs,
+        };
+        if ((rc = kvsim_gpu_capacity_derive(&arch, &g, &out->capacity, why, sizeof why)))
+            snprintf(err, errlen, "--gpu-memory-gib: %s", why);
+        else if (out->capacity.num_gpu_blocks > INT32_MAX - 2) {
+            snprintf(err, errlen, "--gpu-memory-gib: %llu blocks are more than kvsim handles",
+                     (unsigned long long)out->capacity.num_gpu_blocks);
+            rc = -EINVAL;
+        }
+        if (rc) {
+            kvsim_timing_fini(out);
+            return -EINVAL;
+        }
+        if (!t->blocks_given) /* --num-gpu-blocks wins, as num_gpu_blocks_override in vLLM */
+            sc->num_blocks = (uint32_t)out->capacity.num_gpu_blocks;
+        if (kv_bytes_per_token && !t->kv_bytes_given)
+            *kv_bytes_per_token = out->capacity.kv_bytes_per_token;
+    }
+    m->profile = out->profile;
+    return 0;
+}
+
+void kvsim_timing_fini(struct kvsim_timing *t)
+{
+    kvsim_profile_free(t->profile);
+    t->profile = NULL;
+}
+
+/* ---- resolving a run ------------------------------------------------------------------------- */
+
+/* The checks of disaggregated serving and the pools' settings. Returns 0 or -EINVAL. */
+static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_config *cfg, char *err,
+                          size_t errlen)
+{
+    struct kvsim_disagg_config *d = &cfg->disagg;
+    if (!d->prefill_engines) {
+        if (o->disagg_opt) {
+            snprintf(err, errlen,
+                     "option --%s needs --prefill-engines (disaggregated serving is off)",
+                     o->disagg_opt);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    const char *why = NULL;
+    if (!d->decode_engines)
+        why = "option --prefill-engines needs --decode-engines";
+    else if (o->engines_given)
+        why = "options --engines and --prefill-engines exclude each other (the engines are the "
+              "prefill and the decode ones)";
+    else if (cfg->offload)
+        why = "offload tiers (--g2-blocks) and disaggregated serving do not combine yet";
+    if (why) {
+        snprintf(err, errlen, "%s", why);
+        return -EINVAL;
+    }
+    d->prefill_sched = d->decode_sched = cfg->sched;
+    char e[512];
+    if (o->prefill_args &&
+        kvsim_engine_args_load(o->prefill_args, &d->prefill_sched, e, sizeof e)) {
+        snprintf(err, errlen, "--prefill-engine-args %s", e);
+        return -EINVAL;
+    }
+    if (o->decode_args && kvsim_engine_args_load(o->decode_args, &d->decode_sched, e, sizeof e)) {
+        snprintf(err, errlen, "--decode-engine-args %s", e);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
+                          size_t errlen)
+{
+    memset(run, 0, sizeof *run);
+    struct kvsim_replay_config *cfg = &run->replay;
+    *cfg = o->replay;
+    int rc = kvsim_timing_resolve(&o->timing, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token,
+                                  &run->timing, err, errlen);
+    if (rc)
+        return rc;
+    const char *why = NULL;
+    if (cfg->g3_shared && cfg->tiers.g3_blocks == 0)
+        why = "option --g3-shared needs --g3-blocks N with N > 0 (the shared G3's capacity)";
+    else if (cfg->offload &&
+             offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size) == 0)
+        why = "--kv-bytes-per-token x --block-size overflows";
+    if (why)
+        snprintf(err, errlen, "%s", why);
+    else if (o->offload_opt && !cfg->offload)
+        snprintf(err, errlen, "option --%s needs --g2-blocks (offload tiers are off)",
+                 o->offload_opt);
+    if (why || (o->offload_opt && !cfg->offload) || resolve_disagg(o, cfg, err, errlen)) {
+        kvsim_run_fini(run);
+        return -EINVAL;
+    }
+    char e[512];
+    if (o->config_path && (rc = kvsim_step_model_load(o->config_path, &cfg->model, e, sizeof e))) {
+        snprintf(err, errlen, "--config %s", e);
+        kvsim_run_fini(run);
+        return rc;
+    }
+    return 0;
+}
+
+void kvsim_run_fini(struct kvsim_run *run) { kvsim_timing_fini(&run->timing); }
+
+/* ---- the public configuration object (kvsim.h) ------------------------------------------------
+ */
+
+struct kvsim_config {
+    struct kvsim_options o;
+    json_t *given; /* name -> value as a string: owns the strings o borrows */
+    char err[1024];
+};
+
+/* For replay_api.c and engine_api.c (declared there). */
+const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c);
+char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len);
+
+const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c) { return &c->o; }
+char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len)
+{
+    *len = sizeof c->err;
+    return c->err;
+}
+
+int kvsim_config_new(kvsim_config_t **out)
+{
+    *out = NULL;
+    kvsim_config_t *c = calloc(1, sizeof *c);
+    if (!c || !(c->given = json_object())) {
+        free(c);
+        return -ENOMEM;
+    }
+    kvsim_options_default(&c->o);
+    *out = c;
+    return 0;
+}
+
+void kvsim_config_free(kvsim_config_t *c)
+{
+    if (!c)
+        return;
+    json_decref(c->given);
+    free(c);
+}
+
+const char *kvsim_config_error(const kvsim_config_t *c) { return c->err; }
+
+int kvsim_config_set(kvsim_config_t *c, const char *name, const char *value)
+{
+    c->err[0] = 0;
+    if (!name) {
+        snprintf(c->err, sizeof c->err, "kvsim_config_set: no option name");
+        return -EINVAL;
+    }
+    char canon[128];
+    kvsim_options_canonical(name, canon, sizeof canon);
+    if (!kvsim_options_known(canon, NULL)) {
+        snprintf(c->err, sizeof c->err, "unknown option '%s'", name);
+        return -EINVAL;
+    }
+    /* Keep the value first: the options borrow its string. */
+    json_t *v = json_string(value ? value : "true");
+    if (!v) {
+        snprintf(c->err, sizeof c->err, "option --%s: the value is not UTF-8 text", canon);
+        return -EINVAL;
+    }
+    json_t *old = json_object_get(c->given, canon);
+    json_incref(old); /* the options may still point into it if this value is refused */
+    if (json_object_set_new(c->given, canon, v)) {
+        json_decref(old);
+        return -ENOMEM;
+    }
+    v = json_object_get(c->given, canon);
+    struct kvsim_options saved = c->o;
+    int rc = kvsim_options_set(&c->o, canon, json_string_value(v), c->err, sizeof c->err);
+    if (rc) {
+        c->o = saved;
+        if (old)
+            json_object_set(c->given, canon, old);
+        else
+            json_object_del(c->given, canon);
+    }
+    json_decref(old);
+    return rc ? -EINVAL : 0;
+}
+
+int kvsim_config_set_json(kvsim_config_t *c, const char *text)
+{
+    c->err[0] = 0;
+    json_error_t je;
+    json_t *root = text ? json_loads(text, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (!root || !json_is_object(root)) {
+        if (root)
+            snprintf(c->err, sizeof c->err, "kvsim_config_set_json: not a JSON object");
+        else
+            snprintf(c->err, sizeof c->err, "kvsim_config_set_json: %s (line %d, column %d)",
+                     text ? je.text : "no text", text ? je.line : 0, text ? je.column : 0);
+        json_decref(root);
+        return -EINVAL;
+    }
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    json_object_foreach(root, key, v)
+    {
+        char buf[64];
+        const char *s = buf;
+        if (json_is_null(v))
+            continue;
+        if (json_is_string(v))
+            s = json_string_value(v);
+        else if (json_is_true(v) || json_is_false(v))
+            s = json_is_true(v) ? "true" : "false";
+        else if (json_is_integer(v))
+            snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (json_is_real(v))
+            snprintf(buf, sizeof buf, "%.17g", json_real_value(v));
+        else {
+            snprintf(c->err, sizeof c->err,
+                     "kvsim_config_set_json: key '%s' must be a string, a number or a boolean",
+                     key);
+            rc = -EINVAL;
+            break;
+        }
+        if ((rc = kvsim_config_set(c, key, s)) != 0)
+            break;
+    }
+    json_decref(root);
+    return rc;
+}
+
+char *kvsim_config_json(const kvsim_config_t *c)
+{
+    return json_dumps(c->given, JSON_PRESERVE_ORDER | JSON_COMPACT);
+}

@@ -1,0 +1,201 @@
+/*
+ * replay_api.c - the multi-engine replay from the public API (kvsim.h: kvsim_replay,
+ * kvsim_replay_requests): the options resolved as `kvsim replay` resolves them, the run, the
+ * report as a struct and as JSON. Called from one thread; the replay starts its own workers.
+ */
+#include "runtime/api/api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* config.c */
+const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c);
+char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len);
+
+/* Copies n bytes of src into a struct whose caller-declared size is dst_size (the ABI rule of
+ * kvsim.h: a caller built against an older header has a shorter struct). */
+static int copy_sized(void *dst, size_t dst_size, const void *src, size_t n)
+{
+    if (dst_size < sizeof(size_t))
+        return -EINVAL;
+    memcpy((char *)dst + sizeof(size_t), (const char *)src + sizeof(size_t),
+           (dst_size < n ? dst_size : n) - sizeof(size_t));
+    return 0;
+}
+
+static void fill_summary(const struct kvsim_report *r, kvsim_summary_t *s)
+{
+    kvsim_summary_t x = {.size = sizeof x};
+    x.num_requests = r->num_requests;
+    x.completed = r->completed;
+    x.rejected = r->rejected;
+    x.incomplete = r->incomplete;
+    x.aborted = r->aborted;
+    x.preemptions = r->preemptions;
+    x.input_tokens = r->input_tokens;
+    x.output_tokens = r->output_tokens;
+    x.cached_tokens = r->cached_tokens;
+    x.prefix_cache_reuse = r->prefix_cache_reuse;
+    x.duration_s = (double)r->duration_ns / 1e9;
+    x.requests_per_s = r->requests_per_s;
+    x.output_tokens_per_s = r->output_tokens_per_s;
+    x.ttft_mean_ms = r->ttft.mean / 1e6;
+    x.ttft_p50_ms = r->ttft.p50 / 1e6;
+    x.ttft_p99_ms = r->ttft.p99 / 1e6;
+    x.tpot_mean_ms = r->tpot.mean / 1e6;
+    x.tpot_p50_ms = r->tpot.p50 / 1e6;
+    x.tpot_p99_ms = r->tpot.p99 / 1e6;
+    x.itl_p50_ms = r->itl.p50 / 1e6;
+    x.itl_p99_ms = r->itl.p99 / 1e6;
+    x.e2e_mean_ms = r->e2e.mean / 1e6;
+    x.e2e_p50_ms = r->e2e.p50 / 1e6;
+    x.e2e_p99_ms = r->e2e.p99 / 1e6;
+    copy_sized(s, s->size, &x, sizeof x);
+}
+
+/* The run of cfg's options with requests (NULL: the trace or the synthetic workload). */
+static int run_replay(kvsim_config_t *cfg, const struct kvsim_trace *requests,
+                      kvsim_summary_t *summary, char **report_json)
+{
+    size_t errlen;
+    char *err = kvsim__config_errbuf(cfg, &errlen);
+    err[0] = 0;
+    if (report_json)
+        *report_json = NULL;
+    if (summary && summary->size < sizeof(size_t)) {
+        snprintf(err, errlen, "kvsim_replay: summary->size is not set (use KVSIM_SUMMARY_INIT)");
+        return -EINVAL;
+    }
+    const struct kvsim_options *o = kvsim__config_options(cfg);
+    if (requests && o->replay.trace_path) {
+        snprintf(err, errlen, "kvsim_replay_requests: the configuration names a trace too");
+        return -EINVAL;
+    }
+    struct kvsim_run run;
+    int rc = kvsim_options_resolve(o, &run, err, errlen);
+    if (rc)
+        return rc;
+    run.replay.quiet = true; /* a library prints nothing */
+    run.replay.requests = requests;
+    struct kvsim_report report;
+    rc = kvsim_replay_run(&run.replay, &report, err, errlen);
+    kvsim_run_fini(&run);
+    if (rc)
+        return rc;
+    if (o->report_path)
+        rc = kvsim_report_write_json(o->report_path, &report, err, errlen);
+    if (rc == 0 && report_json && !(*report_json = kvsim_report_json_text(&report))) {
+        snprintf(err, errlen, "out of memory writing the report");
+        rc = -ENOMEM;
+    }
+    if (rc == 0 && summary)
+        fill_summary(&report, summary);
+    kvsim_report_fini(&report);
+    return rc;
+}
+
+int kvsim_replay(kvsim_config_t *cfg, kvsim_summary_t *summary, char **report_json)
+{
+    return run_replay(cfg, NULL, summary, report_json);
+}
+
+/* Orders requests by (arrival, position) as a loaded trace is. */
+static int by_arrival(const void *a, const void *b)
+{
+    const struct kvsim_req_spec *x = a, *y = b;
+    if (x->arrival_ns != y->arrival_ns)
+        return x->arrival_ns < y->arrival_ns ? -1 : 1;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* reqs[0..n) as a trace (hash ids copied). Returns 0 or -EINVAL/-ENOMEM with the message. */
+static int requests_trace(const kvsim_request_t *reqs, size_t n, struct kvsim_trace *t, char *err,
+                          size_t errlen)
+{
+    memset(t, 0, sizeof *t);
+    t->format = KVSIM_TRACE_SYNTHETIC;
+    if (!reqs || n == 0 || n > UINT32_MAX - 1) {
+        snprintf(err, errlen, "kvsim_replay_requests: %s", n ? "too many requests" : "no requests");
+        return -EINVAL;
+    }
+    size_t hashes = 0;
+    for (size_t i = 0; i < n; i++) {
+        const kvsim_request_t *r = &reqs[i];
+        const char *why = NULL;
+        if (r->size < offsetof(kvsim_request_t, priority) + sizeof r->priority)
+            why = "size is not set (use KVSIM_REQUEST_INIT)";
+        else if (r->tokens || r->num_tokens)
+            why = "token prompts are not supported by the replay: give hash_ids or input_len";
+        else if (r->arrival_ns < 0)
+            why = "arrival_ns is negative";
+        else if (r->max_tokens == 0)
+            why = "max_tokens must be at least 1";
+        else if (r->min_tokens)
+            why = "min_tokens is not supported by the replay (the output length is stop_after "
+                  "or max_tokens)";
+        else if (r->num_hash_ids && !r->hash_block_size)
+            why = "hash_block_size must be at least 1 with hash_ids";
+        else if (r->num_hash_ids && t->block_size && r->hash_block_size != t->block_size)
+            why = "every request's hash_block_size must be the same";
+        else if (r->num_hash_ids && (uint64_t)r->num_hash_ids * r->hash_block_size > UINT32_MAX)
+            why = "the prompt is longer than 2^32 tokens";
+        else if (r->num_hash_ids && r->input_len &&
+                 (r->input_len > r->num_hash_ids * r->hash_block_size ||
+                  r->input_len <= (r->num_hash_ids - 1) * r->hash_block_size))
+            why = "input_len does not match num_hash_ids x hash_block_size";
+        else if (!r->num_hash_ids && r->input_len == 0)
+            why = "the prompt is empty (no hash_ids, input_len 0)";
+        for (uint32_t k = 0; !why && k < r->num_hash_ids; k++)
+            if (r->hash_ids[k] > KVSIM_MAX_HASH_ID)
+                why = "a hash id is 2^31 or above";
+        if (why) {
+            snprintf(err, errlen, "kvsim_replay_requests: request %zu (id %llu): %s", i,
+                     (unsigned long long)r->id, why);
+            return -EINVAL;
+        }
+        if (r->num_hash_ids)
+            t->block_size = r->hash_block_size;
+        hashes += r->num_hash_ids;
+    }
+    t->reqs = calloc(n, sizeof *t->reqs);
+    t->hash_ids = malloc((hashes ? hashes : 1) * sizeof *t->hash_ids);
+    if (!t->reqs || !t->hash_ids) {
+        kvsim_trace_free(t);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const kvsim_request_t *r = &reqs[i];
+        struct kvsim_req_spec *s = &t->reqs[i];
+        s->line = (uint32_t)i + 1;
+        s->arrival_ns = r->arrival_ns;
+        s->input_len =
+            r->num_hash_ids && !r->input_len ? r->num_hash_ids * r->hash_block_size : r->input_len;
+        s->output_len =
+            r->stop_after && r->stop_after < r->max_tokens ? r->stop_after : r->max_tokens;
+        s->hash_off = (uint32_t)t->num_hash_ids;
+        s->num_hashes = r->num_hash_ids;
+        s->session = s->prev_turn = -1;
+        if (r->num_hash_ids)
+            memcpy(t->hash_ids + t->num_hash_ids, r->hash_ids, r->num_hash_ids * sizeof(uint64_t));
+        t->num_hash_ids += r->num_hash_ids;
+    }
+    t->num_reqs = n;
+    qsort(t->reqs, n, sizeof *t->reqs, by_arrival);
+    return 0;
+}
+
+int kvsim_replay_requests(kvsim_config_t *cfg, const kvsim_request_t *reqs, size_t n,
+                          kvsim_summary_t *summary, char **report_json)
+{
+    size_t errlen;
+    char *err = kvsim__config_errbuf(cfg, &errlen);
+    struct kvsim_trace t;
+    int rc = requests_trace(reqs, n, &t, err, errlen);
+    if (rc)
+        return rc;
+    rc = run_replay(cfg, &t, summary, report_json);
+    kvsim_trace_free(&t);
+    return rc;
+}

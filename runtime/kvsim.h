@@ -25,8 +25,9 @@
  * kvsim_engine_errmsg). Nothing aborts the process on bad input.
  *
  * ABI. The structs are opaque, except the small ones below whose first field is their size
- * (fill it with sizeof, or use the *_INIT macros): a later version may append fields and
- * still read yours. KVSIM_API_VERSION changes when something incompatible does.
+ * (fill it with sizeof, or start from the *_INIT macros or the kvsim_*_init() functions, which
+ * work in C and C++ alike): a later version may append fields and still read yours.
+ * KVSIM_API_VERSION changes when something incompatible does.
  */
 #ifndef KVSIM_KVSIM_H
 #define KVSIM_KVSIM_H
@@ -34,6 +35,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,11 +93,14 @@ enum {
  */
 KVSIM_API const char *kvsim_strerror(int err);
 
-/* Frees a string this API returned (kvsim_config_json, kvsim_engine_report_json, ...). */
+/* Frees a string this API returned (kvsim_config_json, kvsim_engine_report_json, ...). Any
+ * thread. */
 KVSIM_API void kvsim_free(void *p);
 
 /* ---- configuration ------------------------------------------------------------------------- */
 
+/* Threads: a configuration belongs to one thread at a time (its functions write its error
+ * message); kvsim_engine_new and kvsim_replay read it on the calling thread and keep nothing. */
 typedef struct kvsim_config kvsim_config_t;
 
 /* A configuration with `kvsim replay`'s defaults. Returns 0 and *out, or -ENOMEM. */
@@ -160,13 +165,29 @@ typedef struct kvsim_request {
     uint32_t stop_after;
     int64_t priority; /* scheduling-policy priority: lower is served first (vLLM) */
 } kvsim_request_t;
+/* A kvsim_request_t with its size set and max_tokens 16. C++ before C++20 has no designated
+ * initializers: there the macro is this function. */
+static inline kvsim_request_t kvsim_request_init(void)
+{
+    kvsim_request_t x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    x.max_tokens = 16;
+    return x;
+}
+#ifdef __cplusplus
+#define KVSIM_REQUEST_INIT kvsim_request_init()
+#else
 #define KVSIM_REQUEST_INIT                                                                         \
     {                                                                                              \
         .size = sizeof(kvsim_request_t), .max_tokens = 16                                          \
     }
+#endif
 
 /* ---- an engine you step ---------------------------------------------------------------------- */
 
+/* Threads: every kvsim_engine_* function is called by the engine's owner (one thread at a
+ * time); an event or KV-event callback runs on that thread, inside the call that produced it. */
 typedef struct kvsim_api_engine kvsim_engine_t;
 
 /*
@@ -269,10 +290,23 @@ typedef struct kvsim_load {
      * prefix cache queries and hits, counted once per request). */
     uint64_t prefix_queries, prefix_hits;
 } kvsim_load_t;
+/* A kvsim_load_t with its size set. C++ before C++20 has no designated initializers:
+ * there the macro is this function. */
+static inline kvsim_load_t kvsim_load_init(void)
+{
+    kvsim_load_t x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    return x;
+}
+#ifdef __cplusplus
+#define KVSIM_LOAD_INIT kvsim_load_init()
+#else
 #define KVSIM_LOAD_INIT                                                                            \
     {                                                                                              \
         .size = sizeof(kvsim_load_t)                                                               \
     }
+#endif
 /* Fills *out (up to out->size bytes). Returns 0 or -EINVAL (size too small). */
 KVSIM_API int kvsim_engine_load(const kvsim_engine_t *e, kvsim_load_t *out);
 
@@ -314,10 +348,23 @@ typedef struct kvsim_record {
     uint32_t input_len, output_tokens, cached_tokens, preemptions;
     int32_t finish_reason; /* kvsim_finish_reason_t, or -1 while unfinished */
 } kvsim_record_t;
+/* A kvsim_record_t with its size set. C++ before C++20 has no designated initializers:
+ * there the macro is this function. */
+static inline kvsim_record_t kvsim_record_init(void)
+{
+    kvsim_record_t x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    return x;
+}
+#ifdef __cplusplus
+#define KVSIM_RECORD_INIT kvsim_record_init()
+#else
 #define KVSIM_RECORD_INIT                                                                          \
     {                                                                                              \
         .size = sizeof(kvsim_record_t)                                                             \
     }
+#endif
 /* Fills *out for request id. Returns 0, -ENOENT (unknown id) or -EINVAL (size). Records stay
  * for the engine's lifetime (about 100 bytes a request). */
 KVSIM_API int kvsim_engine_record(const kvsim_engine_t *e, uint64_t id, kvsim_record_t *out);
@@ -334,6 +381,9 @@ KVSIM_API const char *kvsim_engine_errmsg(const kvsim_engine_t *e);
 /* ---- the multi-engine replay ------------------------------------------------------------------
  */
 
+/* Threads: kvsim_replay and kvsim_replay_requests are called from one thread (the owner of
+ * cfg); they start and join the replay's workers ("threads") before returning. */
+
 /* The headline figures of a replay's report (the JSON has everything). Latencies in ms. */
 typedef struct kvsim_summary {
     size_t size; /* sizeof(kvsim_summary_t) */
@@ -346,10 +396,23 @@ typedef struct kvsim_summary {
     double itl_p50_ms, itl_p99_ms;
     double e2e_mean_ms, e2e_p50_ms, e2e_p99_ms;
 } kvsim_summary_t;
+/* A kvsim_summary_t with its size set. C++ before C++20 has no designated initializers:
+ * there the macro is this function. */
+static inline kvsim_summary_t kvsim_summary_init(void)
+{
+    kvsim_summary_t x;
+    memset(&x, 0, sizeof x);
+    x.size = sizeof x;
+    return x;
+}
+#ifdef __cplusplus
+#define KVSIM_SUMMARY_INIT kvsim_summary_init()
+#else
 #define KVSIM_SUMMARY_INIT                                                                         \
     {                                                                                              \
         .size = sizeof(kvsim_summary_t)                                                            \
     }
+#endif
 
 /*
  * kvsim_replay - `kvsim replay` with cfg's options: its trace ("trace", "format", ...; none:

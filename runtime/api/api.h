@@ -17,6 +17,10 @@
 #include "runtime/kvsim.h"
 #include "runtime/replay/replay.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Where the step model's timing and the KV capacity come from (--profiles ... --gpu-memory-*). */
 struct kvsim_timing_opts {
     const char *profiles, *hardware, *model; /* ROOT, HW, ORG/NAME */
@@ -101,4 +105,7 @@ bool kvsim_parse_double(const char *s, double min, bool min_open, double max, do
 /* "a, b or c" of names[0..n) into buf (truncated to len); returns buf. */
 const char *kvsim_choices_text(const char *const *names, int n, char *buf, size_t len);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* KVSIM_API_H */

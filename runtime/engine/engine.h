@@ -25,6 +25,10 @@
 #include "runtime/input/input.h"
 #include "sched/sched.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- offload tiers (G2/G3 behind an engine's G1; docs/offload.md) ---------------------- */
 
 struct kvsim_g3_shared;
@@ -628,4 +632,7 @@ KVSIM_EXTERN void kvsim_engines_timing(const struct kvsim_step_model *m, uint32_
 /* Last error message (for -EUCLEAN / -EDEADLK). */
 KVSIM_EXTERN const char *kvsim_engine_error(const struct kvsim_engine *e);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* KVSIM_ENGINE_H */

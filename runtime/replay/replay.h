@@ -20,6 +20,10 @@
 #include "runtime/input/input.h"
 #include "sched/sched.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- the router ---------------------------------------------------------------------------- */
 
 /*
@@ -153,4 +157,7 @@ KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
 KVSIM_EXTERN int kvsim_replay_run(const struct kvsim_replay_config *cfg,
                                   struct kvsim_report *report, char *err, size_t errlen);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* KVSIM_REPLAY_H */

@@ -82,8 +82,7 @@ std::vector<Request> make_workload()
         for (uint32_t k = 0; k < own; k++)
             r.hash_ids.push_back(uint64_t{num_groups + i} * max_blocks + k);
         t += (5 + rng.below(20)) * int64_t{1000000};
-        r.req = kvsim_request_t{};
-        r.req.size = sizeof(kvsim_request_t);
+        r.req = KVSIM_REQUEST_INIT;
         r.req.id = i;
         r.req.arrival_ns = t;
         r.req.hash_ids = r.hash_ids.data();
@@ -161,8 +160,7 @@ struct Engine {
 
     kvsim_load_t load() const
     {
-        kvsim_load_t l{};
-        l.size = sizeof l;
+        kvsim_load_t l = KVSIM_LOAD_INIT;
         check(kvsim_engine_load(e.get(), &l), "kvsim_engine_load", e.get());
         return l;
     }
@@ -246,8 +244,7 @@ void run()
     unsigned finished = 0;
     for (const Request &r : work) {
         const Result &res = results[r.req.id];
-        kvsim_record_t rec{};
-        rec.size = sizeof rec;
+        kvsim_record_t rec = KVSIM_RECORD_INIT;
         const kvsim_engine_t *e = engines[res.engine].e.get();
         check(kvsim_engine_record(e, r.req.id, &rec), "kvsim_engine_record", e);
         if (rec.first_token_ns != res.first_token_ns || rec.finish_reason != res.finish_reason)

@@ -78,8 +78,13 @@ layout)
   [ "$soname" = "libkvsim.so.$major" ] || fail "the soname of $real is '$soname'"
   for f in "$libdir/libkvsim.a" "$libdir/pkgconfig/kvsim.pc" \
     "$libdir/cmake/kvsim/kvsimConfig.cmake" "$libdir/cmake/kvsim/kvsimConfigVersion.cmake" \
-    "$prefix/bin/kvsim"; do
+    "$prefix/bin/kvsim" "$prefix/share/doc/kvsim/api.md"; do
     [ -f "$f" ] || fail "$f is missing"
+  done
+  # Every command's --help text, as the installed kvsim prints it.
+  for cmd in replay validate calibrate conform soak minimize stress pool-demo; do
+    "$prefix/bin/kvsim" "$cmd" --help | cmp -s - "$prefix/share/doc/kvsim/kvsim-$cmd.txt" ||
+      fail "$prefix/share/doc/kvsim/kvsim-$cmd.txt is missing or is not kvsim $cmd --help"
   done
   "$prefix/bin/kvsim" --version | grep "^kvsim $version " >/dev/null ||
     fail "$prefix/bin/kvsim --version does not say kvsim $version"

@@ -29,6 +29,7 @@ struct sched {
     size_t num_running, cap_running;
     struct rq waiting, skipped;
     struct sched_request **tmp_skipped; /* the waiting pass's skipped list */
+    uint32_t step_threshold;            /* this schedule()'s long_prefill_token_threshold */
     struct sched_request **pending_preempted;
     size_t num_pending_preempted;
     struct sched_request **last_finished;
@@ -71,6 +72,7 @@ void sched_config_default(struct sched_config *cfg)
     cfg->enable_prefix_caching = true;
     cfg->scheduler_reserve_full_isl = true;
     cfg->preempted_victim_guard = true;
+    cfg->vllm_contract = SCHED_CONTRACT_LATEST;
 }
 
 const char *sched_status_name(enum sched_status status)
@@ -127,7 +129,10 @@ int sched_create(const struct sched_config *cfg, struct sched **out)
     if (c.max_model_len == 0)
         c.max_model_len = c.max_num_batched_tokens;
     if (c.max_num_seqs == 0 || c.max_num_batched_tokens == 0 || c.block_size == 0 ||
-        (!c.enable_chunked_prefill && c.max_num_batched_tokens < c.max_model_len))
+        (!c.enable_chunked_prefill && c.max_num_batched_tokens < c.max_model_len) ||
+        c.vllm_contract < SCHED_CONTRACT_MIN || c.vllm_contract > SCHED_CONTRACT_LATEST ||
+        c.max_num_active_seqs > c.max_num_seqs ||
+        ((c.max_num_active_seqs || c.max_num_queued_reqs) && c.vllm_contract < 2))
         return -EINVAL;
     struct kvpool_config pc;
     kvpool_config_default(&pc);
@@ -434,9 +439,16 @@ static void drain_deferred(struct sched *s)
     }
 }
 
-/* §6: free, reset, back to the head of the waiting queue. Caller removed it from running. */
-static int preempt(struct sched *s, struct sched_request *r)
+/* §6: free, reset, back to the head of the waiting queue. Caller removed it from running.
+ * Contract 2 (#48245): the output of its steps still in flight becomes stale, dropped when
+ * drop_stale (#50297: the engine must deliver KV) or when it already was and some is left. */
+static int preempt(struct sched *s, struct sched_request *r, bool drop_stale)
 {
+    if (s->cfg.vllm_contract >= 2) {
+        r->drop_stale_output =
+            drop_stale || (r->drop_stale_output && r->num_stale_output_tokens > 0);
+        r->num_stale_output_tokens = r->num_in_flight_tokens;
+    }
     int rc = free_request_blocks(s, r);
     inflight_remove(s, r);
     r->status = SCHED_PREEMPTED;
@@ -632,8 +644,8 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
         }
         uint64_t want = sched_request_num_tokens(r) + ph;
         uint64_t n = want > nc ? want - nc : 0;
-        if (c->long_prefill_token_threshold && n > c->long_prefill_token_threshold)
-            n = c->long_prefill_token_threshold;
+        if (s->step_threshold && n > s->step_threshold)
+            n = s->step_threshold;
         n = min_u64(n, *budget);
         n = min_u64(n, c->max_model_len > nc + 1 ? c->max_model_len - nc - 1 : 0);
         if (n == 0) {
@@ -682,7 +694,7 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
             running_remove_at(s, vi);
             if (vi < i)
                 i--; /* #49206: the cursor follows the list */
-            rc = preempt(s, victim);
+            rc = preempt(s, victim, c->requires_kv_delivery);
             *preempted_any = true;
             if (rc)
                 return rc;
@@ -824,7 +836,7 @@ static int legacy_partial_alloc(struct sched *s, struct sched_step *st, uint64_t
     struct sched_request *victim = pick_victim(s);
     *budget += step_rollback(st, victim);
     running_remove_at(s, running_index(s, victim));
-    return preempt(s, victim);
+    return preempt(s, victim, s->cfg.requires_kv_delivery);
 }
 
 /* §4.3 */
@@ -835,8 +847,9 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
     int rc = 0;
     bool retried = false;
     while ((s->waiting.len || s->skipped.len) && *budget > 0) {
-        if (s->num_running >= c->max_num_seqs)
-            break;
+        if (s->num_running >= c->max_num_seqs ||
+            (c->max_num_active_seqs && s->num_running >= c->max_num_active_seqs))
+            break; /* #56758: the active cap stops admissions, never preempts */
         struct rq *q = pick_queue(s);
         struct sched_request *r = rq_peek(q);
         if (r->status == SCHED_WAITING_FOR_REMOTE_KVS) {
@@ -846,6 +859,13 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
                 continue;
             }
             promote(s, r);
+        }
+        /* #48245 (contract 2): a preempted request whose stale output will still be delivered
+         * waits for it (skipped, not a break: the requests behind it may go). */
+        if (c->vllm_contract >= 2 && r->num_stale_output_tokens > 0 && !r->drop_stale_output) {
+            sched__rq_pop(q);
+            s->tmp_skipped[nskipped++] = r;
+            continue;
         }
         struct kvpool_hits hits = {0};
         uint64_t external = 0;
@@ -877,8 +897,8 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         uint64_t n = 0;
         if (!load_async) {
             n = nt > computed ? nt - computed : 0;
-            if (c->long_prefill_token_threshold && n > c->long_prefill_token_threshold)
-                n = c->long_prefill_token_threshold;
+            if (s->step_threshold && n > s->step_threshold)
+                n = s->step_threshold;
             if (!c->enable_chunked_prefill && n > *budget)
                 break; /* no skipping past a head that does not fit */
             n = min_u64(n, *budget);
@@ -977,6 +997,12 @@ struct sched_step *sched_schedule(struct sched *s, int *err)
     st->index = ++s->step_index;
     uint64_t budget = s->cfg.max_num_batched_tokens;
     bool preempted_any = false;
+    /* #57951 (contract 2): the threshold, read once per schedule(), is off while running,
+     * waiting and skipped hold at most one request between them: a lone prefill has nobody to
+     * share the step with. */
+    s->step_threshold = s->cfg.long_prefill_token_threshold;
+    if (s->cfg.vllm_contract >= 2 && s->num_running + s->waiting.len + s->skipped.len <= 1)
+        s->step_threshold = 0;
     memset(&s->offload_status, 0, sizeof s->offload_status);
     int rc = schedule_running(s, st, &budget, &preempted_any);
     /* A running request waiting for held capacity keeps it from new admissions too. */
@@ -989,6 +1015,7 @@ struct sched_step *sched_schedule(struct sched *s, int *err)
         struct sched_scheduled *e = &st->scheduled[i];
         struct sched_request *r = e->req;
         r->num_computed_tokens += e->num_tokens;
+        r->num_in_flight_tokens += e->num_tokens;
         if (s->cfg.defer_block_free)
             r->last_sched_seq = s->sched_step_seq;
         e->samples =
@@ -1079,13 +1106,22 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
         s->processed_step_seq++;
         drain_deferred(s);
     }
+    bool v2 = s->cfg.vllm_contract >= 2;
     for (uint32_t i = 0; i < st->num_scheduled && rc == 0; i++) {
         struct sched_request *r = st->scheduled[i].req;
+        uint64_t sn = st->scheduled[i].num_tokens;
+        r->num_in_flight_tokens -= min_u64(sn, r->num_in_flight_tokens);
+        bool stale = r->num_stale_output_tokens > 0; /* scheduled before its preemption */
+        r->num_stale_output_tokens -= min_u64(sn, r->num_stale_output_tokens);
         if (sched_status_is_finished(r->status))
             continue; /* aborted meanwhile */
+        if (v2 && stale && r->drop_stale_output)
+            continue; /* #50297: no token, no stop check, no finish: it recomputes */
         uint32_t n = out && out->num_tokens ? out->num_tokens[i] : 0;
         const kvpool_token *toks = n ? out->tokens[i] : NULL;
-        if (s->cfg.async_scheduling)
+        /* #48245: stale output has no placeholder any more (the preemption reset them); under
+         * contract 1 it took one of the placeholders scheduled since. */
+        if (s->cfg.async_scheduling && !(v2 && stale))
             r->num_output_placeholders -=
                 n < r->num_output_placeholders ? n : r->num_output_placeholders;
         enum sched_status done = SCHED_RUNNING;
@@ -1163,7 +1199,7 @@ int sched_reset_prefix_cache(struct sched *s, bool reset_running)
         while (s->num_running && rc == 0) {
             struct sched_request *v = s->running[s->num_running - 1];
             running_remove_at(s, s->num_running - 1);
-            rc = preempt(s, v);
+            rc = preempt(s, v, true); /* vLLM drops a reset's in-flight output always */
         }
     }
     return rc ? rc : kvpool_reset_prefix_cache(s->pool);

@@ -32,6 +32,14 @@ extern "C" {
 
 enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY };
 
+/*
+ * The fidelity contract with upstream vLLM (docs/fidelity/vllm.md): which upstream revision's
+ * rules the scheduler follows where they changed. Version 1 is vLLM main of 2026-07-24,
+ * version 2 of 2026-09 (#57951's lone-request threshold, #56758's max_num_active_seqs).
+ */
+#define SCHED_CONTRACT_MIN    1
+#define SCHED_CONTRACT_LATEST 2
+
 struct sched_request;
 
 /*
@@ -57,17 +65,29 @@ struct sched_config {
     uint32_t max_num_seqs;                 /* running-set cap (256) */
     uint32_t max_num_batched_tokens;       /* per-step token budget (8192) */
     uint32_t max_model_len;                /* 0 = max_num_batched_tokens, as vLLM's tests do */
-    uint32_t long_prefill_token_threshold; /* 0 = off */
-    enum sched_policy policy;              /* FCFS */
-    double watermark;                      /* [0, 1): int(watermark * num_blocks) blocks (0) */
-    bool enable_chunked_prefill;           /* (true) */
-    bool enable_prefix_caching;            /* (true) */
-    bool scheduler_reserve_full_isl;       /* full-sequence admission gate, #37307 (true) */
-    bool async_scheduling;                 /* output placeholders (false) */
-    bool defer_block_free;                 /* deferred-free fence, #45357 (false) */
-    bool preempted_victim_guard;           /* #49675: a fenced victim stops the retry (true) */
-    bool check_invariants;                 /* run sched_check at every boundary (false) */
-    bool enable_kv_events;                 /* record the pool's KV events (false) */
+    uint32_t long_prefill_token_threshold; /* 0 = off; contract 2: off for a lone request */
+    uint32_t max_num_active_seqs;          /* admission cap <= max_num_seqs, contract 2 (#56758);
+                                            * 0 = max_num_seqs */
+    uint32_t vllm_contract;                /* SCHED_CONTRACT_MIN .. _LATEST (latest) */
+    /* The engine's front door, not the scheduler (which ignores it): contract 2's
+     * max_num_queued_reqs (#49445), refusing an arrival while that many requests are
+     * unfinished (0 = off; runtime/engine/engine.c) */
+    uint32_t max_num_queued_reqs;
+    enum sched_policy policy;        /* FCFS */
+    double watermark;                /* [0, 1): int(watermark * num_blocks) blocks (0) */
+    bool enable_chunked_prefill;     /* (true) */
+    bool enable_prefix_caching;      /* (true) */
+    bool scheduler_reserve_full_isl; /* full-sequence admission gate, #37307 (true) */
+    bool async_scheduling;           /* output placeholders (false) */
+    bool defer_block_free;           /* deferred-free fence, #45357 (false) */
+    bool preempted_victim_guard;     /* #49675: a fenced victim stops the retry (true) */
+    bool check_invariants;           /* run sched_check at every boundary (false) */
+    bool enable_kv_events;           /* record the pool's KV events (false) */
+    /* vLLM's requires_kv_delivery: the engine's KV connector must deliver KV (a kv_producer or
+     * kv_both role, a disaggregated prefill engine). Contract 2 (#50297): a request preempted
+     * with output in flight drops that output and recomputes, instead of finishing from it with
+     * KV it no longer holds (false) */
+    bool requires_kv_delivery;
     /* THE OLD BUG, for issue #6's proof only: a waiting request whose allocation is blocked on
      * offload keeps the blocks it could get and running requests are preempted for it (false) */
     bool legacy_partial_alloc;
@@ -180,12 +200,17 @@ struct sched_request {
     uint64_t add_seq; /* order of sched_add calls (final tie-break) */
     uint32_t cap_output;
     uint64_t last_sched_seq; /* deferred-free fence bookkeeping */
-    bool recv_finished;      /* async load in finished_recving */
-    bool free_delayed;       /* finished while parked: blocks wait for finished_recving */
-    bool in_flight_prefill;  /* in the #44560 reservation set */
-    bool load_failed;        /* the onboarding failed: the request recomputes instead */
-    bool onboard_disabled;   /* a load of it failed once: never onboard it again */
-    size_t qpos;             /* position in a PRIORITY heap */
+    /* #48245 (contract 2): tokens scheduled in steps not yet updated, and of them those of
+     * steps scheduled before its last preemption (their output is stale); whether that stale
+     * output is dropped (#50297) rather than delivered */
+    uint64_t num_in_flight_tokens, num_stale_output_tokens;
+    bool drop_stale_output;
+    bool recv_finished;     /* async load in finished_recving */
+    bool free_delayed;      /* finished while parked: blocks wait for finished_recving */
+    bool in_flight_prefill; /* in the #44560 reservation set */
+    bool load_failed;       /* the onboarding failed: the request recomputes instead */
+    bool onboard_disabled;  /* a load of it failed once: never onboard it again */
+    size_t qpos;            /* position in a PRIORITY heap */
     struct sched_request *next_inflight, *prev_inflight; /* the #44560 reservation set */
     struct sched_request *next_live, *prev_live;         /* every unreleased request */
     uint64_t check_mark;                                 /* sched_check bookkeeping */

@@ -77,6 +77,9 @@ enum opt_id {
     O_SEQS,
     O_TOKENS,
     O_MML,
+    O_ACTIVE,
+    O_QUEUED,
+    O_CONTRACT,
     O_CHECK,
     O_CONFIG,
     O_LPTT,
@@ -166,6 +169,10 @@ static const struct opt opts[] = {
     {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
     {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL},
     {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL},
+    {"max-num-active-seqs", O_ACTIVE, K_U32, G_NONE, 1, 1 << 20, false, NULL},
+    {"max-num-queued-reqs", O_QUEUED, K_U32, G_NONE, 1, U32MAX, false, NULL},
+    {"vllm-contract", O_CONTRACT, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
+     NULL},
     {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL},
     {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL},
     {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL},
@@ -344,6 +351,9 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_SEQS: cfg->sched.max_num_seqs = (uint32_t)v->u; return 0;
     case O_TOKENS: cfg->sched.max_num_batched_tokens = (uint32_t)v->u; return 0;
     case O_MML: cfg->sched.max_model_len = (uint32_t)v->u; return 0;
+    case O_ACTIVE: cfg->sched.max_num_active_seqs = (uint32_t)v->u; return 0;
+    case O_QUEUED: cfg->sched.max_num_queued_reqs = (uint32_t)v->u; return 0;
+    case O_CONTRACT: cfg->sched.vllm_contract = (uint32_t)v->u; return 0;
     case O_CHECK: cfg->sched.check_invariants = v->b; return 0;
     case O_CONFIG: o->config_path = value; return 0;
     case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
@@ -590,6 +600,20 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
         snprintf(err, errlen, "--decode-engine-args %s", e);
         return -EINVAL;
     }
+    for (int k = 0; k < 2; k++) {
+        const struct sched_config *sc = k ? &d->decode_sched : &d->prefill_sched;
+        const char *opt = k ? "--decode-engine-args" : "--prefill-engine-args";
+        if (sc->max_num_active_seqs && sc->vllm_contract < 2)
+            why = "key 'max_num_active_seqs' needs --vllm-contract 2 (vLLM #56758)";
+        else if (sc->max_num_queued_reqs && sc->vllm_contract < 2)
+            why = "key 'max_num_queued_reqs' needs --vllm-contract 2 (vLLM #49445)";
+        else if (sc->max_num_active_seqs > sc->max_num_seqs)
+            why = "key 'max_num_active_seqs' is above max_num_seqs";
+        if (why) {
+            snprintf(err, errlen, "%s %s: %s", opt, k ? o->decode_args : o->prefill_args, why);
+            return -EINVAL;
+        }
+    }
     return 0;
 }
 
@@ -604,7 +628,13 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
     if (rc)
         return rc;
     const char *why = NULL;
-    if (cfg->g3_shared && cfg->tiers.g3_blocks == 0)
+    if (cfg->sched.max_num_active_seqs && cfg->sched.vllm_contract < 2)
+        why = "option --max-num-active-seqs needs --vllm-contract 2 (vLLM #56758)";
+    else if (cfg->sched.max_num_queued_reqs && cfg->sched.vllm_contract < 2)
+        why = "option --max-num-queued-reqs needs --vllm-contract 2 (vLLM #49445)";
+    else if (cfg->sched.max_num_active_seqs > cfg->sched.max_num_seqs)
+        why = "option --max-num-active-seqs is above --max-num-seqs (vLLM refuses it too)";
+    else if (cfg->g3_shared && cfg->tiers.g3_blocks == 0)
         why = "option --g3-shared needs --g3-blocks N with N > 0 (the shared G3's capacity)";
     else if (cfg->offload &&
              offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size) == 0)

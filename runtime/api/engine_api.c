@@ -768,6 +768,8 @@ char *kvsim_engine_report_json(const kvsim_engine_t *e)
         .router = "-",
         .num_engines = 1,
         .num_threads = 1,
+        .vllm_contract = e->run.replay.sched.vllm_contract,
+        .engine = &e->run.replay.sched,
     };
     struct kvsim_report rep;
     if (kvsim_metrics_summarize(e->metrics, &run, &rep) != 0)

@@ -1,5 +1,6 @@
 /*
- * conform_cmd.c - `kvsim conform [--trace] [--lenient] FILE...`: runs scenario files through
+ * conform_cmd.c - `kvsim conform [--trace] [--lenient] [--vllm-contract N] FILE...`: runs
+ * scenario files through
  * the scenario runner (verify.h), prints PASS/FAIL per file and "<N> passed, <M> failed".
  */
 #include "runtime/cli/cli.h"
@@ -11,8 +12,9 @@
 
 #include "runtime/verify/verify.h"
 
-/* Runs one file, printing its PASS/FAIL line. Returns true when it passed. */
-static bool run_file(const char *path, bool trace, bool lenient)
+/* Runs one file, printing its PASS/FAIL line; contract > 0 replaces the file's config key
+ * "contract". Returns true when it passed. */
+static bool run_file(const char *path, bool trace, bool lenient, uint32_t contract)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
@@ -32,6 +34,11 @@ static bool run_file(const char *path, bool trace, bool lenient)
         json_t *n = json_object_get(root, "name");
         if (json_is_string(n))
             name = json_string_value(n);
+        json_t *cfg = json_object_get(root, "config");
+        if (contract && !cfg)
+            json_object_set_new(root, "config", cfg = json_object());
+        if (contract && json_is_object(cfg))
+            json_object_set_new(cfg, "contract", json_integer(contract));
         struct kvsim_conform_options opt = {.trace = trace, .lenient = lenient};
         rc = kvsim_conform_run_json(root, &opt, &res, NULL);
     }
@@ -47,22 +54,24 @@ static bool run_file(const char *path, bool trace, bool lenient)
 
 static void conform_usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: kvsim conform [--trace] [--lenient] FILE...\n"
-        "\n"
-        "Runs conformance scenarios (JSON, see docs/conformance.md) against the scheduler\n"
-        "core and the G1 pool. Prints PASS/FAIL per file and '<N> passed, <M> failed'.\n"
-        "\n"
-        "  -t, --trace    print each step's observed decision as a JSON line\n"
-        "  -l, --lenient  replay the workload, not the exact decisions: model outputs adapt\n"
-        "                 to what each schedule scheduled (the minimizer's mode: sampled\n"
-        "                 tokens for unscheduled requests are dropped, a request whose\n"
-        "                 chunk sampled gets a token that stops nothing, references to\n"
-        "                 unknown requests and outputs with no schedule are dropped)\n"
-        "  -h, --help     print this help\n"
-        "\n"
-        "Exit status: 0 all passed, 1 a scenario failed or could not be read, 2 usage error.\n");
+    fprintf(out,
+            "usage: kvsim conform [--trace] [--lenient] [--vllm-contract N] FILE...\n"
+            "\n"
+            "Runs conformance scenarios (JSON, see docs/conformance.md) against the scheduler\n"
+            "core and the G1 pool. Prints PASS/FAIL per file and '<N> passed, <M> failed'.\n"
+            "\n"
+            "  -t, --trace    print each step's observed decision as a JSON line\n"
+            "  -l, --lenient  replay the workload, not the exact decisions: model outputs adapt\n"
+            "                 to what each schedule scheduled (the minimizer's mode: sampled\n"
+            "                 tokens for unscheduled requests are dropped, a request whose\n"
+            "                 chunk sampled gets a token that stops nothing, references to\n"
+            "                 unknown requests and outputs with no schedule are dropped)\n"
+            "  --vllm-contract N  run every file under fidelity contract N instead of the\n"
+            "                 one its config names (docs/fidelity/vllm.md; %d..%d, default %d)\n"
+            "  -h, --help     print this help\n"
+            "\n"
+            "Exit status: 0 all passed, 1 a scenario failed or could not be read, 2 usage error.\n",
+            SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, SCHED_CONTRACT_LATEST);
 }
 
 int cli_conform_main(int argc, char **argv)
@@ -70,17 +79,23 @@ int cli_conform_main(int argc, char **argv)
     static const struct option opts[] = {
         {"trace", no_argument, NULL, 't'},
         {"lenient", no_argument, NULL, 'l'},
+        {"vllm-contract", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct cli_parser p;
     bool trace = false, lenient = false;
+    uint32_t contract = 0;
     int c;
     cli_begin(&p, "kvsim conform", argc, argv, opts, "tlh");
     while ((c = cli_next(&p)) > 0) {
         switch (c) {
         case 't': trace = true; break;
         case 'l': lenient = true; break;
+        case 'c':
+            if (cli_u32(&p, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, &contract))
+                return CLI_EXIT_USAGE;
+            break;
         case 'h': conform_usage(stdout); return CLI_EXIT_OK;
         }
     }
@@ -95,7 +110,7 @@ int cli_conform_main(int argc, char **argv)
     }
     int passed = 0, failed = 0;
     for (int i = cli_optind(); i < argc; i++) {
-        if (run_file(argv[i], trace, lenient))
+        if (run_file(argv[i], trace, lenient, contract))
             passed++;
         else
             failed++;

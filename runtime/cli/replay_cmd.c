@@ -39,6 +39,15 @@ static void replay_usage(FILE *out)
             "  --max-num-seqs N           running-set cap (256)\n"
             "  --max-num-batched-tokens N token budget per step (8192)\n"
             "  --max-model-len N          longest sequence (262144)\n"
+            "  --max-num-active-seqs N    admission cap below --max-num-seqs: the waiting\n"
+            "                             queue stops when N run; never preempts (off;\n"
+            "                             contract 2, vLLM #56758)\n"
+            "  --max-num-queued-reqs N    refuse an arrival (reason queue_full, vLLM's HTTP\n"
+            "                             503) while N requests are unfinished on its engine\n"
+            "                             (off; contract 2, vLLM #49445)\n"
+            "  --vllm-contract 1|2        the fidelity contract with upstream vLLM the\n"
+            "                             scheduler follows (docs/fidelity/vllm.md): 2 = vLLM\n"
+            "                             main of 2026-09 (default), 1 = of 2026-07-24\n"
             "  --check-invariants         check the scheduler's and the pool's invariants\n"
             "                             after every schedule and update (slow; as the\n"
             "                             tests do): a violation stops the replay\n"
@@ -117,6 +126,9 @@ static const struct option replay_opts[] = {
     {"max-num-seqs", required_argument, NULL, O_RUN},
     {"max-num-batched-tokens", required_argument, NULL, O_RUN},
     {"max-model-len", required_argument, NULL, O_RUN},
+    {"max-num-active-seqs", required_argument, NULL, O_RUN},
+    {"max-num-queued-reqs", required_argument, NULL, O_RUN},
+    {"vllm-contract", required_argument, NULL, O_RUN},
     {"config", required_argument, NULL, O_RUN},
     CLI_TIMING_OPTIONS,
     {"report", required_argument, NULL, O_RUN},

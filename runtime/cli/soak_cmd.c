@@ -44,7 +44,7 @@ static void soak_usage(FILE *f)
 {
     fprintf(f, "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
                "                  [--set NAME=VALUE]... [--checks LIST] [--legacy-partial-alloc]\n"
-               "                  [--keep] [--quiet]\n"
+               "                  [--vllm-contract N] [--keep] [--quiet]\n"
                "\n"
                "Seeded randomized runs of the scheduler core (in part of the seeds with G2/G3\n"
                "offload tiers, in virtual time): each seed picks a configuration from the matrix\n"
@@ -64,6 +64,10 @@ static void soak_usage(FILE *f)
                "  --legacy-partial-alloc\n"
                "                     reintroduce the old partial allocation (issue 6; the same as\n"
                "                     --set legacy_partial_alloc=true)\n"
+               "  --vllm-contract N  the fidelity contract with upstream vLLM the scheduler\n"
+               "                     follows (docs/fidelity/vllm.md): 1 (vLLM main of\n"
+               "                     2026-07-24) or 2 (of 2026-09, the default); written into\n"
+               "                     each scenario's config as \"contract\"\n"
                "  --show-matrix      print the matrix dimensions and exit\n"
                "  --keep             write every seed's scenario, not only failing ones\n"
                "  --quiet            no summary line (failures are still printed)\n"
@@ -116,7 +120,19 @@ struct soak_args {
     struct kvsim_soak_overrides ov;
 };
 
-enum { O_SEEDS = 256, O_SEED, O_MATRIX, O_OUT, O_SET, O_CHECKS, O_LEGACY, O_SHOW, O_KEEP, O_QUIET };
+enum {
+    O_SEEDS = 256,
+    O_SEED,
+    O_MATRIX,
+    O_OUT,
+    O_SET,
+    O_CHECKS,
+    O_LEGACY,
+    O_SHOW,
+    O_KEEP,
+    O_QUIET,
+    O_CONTRACT
+};
 
 /* Parses the options into *a. Returns 0, 1 (done: help or the matrix printed), -EINVAL. */
 static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
@@ -154,6 +170,9 @@ static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
             a->ov.set[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = true;
             a->ov.value[KVSIM_DIM_LEGACY_PARTIAL_ALLOC] = 1;
             break;
+        case O_CONTRACT:
+            rc = cli_u32(p, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, &a->ov.contract);
+            break;
         case O_SHOW: kvsim_soak_print_matrix(stdout); return 1;
         case O_KEEP: a->keep = true; break;
         case O_QUIET: a->quiet = true; break;
@@ -186,6 +205,7 @@ int cli_soak_main(int argc, char **argv)
         {"legacy-partial-alloc", no_argument, NULL, O_LEGACY},
         {"keep", no_argument, NULL, O_KEEP},
         {"quiet", no_argument, NULL, O_QUIET},
+        {"vllm-contract", required_argument, NULL, O_CONTRACT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };

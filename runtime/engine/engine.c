@@ -52,6 +52,8 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     e->pub.earliest_parent_finish = e->pub.earliest_handoff = INT64_MAX; /* nothing yet */
     struct sched_config sc = cfg->sched;
     sc.enable_kv_events = cfg->kv_events;
+    /* A prefill engine's connector delivers KV (vLLM's kv_producer role, #50297). */
+    sc.requires_kv_delivery = sc.requires_kv_delivery || cfg->role == KVSIM_ENGINE_PREFILL;
     int rc = 0;
     if (cfg->tiers) {
         struct kvsim_tiers_config tc = *cfg->tiers;
@@ -297,6 +299,11 @@ static const char *reject_reason(const struct kvsim_engine *e, const struct kvsi
     const struct sched_config *sc = sched_get_config(e->s);
     bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
     uint64_t here = (uint64_t)spec->input_len + (prefill ? 1 : spec->output_len);
+    /* #49445 (contract 2): the front door (vLLM's AsyncLLM.check_admission) refuses a request
+     * that would take the engine's unfinished requests past max_num_queued_reqs: HTTP 503
+     * (QueueOverflowError), before the scheduler sees it. */
+    if (sc->max_num_queued_reqs && e->unfinished + 1u > sc->max_num_queued_reqs)
+        return "queue_full";
     if (spec->input_len >= sc->max_model_len)
         return "prompt_too_long";
     if (exceeds_capacity(here, sc->max_model_len, sc->block_size, sc->num_blocks))

@@ -420,7 +420,8 @@ KVSIM_EXTERN int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m,
 /*
  * kvsim_engine_args_load - vLLM engine arguments from a JSON object onto *sc, under vLLM's names:
  * block_size, num_gpu_blocks_override (blocks including the null block, as vLLM counts them),
- * max_num_seqs, max_num_batched_tokens, max_model_len, long_prefill_token_threshold,
+ * max_num_seqs, max_num_active_seqs, max_num_queued_reqs, max_num_batched_tokens, max_model_len,
+ * long_prefill_token_threshold,
  * enable_prefix_caching, enable_chunked_prefill, async_scheduling, scheduling_policy ("fcfs" or
  * "priority"). Keys absent keep *sc's values; an unknown key or a bad value is an error naming
  * the file and the key. Returns 0, -EINVAL or -ENOENT (the file cannot be read) with err set.

@@ -46,6 +46,10 @@ static int apply_key(const char *key, json_t *v, const char *path, struct sched_
         return get_uint(v, path, key, 1, 1 << 20, &sc->max_num_seqs, err, errlen);
     if (!strcmp(key, "max_num_batched_tokens"))
         return get_uint(v, path, key, 1, UINT32_MAX, &sc->max_num_batched_tokens, err, errlen);
+    if (!strcmp(key, "max_num_queued_reqs"))
+        return get_uint(v, path, key, 1, UINT32_MAX, &sc->max_num_queued_reqs, err, errlen);
+    if (!strcmp(key, "max_num_active_seqs"))
+        return get_uint(v, path, key, 1, 1 << 20, &sc->max_num_active_seqs, err, errlen);
     if (!strcmp(key, "max_model_len"))
         return get_uint(v, path, key, 2, UINT32_MAX, &sc->max_model_len, err, errlen);
     if (!strcmp(key, "long_prefill_token_threshold"))

@@ -879,6 +879,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .seed = cfg->seed,
             .num_engines = rp.num_engines,
             .num_threads = rp.num_threads,
+            .vllm_contract = cfg->sched.vllm_contract,
+            .engine = cfg->disagg.prefill_engines ? NULL : &cfg->sched,
+            .prefill = cfg->disagg.prefill_engines ? &cfg->disagg.prefill_sched : NULL,
+            .decode = cfg->disagg.prefill_engines ? &cfg->disagg.decode_sched : NULL,
             .wall_ns = wall,
         };
         if (rp.num_prefill) {

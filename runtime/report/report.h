@@ -33,6 +33,8 @@
 
 #include "kvsim_export.h"
 
+#include "sched/sched.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -272,12 +274,16 @@ struct kvsim_timing_summary {
 };
 
 struct kvsim_report_run {
-    const char *trace;    /* trace name or path ("synthetic", ...) */
-    const char *router;   /* router name ("round_robin", "kv_aware", ...) */
-    uint64_t seed;        /* workload / replay seed */
-    uint32_t num_engines; /* engines in the replay */
-    uint32_t num_threads; /* worker threads; 0 = the collector's thread count */
-    int64_t wall_ns;      /* measured wall time of the replay; <= 0 = unknown */
+    const char *trace;      /* trace name or path ("synthetic", ...) */
+    const char *router;     /* router name ("round_robin", "kv_aware", ...) */
+    uint64_t seed;          /* workload / replay seed */
+    uint32_t num_engines;   /* engines in the replay */
+    uint32_t num_threads;   /* worker threads; 0 = the collector's thread count */
+    uint32_t vllm_contract; /* the fidelity contract the engines followed (0: unknown) */
+    /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
+     * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
+    const struct sched_config *engine, *prefill, *decode;
+    int64_t wall_ns; /* measured wall time of the replay; <= 0 = unknown */
 };
 
 /* The offload lanes a report counts (offload.h's lanes, in its order; engine.c checks that the
@@ -343,6 +349,10 @@ struct kvsim_report {
     char router[KVSIM_REPORT_NAME_LEN]; /* copied from the run (truncated) */
     uint64_t seed;                      /* from the run */
     uint32_t num_engines;               /* from the run */
+    uint32_t vllm_contract;             /* from the run: the fidelity contract (vllm.md) */
+    /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
+    bool has_engine, has_pools;
+    struct sched_config engine, prefill, decode;
     /* counts */
     uint64_t num_requests; /* R */
     uint64_t completed;

@@ -152,6 +152,13 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     copy_name(out->router, run->router);
     out->seed = run->seed;
     out->num_engines = run->num_engines;
+    out->vllm_contract = run->vllm_contract;
+    if ((out->has_engine = run->engine != NULL))
+        out->engine = *run->engine;
+    if ((out->has_pools = run->prefill != NULL && run->decode != NULL)) {
+        out->prefill = *run->prefill;
+        out->decode = *run->decode;
+    }
     out->num_threads = run->num_threads != 0 ? run->num_threads : m->num_threads;
     out->num_requests = m->num_requests;
 

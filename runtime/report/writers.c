@@ -40,6 +40,8 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
             r->num_threads);
     fprintf(f, ROW "%" PRIu64 "\n", "seed", r->seed);
+    if (r->vllm_contract)
+        fprintf(f, ROW "%" PRIu32 " (docs/fidelity/vllm.md)\n", "vllm contract", r->vllm_contract);
 
     fprintf(f, "\n" ROW "%" PRIu64 "\n", "requests", r->num_requests);
     fprintf(f, ROW "%" PRIu64 "\n", "  completed", r->completed);
@@ -212,6 +214,38 @@ static json_t *latency_json(const struct kvsim_latency *l)
     return o;
 }
 
+/* An engine's arguments under vLLM's names (num_gpu_blocks_override counts the null block, as
+ * vLLM does; an unset optional knob is null). */
+static json_t *engine_args_json(const struct sched_config *c)
+{
+    json_t *o = json_object();
+    bool ok = o != NULL;
+    ok = put(o, "block_size", json_integer(c->block_size)) && ok;
+    ok = put(o, "num_gpu_blocks_override", json_integer(c->num_blocks)) && ok;
+    ok = put(o, "max_num_seqs", json_integer(c->max_num_seqs)) && ok;
+    ok = put(o, "max_num_active_seqs",
+             c->max_num_active_seqs ? json_integer(c->max_num_active_seqs) : json_null()) &&
+         ok;
+    ok = put(o, "max_num_batched_tokens", json_integer(c->max_num_batched_tokens)) && ok;
+    ok = put(o, "max_model_len", json_integer(c->max_model_len)) && ok;
+    ok =
+        put(o, "long_prefill_token_threshold", json_integer(c->long_prefill_token_threshold)) && ok;
+    ok = put(o, "max_num_queued_reqs",
+             c->max_num_queued_reqs ? json_integer(c->max_num_queued_reqs) : json_null()) &&
+         ok;
+    ok = put(o, "enable_prefix_caching", json_boolean(c->enable_prefix_caching)) && ok;
+    ok = put(o, "enable_chunked_prefill", json_boolean(c->enable_chunked_prefill)) && ok;
+    ok = put(o, "async_scheduling", json_boolean(c->async_scheduling)) && ok;
+    ok = put(o, "scheduling_policy",
+             json_string(c->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs")) &&
+         ok;
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* Builds the report object; NULL when out of memory. */
 static json_t *report_json(const struct kvsim_report *r)
 {
@@ -223,6 +257,13 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(run, "router", json_string(r->router)) && ok;
     ok = put(run, "seed", json_u64(r->seed)) && ok;
     ok = put(run, "engines", json_integer(r->num_engines)) && ok;
+    ok = put(run, "vllm_contract", json_integer(r->vllm_contract)) && ok;
+    if (r->has_engine)
+        ok = put(run, "engine_args", engine_args_json(&r->engine)) && ok;
+    if (r->has_pools) {
+        ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill)) && ok;
+        ok = put(run, "decode_engine_args", engine_args_json(&r->decode)) && ok;
+    }
     ok = put(root, "run", run) && ok;
 
     json_t *req = json_object();

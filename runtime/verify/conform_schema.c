@@ -135,18 +135,22 @@ static const char *const engine_keys[] = {"block_size",
                                           "enable_prefix_caching",
                                           "policy",
                                           "long_prefill_token_threshold",
+                                          "max_num_active_seqs",
                                           "scheduler_reserve_full_isl",
                                           "watermark",
                                           "async_scheduling",
                                           "defer_block_free",
                                           "preempted_victim_guard",
+                                          "requires_kv_delivery",
                                           NULL};
 
 static const char *const config_keys[] = {
     "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
     "enable_chunked_prefill", "enable_prefix_caching", "policy", "long_prefill_token_threshold",
-    "scheduler_reserve_full_isl", "watermark", "async_scheduling", "defer_block_free",
-    "preempted_victim_guard",
+    "max_num_active_seqs", "scheduler_reserve_full_isl", "watermark", "async_scheduling",
+    "defer_block_free", "preempted_victim_guard", "requires_kv_delivery",
+    /* the fidelity contract the scenario was written for (docs/fidelity/vllm.md) */
+    "contract",
     /* extensions (docs/conformance.md) */
     "check_invariants", "check_liveness", "max_futile_preemptions", "scheduler_checks",
     "legacy_partial_alloc", "offload",
@@ -277,12 +281,14 @@ static int parse_engine(struct kvsim_conform_runner *c, json_t *obj, struct sche
         cfg_uint(c, obj, "max_model_len", &sc->max_model_len, where) ||
         cfg_uint(c, obj, "long_prefill_token_threshold", &sc->long_prefill_token_threshold,
                  where) ||
+        cfg_uint(c, obj, "max_num_active_seqs", &sc->max_num_active_seqs, where) ||
         cfg_bool(c, obj, "enable_chunked_prefill", &sc->enable_chunked_prefill, where) ||
         cfg_bool(c, obj, "enable_prefix_caching", &sc->enable_prefix_caching, where) ||
         cfg_bool(c, obj, "scheduler_reserve_full_isl", &sc->scheduler_reserve_full_isl, where) ||
         cfg_bool(c, obj, "async_scheduling", &sc->async_scheduling, where) ||
         cfg_bool(c, obj, "defer_block_free", &sc->defer_block_free, where) ||
-        cfg_bool(c, obj, "preempted_victim_guard", &sc->preempted_victim_guard, where))
+        cfg_bool(c, obj, "preempted_victim_guard", &sc->preempted_victim_guard, where) ||
+        cfg_bool(c, obj, "requires_kv_delivery", &sc->requires_kv_delivery, where))
         return conform__failed(c);
     json_t *p = json_object_get(obj, "policy");
     if (p) {
@@ -293,6 +299,11 @@ static int parse_engine(struct kvsim_conform_runner *c, json_t *obj, struct sche
         else
             return conform__fail(c, "%s: key 'policy' must be \"fcfs\" or \"priority\"", where);
     }
+    if (sc->max_num_active_seqs && sc->vllm_contract < 2)
+        return conform__fail(c, "%s: key 'max_num_active_seqs' needs contract 2 (#56758)", where);
+    if (sc->max_num_active_seqs > sc->max_num_seqs)
+        return conform__fail(c, "%s: key 'max_num_active_seqs' must be at most max_num_seqs (%u)",
+                             where, sc->max_num_seqs);
     json_t *w = json_object_get(obj, "watermark");
     if (w) {
         if (!json_is_number(w) || json_number_value(w) < 0 || json_number_value(w) >= 1)
@@ -388,6 +399,14 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct co
         return conform__fail(c, "config: must be an object");
     if (conform__check_keys(c, cfg, config_keys, "config"))
         return conform__failed(c);
+    json_t *ct = json_object_get(cfg, "contract"); /* first: the engine keys depend on it */
+    if (ct) {
+        if (!json_is_integer(ct) || json_integer_value(ct) < SCHED_CONTRACT_MIN ||
+            json_integer_value(ct) > SCHED_CONTRACT_LATEST)
+            return conform__fail(c, "config: key 'contract' must be an integer in [%d, %d]",
+                                 SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST);
+        sc->vllm_contract = (uint32_t)json_integer_value(ct);
+    }
     if (parse_engine(c, cfg, sc, "config") ||
         cfg_bool(c, cfg, "legacy_partial_alloc", &sc->legacy_partial_alloc, "config"))
         return conform__failed(c);
@@ -423,6 +442,8 @@ int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct co
     c->neng = 2;
     sc->enable_kv_events = true; /* kv_events: what a pool publishes */
     cc->sc[1] = *sc;
+    /* The prefill engine's connector is a KV producer (vLLM's NixlConnector, kv_producer). */
+    cc->sc[CONFORM_PREFILL].requires_kv_delivery = true;
     if (parse_engine_object(c, pe, "prefill", &cc->sc[CONFORM_PREFILL]) ||
         parse_engine_object(c, de, "decode", &cc->sc[CONFORM_DECODE]) || parse_handoff(c, ho))
         return conform__failed(c);

@@ -380,6 +380,7 @@ struct soak {
      * decision of a two-engine seed's driver, from a third. */
     struct rng rng2, rng3;
     unsigned checks_off; /* KVSIM_SOAK_CHECK_* */
+    uint32_t contract;   /* the fidelity contract (SCHED_CONTRACT_*) */
     bool offload;
     bool disagg;     /* two engines */
     int turn;        /* two engines: the engine the driver looks at first */
@@ -492,6 +493,8 @@ static json_t *handoff_json(const struct soak *s)
 static json_t *config_json(const struct soak *s, uint64_t seed)
 {
     json_t *cfg = json_object();
+    /* The scenario says which contract it ran under, so it replays the same way later. */
+    json_object_set_new(cfg, "contract", json_integer(s->contract));
     for (int i = 0; i < KVSIM_NUM_DIMS; i++) {
         const struct dim *d = &dims[i];
         int64_t v = s->v[i];
@@ -1096,6 +1099,7 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
         .rng2 = {seed ^ UINT64_C(0x6f66666c6f616473)}, /* "offloads" */
         .rng3 = {seed ^ UINT64_C(0x6469736167677265)}, /* "disaggre" */
         .checks_off = o ? o->checks_off : 0,
+        .contract = o && o->contract ? o->contract : SCHED_CONTRACT_LATEST,
     };
     pick_config(&s, matrix, o);
     int rc = make_requests(&s);
@@ -1113,6 +1117,9 @@ int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
         format_value(&dims[i], o->value[i], v, sizeof v);
         len += (size_t)snprintf(source + len, sizeof source - len, " --set %s=%s", dims[i].name, v);
     }
+    if (o && o->contract && len < sizeof source)
+        len +=
+            (size_t)snprintf(source + len, sizeof source - len, " --vllm-contract %u", o->contract);
     if (o && o->checks_off && len < sizeof source) {
         static const char *const names[] = {"invariants", "liveness", "progress"};
         len += (size_t)snprintf(source + len, sizeof source - len, " --checks ");

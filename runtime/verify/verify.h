@@ -268,6 +268,7 @@ struct kvsim_soak_overrides {
     bool set[KVSIM_NUM_DIMS];
     int64_t value[KVSIM_NUM_DIMS];
     unsigned checks_off; /* KVSIM_SOAK_CHECK_* bits */
+    uint32_t contract;   /* the fidelity contract of every seed (`--vllm-contract`; 0: latest) */
 };
 
 /*

@@ -466,3 +466,37 @@ Test(api, a_profile_that_cannot_be_read_is_an_error)
               kvsim_config_error(c));
     kvsim_config_free(c);
 }
+
+Test(api, contract_2_knobs_reach_the_engine_and_the_report)
+{
+    /* #49445: the front door refuses the third arrival while two are unfinished. */
+    kvsim_engine_t *e = engine("{\"max-num-queued-reqs\": 2, \"max-num-active-seqs\": 1}");
+    for (uint64_t i = 0; i < 3; i++)
+        add(e, i, 0, 32, 4, 0);
+    cr_assert_geq(kvsim_engine_run_until(e, 5000000), 0);
+    kvsim_load_t l = KVSIM_LOAD_INIT;
+    kvsim_engine_load(e, &l);
+    cr_assert_eq(l.num_running, 1, "#56758: one active sequence at a time");
+    cr_assert_eq(l.num_waiting, 1);
+    kvsim_record_t r = KVSIM_RECORD_INIT;
+    kvsim_engine_record(e, 2, &r);
+    cr_assert_eq(r.finish_reason, KVSIM_FINISH_REJECTED);
+    cr_assert_geq(kvsim_engine_run_until(e, INT64_C(1) << 40), 0);
+    char *j = kvsim_engine_report_json(e);
+    json_t *root = json_loads(j, 0, NULL);
+    json_t *run = json_object_get(root, "run");
+    cr_assert_eq(json_integer_value(json_object_get(run, "vllm_contract")), 2);
+    json_t *args = json_object_get(run, "engine_args");
+    cr_assert_eq(json_integer_value(json_object_get(args, "max_num_queued_reqs")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(args, "max_num_active_seqs")), 1);
+    cr_assert(strstr(j, "\"queue_full\""), "%s", j);
+    json_decref(root);
+    kvsim_free(j);
+    kvsim_engine_free(e);
+    /* Contract 1 has neither knob. */
+    kvsim_config_t *c = config("{\"vllm-contract\": 1, \"max-num-queued-reqs\": 2}");
+    cr_assert_eq(kvsim_engine_new(c, &e), -EINVAL);
+    cr_assert_str_eq(kvsim_config_error(c),
+                     "option --max-num-queued-reqs needs --vllm-contract 2 (vLLM #49445)");
+    kvsim_config_free(c);
+}

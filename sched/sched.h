@@ -35,7 +35,9 @@ enum sched_policy { SCHED_POLICY_FCFS = 0, SCHED_POLICY_PRIORITY };
 /*
  * The fidelity contract with upstream vLLM (docs/fidelity/vllm.md): which upstream revision's
  * rules the scheduler follows where they changed. Version 1 is vLLM main of 2026-07-24,
- * version 2 of 2026-09 (#57951's lone-request threshold, #56758's max_num_active_seqs).
+ * version 2 of 2026-09: #57951's lone-request threshold, #56758's max_num_active_seqs,
+ * #48245's stale output after a preemption, #50297's drop of it on an engine that must deliver
+ * KV, and #49445's max_num_queued_reqs at the engine's front door.
  */
 #define SCHED_CONTRACT_MIN    1
 #define SCHED_CONTRACT_LATEST 2

@@ -603,14 +603,21 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
     for (int k = 0; k < 2; k++) {
         const struct sched_config *sc = k ? &d->decode_sched : &d->prefill_sched;
         const char *opt = k ? "--decode-engine-args" : "--prefill-engine-args";
+        const char *file = k ? o->decode_args : o->prefill_args;
         if (sc->max_num_active_seqs && sc->vllm_contract < 2)
-            why = "key 'max_num_active_seqs' needs --vllm-contract 2 (vLLM #56758)";
+            why = "max_num_active_seqs needs --vllm-contract 2 (vLLM #56758)";
         else if (sc->max_num_queued_reqs && sc->vllm_contract < 2)
-            why = "key 'max_num_queued_reqs' needs --vllm-contract 2 (vLLM #49445)";
+            why = "max_num_queued_reqs needs --vllm-contract 2 (vLLM #49445)";
         else if (sc->max_num_active_seqs > sc->max_num_seqs)
-            why = "key 'max_num_active_seqs' is above max_num_seqs";
+            why = "max_num_active_seqs is above the pool's max_num_seqs";
+        else if (k && sc->max_num_queued_reqs)
+            /* A decode engine's requests come from the prefill side's handoffs: refusing one
+             * there would abort its handoff, which kvsim does not model. */
+            why = "max_num_queued_reqs is not modeled on the decode pool (the front door of a "
+                  "disaggregated request is the prefill engine)";
         if (why) {
-            snprintf(err, errlen, "%s %s: %s", opt, k ? o->decode_args : o->prefill_args, why);
+            snprintf(err, errlen, "%s%s%s: %s", file ? opt : "the ", file ? " " : "",
+                     file ? file : (k ? "decode pool" : "prefill pool"), why);
             return -EINVAL;
         }
     }

@@ -103,7 +103,8 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err,
         if (rc == 1) {
             snprintf(err, errlen,
                      "%s: unknown key '%s' (kvsim models block_size, num_gpu_blocks_override, "
-                     "max_num_seqs, max_num_batched_tokens, max_model_len, "
+                     "max_num_seqs, max_num_active_seqs, max_num_queued_reqs, "
+                     "max_num_batched_tokens, max_model_len, "
                      "long_prefill_token_threshold, enable_prefix_caching, "
                      "enable_chunked_prefill, async_scheduling, scheduling_policy)",
                      path, key);

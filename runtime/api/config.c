@@ -84,7 +84,11 @@ enum opt_id {
     O_CONFIG,
     O_LPTT,
     O_PREFIX,
+    O_NOPREFIX,
     O_CHUNKED,
+    O_NOCHUNKED,
+    O_WATERMARK,
+    O_EARGS,
     O_ASYNC,
     O_POLICY,
     O_KVEVENTS,
@@ -176,9 +180,15 @@ static const struct opt opts[] = {
     {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL},
     {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL},
     {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL},
-    {"enable-prefix-caching", O_PREFIX, K_BOOL, G_NONE, 0, 0, false, NULL},
-    {"enable-chunked-prefill", O_CHUNKED, K_BOOL, G_NONE, 0, 0, false, NULL},
-    {"async-scheduling", O_ASYNC, K_BOOL, G_NONE, 0, 0, false, NULL},
+    /* vLLM's engine flags, one to one (--x / --no-x) */
+    {"enable-prefix-caching", O_PREFIX, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"no-enable-prefix-caching", O_NOPREFIX, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"enable-chunked-prefill", O_CHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"no-enable-chunked-prefill", O_NOCHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"async-scheduling", O_ASYNC, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL},
+    {"watermark", O_WATERMARK, K_DBL, G_NONE, 0, 0.99, false, NULL},
+    {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL},
     {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies},
     {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL},
     {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL},
@@ -319,6 +329,15 @@ static int parse_value(const struct opt *d, const char *value, struct opt_value 
     return -EINVAL;
 }
 
+/* Whether the engine-args file at path (already read once, valid) names the block count. */
+static bool engine_args_sets_blocks(const char *path)
+{
+    json_t *root = json_load_file(path, 0, NULL);
+    bool has = json_object_get(root, "num_gpu_blocks_override") != NULL;
+    json_decref(root);
+    return has;
+}
+
 /* Input, cluster, engine, timing and output options. Returns 0, -EINVAL, or 1 (not one). */
 static int apply_run(struct kvsim_options *o, const struct opt *d, const char *value,
                      const struct opt_value *v, char *err, size_t errlen)
@@ -358,7 +377,24 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_CONFIG: o->config_path = value; return 0;
     case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
     case O_PREFIX: cfg->sched.enable_prefix_caching = v->b; return 0;
+    case O_NOPREFIX: cfg->sched.enable_prefix_caching = !v->b; return 0;
     case O_CHUNKED: cfg->sched.enable_chunked_prefill = v->b; return 0;
+    case O_NOCHUNKED: cfg->sched.enable_chunked_prefill = !v->b; return 0;
+    case O_WATERMARK: cfg->sched.watermark = v->x; return 0;
+    case O_EARGS: {
+        /* Applied where it stands: options after it override its keys, options before it
+         * are overridden. A block count it gives wins over a derived capacity, as
+         * --num-gpu-blocks does. */
+        char e[512];
+        uint32_t blocks = cfg->sched.num_blocks;
+        if (kvsim_engine_args_load(value, &cfg->sched, e, sizeof e)) {
+            snprintf(err, errlen, "option --engine-args: %s", e);
+            return -EINVAL;
+        }
+        if (cfg->sched.num_blocks != blocks || engine_args_sets_blocks(value))
+            t->blocks_given = true;
+        return 0;
+    }
     case O_ASYNC: cfg->sched.async_scheduling = v->b; return 0;
     case O_POLICY:
         cfg->sched.policy = v->choice ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;

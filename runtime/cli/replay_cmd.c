@@ -35,7 +35,8 @@ static void replay_usage(FILE *out)
             "                             both see the same blocks at every boundary\n"
             "engine:\n"
             "  --block-size B             tokens per KV block (16)\n"
-            "  --num-gpu-blocks N         KV blocks per engine, null block included (16384)\n"
+            "  --num-gpu-blocks N         KV blocks per engine, null block included (16384);\n"
+            "                             --num-gpu-blocks-override is vLLM's name for it\n"
             "  --max-num-seqs N           running-set cap (256)\n"
             "  --max-num-batched-tokens N token budget per step (8192)\n"
             "  --max-model-len N          longest sequence (262144)\n"
@@ -48,6 +49,16 @@ static void replay_usage(FILE *out)
             "  --vllm-contract 1|2        the fidelity contract with upstream vLLM the\n"
             "                             scheduler follows (docs/fidelity/vllm.md): 2 = vLLM\n"
             "                             main of 2026-09 (default), 1 = of 2026-07-24\n"
+            "vLLM engine arguments (vLLM's names and values; the defaults above and on):\n"
+            "  --engine-args FILE.json    vLLM's engine arguments as JSON (block_size,\n"
+            "                             num_gpu_blocks_override, max_num_seqs, ...): read\n"
+            "                             where it stands, options after it override it\n"
+            "  --enable-prefix-caching, --no-enable-prefix-caching      (on)\n"
+            "  --enable-chunked-prefill, --no-enable-chunked-prefill    (on)\n"
+            "  --scheduling-policy fcfs|priority                        (fcfs)\n"
+            "  --long-prefill-token-threshold N  cap on a prefill chunk (0: off)\n"
+            "  --watermark W              keep int(W x blocks) free for running requests (0)\n"
+            "  --async-scheduling         schedule a step before the last one's output (off)\n"
             "  --check-invariants         check the scheduler's and the pool's invariants\n"
             "                             after every schedule and update (slow; as the\n"
             "                             tests do): a violation stops the replay\n"
@@ -127,6 +138,16 @@ static const struct option replay_opts[] = {
     {"max-num-batched-tokens", required_argument, NULL, O_RUN},
     {"max-model-len", required_argument, NULL, O_RUN},
     {"max-num-active-seqs", required_argument, NULL, O_RUN},
+    {"num-gpu-blocks-override", required_argument, NULL, O_RUN},
+    {"long-prefill-token-threshold", required_argument, NULL, O_RUN},
+    {"enable-prefix-caching", no_argument, NULL, O_RUN},
+    {"no-enable-prefix-caching", no_argument, NULL, O_RUN},
+    {"enable-chunked-prefill", no_argument, NULL, O_RUN},
+    {"no-enable-chunked-prefill", no_argument, NULL, O_RUN},
+    {"async-scheduling", no_argument, NULL, O_RUN},
+    {"scheduling-policy", required_argument, NULL, O_RUN},
+    {"watermark", required_argument, NULL, O_RUN},
+    {"engine-args", required_argument, NULL, O_RUN},
     {"max-num-queued-reqs", required_argument, NULL, O_RUN},
     {"vllm-contract", required_argument, NULL, O_RUN},
     {"config", required_argument, NULL, O_RUN},

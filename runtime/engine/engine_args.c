@@ -46,6 +46,15 @@ static int apply_key(const char *key, json_t *v, const char *path, struct sched_
         return get_uint(v, path, key, 1, 1 << 20, &sc->max_num_seqs, err, errlen);
     if (!strcmp(key, "max_num_batched_tokens"))
         return get_uint(v, path, key, 1, UINT32_MAX, &sc->max_num_batched_tokens, err, errlen);
+    if (!strcmp(key, "watermark")) {
+        double w = json_number_value(v);
+        if (!json_is_number(v) || !(w >= 0 && w < 1)) {
+            snprintf(err, errlen, "%s: key 'watermark' must be a number in [0, 1)", path);
+            return -EINVAL;
+        }
+        sc->watermark = w;
+        return 0;
+    }
     if (!strcmp(key, "max_num_queued_reqs"))
         return get_uint(v, path, key, 1, UINT32_MAX, &sc->max_num_queued_reqs, err, errlen);
     if (!strcmp(key, "max_num_active_seqs"))
@@ -105,7 +114,7 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err,
                      "%s: unknown key '%s' (kvsim models block_size, num_gpu_blocks_override, "
                      "max_num_seqs, max_num_active_seqs, max_num_queued_reqs, "
                      "max_num_batched_tokens, max_model_len, "
-                     "long_prefill_token_threshold, enable_prefix_caching, "
+                     "long_prefill_token_threshold, watermark, enable_prefix_caching, "
                      "enable_chunked_prefill, async_scheduling, scheduling_policy)",
                      path, key);
             rc = -EINVAL;

@@ -418,6 +418,8 @@ static void dig_report(struct digest *d, const struct kvsim_report *r)
     dig_latency(d, &r->ttst);
     dig_latency(d, &r->tpot);
     dig_latency(d, &r->itl);
+    dig_latency(d, &r->token_gap);
+    dig_latency(d, &r->output_tps_per_user);
     dig_latency(d, &r->e2e);
 }
 

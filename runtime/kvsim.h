@@ -393,8 +393,9 @@ typedef struct kvsim_summary {
     double duration_s, requests_per_s, output_tokens_per_s;
     double ttft_mean_ms, ttft_p50_ms, ttft_p99_ms;
     double tpot_mean_ms, tpot_p50_ms, tpot_p99_ms;
-    double itl_p50_ms, itl_p99_ms;
+    double itl_p50_ms, itl_p99_ms; /* AIPerf's, per request (= TPOT) */
     double e2e_mean_ms, e2e_p50_ms, e2e_p99_ms;
+    double token_gap_p50_ms, token_gap_p99_ms; /* every inter-token gap pooled */
 } kvsim_summary_t;
 /* A kvsim_summary_t with its size set. C++ before C++20 has no designated initializers:
  * there the macro is this function. */

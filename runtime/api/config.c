@@ -126,6 +126,9 @@ enum opt_id {
     O_HRELEASE,
     O_HEVENTS,
     /* output */
+    O_SLO_TTFT,
+    O_SLO_ITL,
+    O_SLO_E2E,
     O_REPORT,
     O_REQOUT,
     O_QUIET,
@@ -221,6 +224,9 @@ static const struct opt opts[] = {
     {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL},
     {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases},
     {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL},
+    {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL},
+    {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL},
+    {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL},
     {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
@@ -408,6 +414,19 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_TPLAT: t->tp_link_latency_us = v->x; return 0;
     case O_GPUMEM: t->gpu_memory_gib = v->x; return 0;
     case O_GPUUTIL: t->gpu_memory_utilization = v->x; return 0;
+    case O_SLO_TTFT:
+    case O_SLO_ITL:
+    case O_SLO_E2E: {
+        int64_t ns = (int64_t)(v->x * 1e6 + 0.5);
+        if (ns < 1) {
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
+            return -EINVAL;
+        }
+        *(d->id == O_SLO_TTFT  ? &cfg->slo.ttft_ns
+          : d->id == O_SLO_ITL ? &cfg->slo.itl_ns
+                               : &cfg->slo.e2e_ns) = ns;
+        return 0;
+    }
     case O_REPORT: o->report_path = value; return 0;
     case O_REQOUT: cfg->requests_path = value; return 0;
     case O_QUIET: cfg->quiet = v->b; return 0;

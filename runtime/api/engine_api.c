@@ -770,6 +770,7 @@ char *kvsim_engine_report_json(const kvsim_engine_t *e)
         .num_threads = 1,
         .vllm_contract = e->run.replay.sched.vllm_contract,
         .engine = &e->run.replay.sched,
+        .slo = e->run.replay.slo,
     };
     struct kvsim_report rep;
     if (kvsim_metrics_summarize(e->metrics, &run, &rep) != 0)

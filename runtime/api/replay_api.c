@@ -52,6 +52,8 @@ static void fill_summary(const struct kvsim_report *r, kvsim_summary_t *s)
     x.e2e_mean_ms = r->e2e.mean / 1e6;
     x.e2e_p50_ms = r->e2e.p50 / 1e6;
     x.e2e_p99_ms = r->e2e.p99 / 1e6;
+    x.token_gap_p50_ms = r->token_gap.p50 / 1e6;
+    x.token_gap_p99_ms = r->token_gap.p99 / 1e6;
     copy_sized(s, s->size, &x, sizeof x);
 }
 

@@ -111,6 +111,11 @@ static void replay_usage(FILE *out)
             "                             (pinned, vLLM) or free it when the prefill ends\n"
             "                             (immediate: a what-if without stranding)\n"
             "  --handoff-events FILE      one JSON line per handoff lifecycle event\n");
+    fprintf(out, "service-level objectives (per request; the report adds attainment and goodput):\n"
+                 "  --slo-ttft-ms X            time to first token within X ms\n"
+                 "  --slo-itl-ms X             inter-token latency (AIPerf's, per request:\n"
+                 "                             (last - first token) / (tokens - 1)) within X ms\n"
+                 "  --slo-e2e-ms X             end-to-end latency within X ms\n");
     fprintf(out, "output:\n"
                  "  --report FILE              JSON report\n"
                  "  --requests-out FILE        per-request records (JSONL)\n"
@@ -152,6 +157,9 @@ static const struct option replay_opts[] = {
     {"vllm-contract", required_argument, NULL, O_RUN},
     {"config", required_argument, NULL, O_RUN},
     CLI_TIMING_OPTIONS,
+    {"slo-ttft-ms", required_argument, NULL, O_RUN},
+    {"slo-itl-ms", required_argument, NULL, O_RUN},
+    {"slo-e2e-ms", required_argument, NULL, O_RUN},
     {"report", required_argument, NULL, O_RUN},
     {"requests-out", required_argument, NULL, O_RUN},
     {"quiet", no_argument, NULL, O_RUN},

@@ -883,6 +883,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .engine = cfg->disagg.prefill_engines ? NULL : &cfg->sched,
             .prefill = cfg->disagg.prefill_engines ? &cfg->disagg.prefill_sched : NULL,
             .decode = cfg->disagg.prefill_engines ? &cfg->disagg.decode_sched : NULL,
+            .slo = cfg->slo,
             .wall_ns = wall,
         };
         if (rp.num_prefill) {

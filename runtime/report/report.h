@@ -249,6 +249,9 @@ struct kvsim_latency {
     double p95;
     double p99;
     double max;
+    /* the rest of AIPerf's statistics: the population standard deviation (summed in sample
+     * order) and the low percentiles */
+    double std, p1, p5, p10, p25, p75;
 };
 
 #define KVSIM_REPORT_MAX_REASONS 8
@@ -273,6 +276,25 @@ struct kvsim_timing_summary {
     uint64_t outside_tokens, outside_sequences, outside_attention; /* per axis */
 };
 
+/* Service-level objectives, per request (0: not set): TTFT, AIPerf's ITL (per request: (last
+ * - first token) / (tokens - 1)), E2E, all in ns. */
+struct kvsim_slo {
+    int64_t ttft_ns, itl_ns, e2e_ns;
+};
+
+/* How the requests met the SLOs (enabled: at least one is set). A request meets an SLO when it
+ * completed within it (a request with one token meets any ITL); rejected, aborted and
+ * incomplete requests meet none. Attainment is over every request of the run. */
+struct kvsim_slo_summary {
+    bool enabled;
+    struct kvsim_slo slo;
+    uint64_t met_ttft, met_itl, met_e2e; /* requests within each set SLO */
+    uint64_t good;                       /* within every set SLO */
+    uint64_t good_output_tokens;
+    double attainment_ttft, attainment_itl, attainment_e2e, attainment_all; /* % of requests */
+    double goodput_requests_per_s, goodput_output_tokens_per_s;             /* over duration */
+};
+
 struct kvsim_report_run {
     const char *trace;      /* trace name or path ("synthetic", ...) */
     const char *router;     /* router name ("round_robin", "kv_aware", ...) */
@@ -283,7 +305,8 @@ struct kvsim_report_run {
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
      * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
     const struct sched_config *engine, *prefill, *decode;
-    int64_t wall_ns; /* measured wall time of the replay; <= 0 = unknown */
+    struct kvsim_slo slo; /* the SLOs to score (zeros: none) */
+    int64_t wall_ns;      /* measured wall time of the replay; <= 0 = unknown */
 };
 
 /* The offload lanes a report counts (offload.h's lanes, in its order; engine.c checks that the
@@ -368,17 +391,24 @@ struct kvsim_report {
     uint64_t cached_tokens;    /* completed requests' first-admission prefix hits */
     double prefix_cache_reuse; /* cached_tokens / input_tokens (0 if no input) */
     /* time */
-    int64_t duration_ns;        /* first arrival to last completion (0 if none completed) */
-    double requests_per_s;      /* completed / duration */
-    double input_tokens_per_s;  /* input_tokens / duration */
-    double output_tokens_per_s; /* output_tokens / duration */
-    double total_tokens_per_s;  /* (input + output) / duration */
+    int64_t duration_ns;          /* first arrival to last completion (0 if none completed) */
+    double requests_per_s;        /* completed / duration */
+    double input_tokens_per_s;    /* input_tokens / duration */
+    double output_tokens_per_s;   /* output_tokens / duration */
+    double total_tokens_per_s;    /* (input + output) / duration */
+    struct kvsim_slo_summary slo; /* SLO attainment and goodput (enabled: SLOs were set) */
     /* latencies (ns) */
     struct kvsim_latency ttft; /* first token - arrival */
     struct kvsim_latency ttst; /* second token - first token (2+ tokens) */
     struct kvsim_latency tpot; /* (last - first token) / (tokens - 1) (2+ tokens) */
-    struct kvsim_latency itl;  /* inter-token gaps, from the merged sketch */
-    struct kvsim_latency e2e;  /* finish - arrival */
+    /* AIPerf's inter-token latency: per request, (last - first token) / (tokens - 1) (2+
+     * tokens): the same values as TPOT (vLLM's name), under AIPerf's name */
+    struct kvsim_latency itl;
+    struct kvsim_latency token_gap; /* every inter-token gap pooled, from the merged sketch */
+    /* AIPerf's output token throughput per user: per request, (tokens - 1) / (last - first
+     * token), tokens/s (not ns) */
+    struct kvsim_latency output_tps_per_user;
+    struct kvsim_latency e2e; /* finish - arrival */
     /* wall: machine- and thread-count-dependent */
     uint32_t num_threads;
     int64_t wall_ns;                      /* <= 0: unknown */

@@ -33,10 +33,19 @@ void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency *l)
     double sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += vals[i];
+    double mean = sum / (double)n, sq = 0.0;
+    for (size_t i = 0; i < n; i++)
+        sq += (vals[i] - mean) * (vals[i] - mean);
     qsort(vals, n, sizeof *vals, cmp_double);
     l->count = n;
-    l->mean = sum / (double)n;
+    l->mean = mean;
+    l->std = sqrt(sq / (double)n);
     l->min = vals[0];
+    l->p1 = kvsim_percentile_sorted(vals, n, 10);
+    l->p5 = kvsim_percentile_sorted(vals, n, 50);
+    l->p10 = kvsim_percentile_sorted(vals, n, 100);
+    l->p25 = kvsim_percentile_sorted(vals, n, 250);
+    l->p75 = kvsim_percentile_sorted(vals, n, 750);
     l->p50 = kvsim_percentile_sorted(vals, n, P50);
     l->p90 = kvsim_percentile_sorted(vals, n, P90);
     l->p95 = kvsim_percentile_sorted(vals, n, P95);
@@ -45,7 +54,7 @@ void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency *l)
 }
 
 /* Which per-request latency to collect. */
-enum req_latency { LAT_TTFT, LAT_TTST, LAT_TPOT, LAT_E2E };
+enum req_latency { LAT_TTFT, LAT_TTST, LAT_TPOT, LAT_E2E, LAT_TPS_PER_USER };
 
 /* Collects one latency of every completed request that has it, in index order. */
 static size_t collect(const struct kvsim_metrics *m, enum req_latency which, double *vals)
@@ -68,6 +77,11 @@ static size_t collect(const struct kvsim_metrics *m, enum req_latency which, dou
             if (r->num_output_tokens >= 2)
                 vals[n++] = (double)(r->last_token_ns - r->first_token_ns) /
                             (double)(r->num_output_tokens - 1);
+            break;
+        case LAT_TPS_PER_USER: /* AIPerf: 1 / ITL, tokens/s; a 0 ns span has none */
+            if (r->num_output_tokens >= 2 && r->last_token_ns > r->first_token_ns)
+                vals[n++] = (double)(r->num_output_tokens - 1) * 1e9 /
+                            (double)(r->last_token_ns - r->first_token_ns);
             break;
         case LAT_E2E: vals[n++] = (double)(r->finish_ns - r->arrival_ns); break;
         }
@@ -131,6 +145,19 @@ static int itl_latency(const struct kvsim_metrics *m, struct kvsim_latency *l)
         l->count = all.count;
         l->mean = gaps > 0 ? sum / (double)gaps : 0.0;
         l->min = (double)all.min;
+        /* The standard deviation from the buckets' representatives (each within 0.1 %) around
+         * the exact mean; zeros counted apart. */
+        double sq = (double)all.zero_count * l->mean * l->mean;
+        for (uint32_t b = 0; b < all.num_bins; b++)
+            if (all.bins[b]) {
+                double v = kvsim_sketch_key_value(all.offset + (int32_t)b) - l->mean;
+                sq += (double)all.bins[b] * v * v;
+            }
+        l->std = sqrt(sq / (double)all.count);
+        static const uint32_t low[] = {10, 50, 100, 250, 750};
+        double *dst[] = {&l->p1, &l->p5, &l->p10, &l->p25, &l->p75};
+        for (int k = 0; k < 5; k++)
+            *dst[k] = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, low[k]));
         l->p50 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P50));
         l->p90 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P90));
         l->p95 = kvsim_sketch_at_rank(&all, kvsim_nearest_rank(all.count, P95));
@@ -204,6 +231,42 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
         out->total_tokens_per_s = (double)(out->input_tokens + out->output_tokens) / secs;
     }
 
+    /* SLOs: every request, in index order. */
+    const struct kvsim_slo *slo = &run->slo;
+    out->slo.enabled = slo->ttft_ns > 0 || slo->itl_ns > 0 || slo->e2e_ns > 0;
+    if (out->slo.enabled) {
+        struct kvsim_slo_summary *s = &out->slo;
+        s->slo = *slo;
+        for (uint32_t i = 0; i < m->num_requests; i++) {
+            const struct kvsim_req_record *r = &m->recs[i];
+            if (r->status != KVSIM_REQ_COMPLETED || r->num_output_tokens == 0)
+                continue;
+            int64_t ttft = r->first_token_ns - r->arrival_ns, e2e = r->finish_ns - r->arrival_ns;
+            bool t = ttft <= slo->ttft_ns, e = e2e <= slo->e2e_ns, l = true;
+            if (r->num_output_tokens >= 2) /* AIPerf's per-request ITL, as the TPOT above */
+                l = (double)(r->last_token_ns - r->first_token_ns) /
+                        (double)(r->num_output_tokens - 1) <=
+                    (double)slo->itl_ns;
+            s->met_ttft += t;
+            s->met_itl += l;
+            s->met_e2e += e;
+            if ((t || slo->ttft_ns <= 0) && (l || slo->itl_ns <= 0) && (e || slo->e2e_ns <= 0)) {
+                s->good++;
+                s->good_output_tokens += r->num_output_tokens;
+            }
+        }
+        double n = m->num_requests ? (double)m->num_requests : 1.0;
+        s->attainment_ttft = slo->ttft_ns > 0 ? 100.0 * (double)s->met_ttft / n : 0;
+        s->attainment_itl = slo->itl_ns > 0 ? 100.0 * (double)s->met_itl / n : 0;
+        s->attainment_e2e = slo->e2e_ns > 0 ? 100.0 * (double)s->met_e2e / n : 0;
+        s->attainment_all = 100.0 * (double)s->good / n;
+        if (out->duration_ns > 0) {
+            double secs = (double)out->duration_ns / 1e9;
+            s->goodput_requests_per_s = (double)s->good / secs;
+            s->goodput_output_tokens_per_s = (double)s->good_output_tokens / secs;
+        }
+    }
+
     /* Latencies: exact, from the records. */
     double *vals = malloc((m->num_requests ? m->num_requests : 1) * sizeof *vals);
     if (vals == NULL)
@@ -212,8 +275,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     kvsim_latency_of(vals, collect(m, LAT_TTST, vals), &out->ttst);
     kvsim_latency_of(vals, collect(m, LAT_TPOT, vals), &out->tpot);
     kvsim_latency_of(vals, collect(m, LAT_E2E, vals), &out->e2e);
+    kvsim_latency_of(vals, collect(m, LAT_TPS_PER_USER, vals), &out->output_tps_per_user);
     free(vals);
-    int err = itl_latency(m, &out->itl);
+    out->itl = out->tpot; /* AIPerf's per-request ITL is vLLM's TPOT */
+    int err = itl_latency(m, &out->token_gap);
     if (err)
         return err;
 

@@ -79,6 +79,26 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%.1f\n", "input tokens/s", r->input_tokens_per_s);
     fprintf(f, ROW "%.1f\n", "output tokens/s", r->output_tokens_per_s);
     fprintf(f, ROW "%.1f\n", "total tokens/s", r->total_tokens_per_s);
+    if (r->slo.enabled) {
+        const struct kvsim_slo_summary *s = &r->slo;
+        fprintf(f, "\n" ROW "%.2f %% of %" PRIu64 " requests within every SLO\n", "SLO attainment",
+                s->attainment_all, r->num_requests);
+        const struct {
+            const char *name;
+            int64_t ns;
+            double pct;
+        } k[] = {{"  TTFT <= %.3f ms", s->slo.ttft_ns, s->attainment_ttft},
+                 {"  ITL <= %.3f ms", s->slo.itl_ns, s->attainment_itl},
+                 {"  E2E <= %.3f ms", s->slo.e2e_ns, s->attainment_e2e}};
+        for (size_t i = 0; i < 3; i++)
+            if (k[i].ns > 0) {
+                char label[64];
+                snprintf(label, sizeof label, k[i].name, (double)k[i].ns / 1e6);
+                fprintf(f, ROW "%.2f %%\n", label, k[i].pct);
+            }
+        fprintf(f, ROW "%.2f req/s, %.1f output tokens/s (%" PRIu64 " good requests)\n", "goodput",
+                s->goodput_requests_per_s, s->goodput_output_tokens_per_s, s->good);
+    }
     if (r->wall_ns > 0) {
         fprintf(f, ROW "%.3f s\n", "wall time", (double)r->wall_ns / 1e9);
         fprintf(f, ROW "%.1fx (simulated s per wall s)\n", "speed", r->speed);
@@ -129,6 +149,7 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     print_latency_row(f, "TTST", &r->ttst);
     print_latency_row(f, "TPOT", &r->tpot);
     print_latency_row(f, "ITL", &r->itl);
+    print_latency_row(f, "gap", &r->token_gap);
     print_latency_row(f, "E2E", &r->e2e);
     if (d->enabled) {
         print_latency_row(f, "pin", &d->pin);
@@ -196,23 +217,35 @@ static json_t *json_u64(uint64_t v)
 
 static json_t *json_ns_as_ms(double ns) { return json_real(ns / 1e6); }
 
-static json_t *latency_json(const struct kvsim_latency *l)
+/* A distribution with AIPerf's statistics (avg, min, max, std, p1 ... p99, count, unit): ns
+ * values in ms (unit "ms"), or as they are with another unit. */
+static json_t *stats_json(const struct kvsim_latency *l, const char *unit)
 {
     json_t *o = json_object();
-    bool ok = put(o, "count", json_u64(l->count));
+    bool ms = !strcmp(unit, "ms");
     const struct {
         const char *key;
         double v;
-    } q[] = {{"mean", l->mean}, {"min", l->min}, {"p50", l->p50}, {"p90", l->p90},
-             {"p95", l->p95},   {"p99", l->p99}, {"max", l->max}};
+    } q[] = {{"avg", l->mean}, {"min", l->min}, {"max", l->max}, {"std", l->std}, {"p1", l->p1},
+             {"p5", l->p5},    {"p10", l->p10}, {"p25", l->p25}, {"p50", l->p50}, {"p75", l->p75},
+             {"p90", l->p90},  {"p95", l->p95}, {"p99", l->p99}};
+    bool ok = o != NULL;
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
-        ok = put(o, q[i].key, l->count > 0 ? json_ns_as_ms(q[i].v) : json_null()) && ok;
+        ok = put(o, q[i].key,
+                 l->count == 0 ? json_null()
+                 : ms          ? json_ns_as_ms(q[i].v)
+                               : json_real(q[i].v)) &&
+             ok;
+    ok = put(o, "count", json_u64(l->count)) && ok;
+    ok = put(o, "unit", json_string(unit)) && ok;
     if (!ok) {
         json_decref(o);
         return NULL;
     }
     return o;
 }
+
+static json_t *latency_json(const struct kvsim_latency *l) { return stats_json(l, "ms"); }
 
 /* An engine's arguments under vLLM's names (num_gpu_blocks_override counts the null block, as
  * vLLM does; an unset optional knob is null). */
@@ -246,11 +279,41 @@ static json_t *engine_args_json(const struct sched_config *c)
     return o;
 }
 
+/* The SLO part: the objectives (null: not set), attainment per SLO and jointly, goodput. */
+static json_t *slo_json(const struct kvsim_slo_summary *s)
+{
+    const struct {
+        const char *name;
+        int64_t ns;
+        uint64_t met;
+        double pct;
+    } k[] = {{"ttft", s->slo.ttft_ns, s->met_ttft, s->attainment_ttft},
+             {"itl", s->slo.itl_ns, s->met_itl, s->attainment_itl},
+             {"e2e", s->slo.e2e_ns, s->met_e2e, s->attainment_e2e}};
+    json_t *o = json_object(), *obj = json_object(), *att = json_object();
+    bool ok = o && obj && att;
+    for (size_t i = 0; i < 3; i++) {
+        ok = put(obj, k[i].name, k[i].ns > 0 ? json_ns_as_ms((double)k[i].ns) : json_null()) && ok;
+        ok = put(att, k[i].name, k[i].ns > 0 ? json_real(k[i].pct) : json_null()) && ok;
+    }
+    ok = put(att, "all", json_real(s->attainment_all)) && ok;
+    ok = put(o, "objectives_ms", obj) && ok;
+    ok = put(o, "attainment_pct", att) && ok;
+    ok = put(o, "good_requests", json_u64(s->good)) && ok;
+    ok = put(o, "goodput_requests_per_s", json_real(s->goodput_requests_per_s)) && ok;
+    ok = put(o, "goodput_output_tokens_per_s", json_real(s->goodput_output_tokens_per_s)) && ok;
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
 /* Builds the report object; NULL when out of memory. */
 static json_t *report_json(const struct kvsim_report *r)
 {
     json_t *root = json_object();
-    bool ok = put(root, "format", json_string("kvsim-report-1"));
+    bool ok = put(root, "format", json_string("kvsim-report-2"));
 
     json_t *run = json_object();
     ok = put(run, "trace", json_string(r->trace)) && ok;
@@ -314,11 +377,17 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(thr, "output_tokens_per_s", json_real(r->output_tokens_per_s)) && ok;
     ok = put(thr, "total_tokens_per_s", json_real(r->total_tokens_per_s)) && ok;
     ok = put(root, "throughput", thr) && ok;
+    if (r->slo.enabled)
+        ok = put(root, "slo", slo_json(&r->slo)) && ok;
 
     ok = put(root, "ttft_ms", latency_json(&r->ttft)) && ok;
     ok = put(root, "ttst_ms", latency_json(&r->ttst)) && ok;
     ok = put(root, "tpot_ms", latency_json(&r->tpot)) && ok;
     ok = put(root, "itl_ms", latency_json(&r->itl)) && ok;
+    ok = put(root, "token_gap_ms", latency_json(&r->token_gap)) && ok;
+    ok = put(root, "output_token_throughput_per_user",
+             stats_json(&r->output_tps_per_user, "tokens/s")) &&
+         ok;
     ok = put(root, "e2e_ms", latency_json(&r->e2e)) && ok;
 
     const struct kvsim_offload_summary *o = &r->offload;

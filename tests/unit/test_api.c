@@ -367,9 +367,19 @@ Test(api, engine_matches_a_one_engine_replay)
     json_t *a = json_loads(json, 0, NULL), *b = json_loads(ej, 0, NULL);
     cr_assert(a && b);
     /* Everything the two runs have in common: the requests, latencies and throughput. */
-    const char *keys[] = {"requests", "preemptions", "tokens",     "prefix_cache_reuse_ratio",
-                          "timing",   "duration_ms", "throughput", "ttft_ms",
-                          "tpot_ms",  "itl_ms",      "e2e_ms"};
+    const char *keys[] = {"requests",
+                          "preemptions",
+                          "tokens",
+                          "prefix_cache_reuse_ratio",
+                          "timing",
+                          "duration_ms",
+                          "throughput",
+                          "ttft_ms",
+                          "tpot_ms",
+                          "itl_ms",
+                          "token_gap_ms",
+                          "e2e_ms",
+                          "output_token_throughput_per_user"};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         json_t *x = json_object_get(a, keys[k]), *y = json_object_get(b, keys[k]);
         cr_assert(x && y, "%s", keys[k]);

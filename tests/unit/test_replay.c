@@ -32,7 +32,7 @@ Test(replay, default_workload_completes_with_prefix_reuse, .timeout = 120)
     cr_assert_gt(r.ttft.p50, 0);
     cr_assert_leq(r.ttft.p50, r.ttft.p99);
     cr_assert_leq(r.ttft.p99, r.ttft.max);
-    cr_assert_gt(r.itl.count, 0);
+    cr_assert_gt(r.token_gap.count, 0);
     cr_assert_gt(r.output_tokens_per_s, 0);
     replay_remove_outputs("default");
 }

@@ -397,10 +397,10 @@ Test(metrics, report_of_hand_replay)
     assert_latency(&r.tpot, 2, 3.75, 2, 2, 5.5, 5.5, 5.5, 5.5, 1e-15, "tpot");
     assert_latency(&r.e2e, 2, 23, 17, 17, 29, 29, 29, 29, 1e-15, "e2e");
     /* ITL gaps {1, 1, 2, 3, 10} ms: mean 3.4 exact, p50 (rank 3) within the sketch's 0.1%. */
-    assert_latency(&r.itl, 5, 3.4, 1, 2, 10, 10, 10, 10, SKETCH_TOL, "itl");
-    cr_assert_eq(r.itl.mean, 3.4e6);
-    cr_assert_eq(r.itl.min, 1e6);
-    cr_assert_eq(r.itl.max, 1e7);
+    assert_latency(&r.token_gap, 5, 3.4, 1, 2, 10, 10, 10, 10, SKETCH_TOL, "token gap");
+    cr_assert_eq(r.token_gap.mean, 3.4e6);
+    cr_assert_eq(r.token_gap.min, 1e6);
+    cr_assert_eq(r.token_gap.max, 1e7);
 
     cr_assert_eq(r.wall_ns, 2 * MS);
     assert_rel(r.speed, 15.5, 1e-15, "speed");
@@ -437,8 +437,8 @@ Test(metrics, pending_and_incomplete)
     cr_assert_eq(r.completed, 1);
     cr_assert_eq(r.incomplete, 3, "pending and never-arrived requests are incomplete");
     cr_assert_eq(r.ttst.count, 0);
-    cr_assert_eq(r.itl.count, 1, "the unfinished request's gap is in ITL (documented)");
-    cr_assert_eq(r.itl.mean, 4.0);
+    cr_assert_eq(r.token_gap.count, 1, "the unfinished request's gap is in token_gap (documented)");
+    cr_assert_eq(r.token_gap.mean, 4.0);
     cr_assert_eq(r.duration_ns, 3, "first arrival 0 to last completion 3");
     cr_assert_eq(r.wall_ns, 0);
     cr_assert_eq(r.speed, 0.0);
@@ -458,7 +458,7 @@ Test(metrics, pending_and_incomplete)
     cr_assert_eq(r.duration_ns, 0);
     cr_assert_eq(r.requests_per_s, 0.0);
     cr_assert_eq(r.ttft.count, 0);
-    cr_assert_eq(r.itl.count, 0);
+    cr_assert_eq(r.token_gap.count, 0);
     kvsim_metrics_destroy(e);
     kvsim_metrics_destroy(m);
 }
@@ -559,10 +559,12 @@ Test(metrics, json_report_and_jsonl_reread)
     json_t *root = json_load_file(jpath, 0, &jerr);
     cr_assert_not_null(root, "%s: %s", jpath, jerr.text);
     /* Key order is fixed, "wall" last. */
-    const char *keys[] = {
-        "format", "run",         "requests",   "preemptions", "tokens",  "prefix_cache_reuse_ratio",
-        "timing", "duration_ms", "throughput", "ttft_ms",     "ttst_ms", "tpot_ms",
-        "itl_ms", "e2e_ms",      "wall"};
+    const char *keys[] = {"format",      "run",          "requests",
+                          "preemptions", "tokens",       "prefix_cache_reuse_ratio",
+                          "timing",      "duration_ms",  "throughput",
+                          "ttft_ms",     "ttst_ms",      "tpot_ms",
+                          "itl_ms",      "token_gap_ms", "output_token_throughput_per_user",
+                          "e2e_ms",      "wall"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -573,7 +575,7 @@ Test(metrics, json_report_and_jsonl_reread)
         i++;
     }
     cr_assert_eq(i, sizeof keys / sizeof keys[0]);
-    cr_assert_str_eq(json_string_value(json_object_get(root, "format")), "kvsim-report-1");
+    cr_assert_str_eq(json_string_value(json_object_get(root, "format")), "kvsim-report-2");
     cr_assert_str_eq(
         json_string_value(json_object_get(json_object_get(root, "timing"), "step_model")),
         "polynomial");
@@ -595,14 +597,19 @@ Test(metrics, json_report_and_jsonl_reread)
     assert_rel(jnum(root, "throughput.requests_per_s"), 2 / 0.031, 1e-14, "rps");
     assert_rel(jnum(root, "throughput.output_tokens_per_s"), 7 / 0.031, 1e-14, "out tok/s");
     cr_assert_eq(jnum(root, "ttft_ms.count"), 2);
-    cr_assert_eq(jnum(root, "ttft_ms.mean"), 14.5);
+    cr_assert_eq(jnum(root, "ttft_ms.avg"), 14.5);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(root, "ttft_ms"), "unit")),
+                     "ms");
     cr_assert_eq(jnum(root, "ttft_ms.p50"), 11);
     cr_assert_eq(jnum(root, "ttft_ms.p99"), 18);
     cr_assert_eq(jnum(root, "tpot_ms.p90"), 5.5);
     cr_assert_eq(jnum(root, "e2e_ms.max"), 29);
-    cr_assert_eq(jnum(root, "itl_ms.mean"), 3.4);
-    assert_rel(jnum(root, "itl_ms.p50"), 2.0, SKETCH_TOL, "itl p50");
-    cr_assert_eq(jnum(root, "itl_ms.max"), 10);
+    cr_assert_eq(jnum(root, "token_gap_ms.avg"), 3.4);
+    assert_rel(jnum(root, "token_gap_ms.p50"), 2.0, SKETCH_TOL, "token gap p50");
+    cr_assert_eq(jnum(root, "token_gap_ms.max"), 10);
+    /* AIPerf's ITL is per request: TPOT's values. */
+    cr_assert_eq(jnum(root, "itl_ms.p90"), jnum(root, "tpot_ms.p90"));
+    cr_assert_eq(jnum(root, "itl_ms.count"), jnum(root, "tpot_ms.count"));
     cr_assert_eq(jnum(root, "wall.threads"), 2);
     cr_assert_eq(jnum(root, "wall.wall_time_ms"), 2);
     cr_assert_eq(jnum(root, "wall.speed_sim_s_per_wall_s"), 15.5);
@@ -995,4 +1002,56 @@ Test(metrics, real_threads_match_one_thread)
     kvsim_metrics_destroy(m1);
     replay_free(&rp);
     remove_tmpdir(NULL, 0);
+}
+
+Test(latency, aiperf_statistics_of_one_to_a_hundred)
+{
+    double v[100];
+    for (int i = 0; i < 100; i++)
+        v[99 - i] = (double)(i + 1); /* any order: the mean and std are order-free here */
+    struct kvsim_latency l;
+    kvsim_latency_of(v, 100, &l);
+    cr_assert_eq(l.count, 100);
+    cr_assert_eq(l.mean, 50.5);
+    cr_assert_float_eq(l.std, sqrt((100.0 * 100.0 - 1.0) / 12.0), 1e-12, "population std");
+    /* nearest rank: the p-th percentile of 1..100 is p itself */
+    cr_assert_eq(l.p1, 1);
+    cr_assert_eq(l.p5, 5);
+    cr_assert_eq(l.p10, 10);
+    cr_assert_eq(l.p25, 25);
+    cr_assert_eq(l.p50, 50);
+    cr_assert_eq(l.p75, 75);
+    cr_assert_eq(l.p99, 99);
+    cr_assert_eq(l.min, 1);
+    cr_assert_eq(l.max, 100);
+}
+
+Test(metrics, slo_attainment_and_goodput_of_hand_replay)
+{
+    /* r0: TTFT 11 ms, ITL (17 - 11) / 3 = 2 ms, E2E 17 ms; r1: 18, (31 - 20) / 2 = 5.5, 29; r2
+     * rejected. Duration 31 ms. */
+    struct kvsim_metrics *m = hand_replay();
+    struct kvsim_report_run run = {
+        .slo = {.ttft_ns = 15 * MS, .itl_ns = 5 * MS, .e2e_ns = 20 * MS}};
+    struct kvsim_report r;
+    cr_assert_eq(kvsim_metrics_summarize(m, &run, &r), 0);
+    cr_assert(r.slo.enabled);
+    cr_assert_eq(r.slo.met_ttft, 1);
+    cr_assert_eq(r.slo.met_itl, 1);
+    cr_assert_eq(r.slo.met_e2e, 1);
+    cr_assert_eq(r.slo.good, 1, "r0 only; the rejected request meets nothing");
+    assert_rel(r.slo.attainment_all, 100.0 / 3, 1e-12, "joint attainment over all requests");
+    assert_rel(r.slo.goodput_requests_per_s, 1 / 0.031, 1e-12, "good req/s");
+    assert_rel(r.slo.goodput_output_tokens_per_s, 4 / 0.031, 1e-12, "good output tok/s");
+    /* One SLO only: the others do not count. */
+    run.slo = (struct kvsim_slo){.itl_ns = 6 * MS};
+    cr_assert_eq(kvsim_metrics_summarize(m, &run, &r), 0);
+    cr_assert_eq(r.slo.good, 2);
+    assert_rel(r.slo.attainment_itl, 200.0 / 3, 1e-12, "ITL attainment");
+    cr_assert_eq(r.slo.attainment_ttft, 0, "an SLO not set has no attainment");
+    /* None set: no SLO part. */
+    run.slo = (struct kvsim_slo){0};
+    cr_assert_eq(kvsim_metrics_summarize(m, &run, &r), 0);
+    cr_assert(!r.slo.enabled);
+    kvsim_metrics_destroy(m);
 }

@@ -118,7 +118,7 @@ class Summary(Structure):
                                 "output_tokens_per_s", "ttft_mean_ms", "ttft_p50_ms",
                                 "ttft_p99_ms", "tpot_mean_ms", "tpot_p50_ms", "tpot_p99_ms",
                                 "itl_p50_ms", "itl_p99_ms", "e2e_mean_ms", "e2e_p50_ms",
-                                "e2e_p99_ms")
+                                "e2e_p99_ms", "token_gap_p50_ms", "token_gap_p99_ms")
     ]
 
 
@@ -268,7 +268,7 @@ def _check_version(lib, path):
 def _check_abi():
     # The header's layout on LP64 (x86-64, aarch64): a mismatch here is a bug in this file.
     if ctypes.sizeof(c_size_t) == 8:
-        expect = {Request: 80, Event: 32, Load: 96, KvEvent: 32, Record: 80, Summary: 200}
+        expect = {Request: 80, Event: 32, Load: 96, KvEvent: 32, Record: 80, Summary: 216}
         for cls, size in expect.items():
             if ctypes.sizeof(cls) != size:
                 raise ImportError("kvsim: internal error: sizeof(%s) is %d, not %d" %

@@ -50,12 +50,16 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
                          struct kvsim_timing *out, char *err, size_t errlen);
 void kvsim_timing_fini(struct kvsim_timing *t);
 
+struct kvsim_run;
+
 /* Every option of a run, as set. Strings are borrowed (kvsim_config_t keeps copies). */
 struct kvsim_options {
     struct kvsim_replay_config replay;
     struct kvsim_timing_opts timing;
-    const char *config_path;                /* --config: the step model's JSON */
-    const char *report_path;                /* --report */
+    const char *config_path;     /* --config: the step model's JSON, or a whole run configuration */
+    struct json_t *config_doc;   /* the run configurations read (their options' strings), or NULL */
+    const char *config_out_path; /* --config-out */
+    const char *report_path;     /* --report */
     const char *prefill_args, *decode_args; /* --*-engine-args files */
     const char *offload_opt;                /* an offload option that needs --g2-blocks, or NULL */
     const char *disagg_opt; /* a disaggregation option that needs --prefill-engines, or NULL */
@@ -64,6 +68,20 @@ struct kvsim_options {
 };
 /* `kvsim replay`'s defaults. */
 void kvsim_options_default(struct kvsim_options *o);
+/* Frees what o owns (the run configurations --config read). */
+void kvsim_options_fini(struct kvsim_options *o);
+/*
+ * kvsim_options_config_text - the effective configuration of a run as the JSON that --config
+ * reads back into the same run: {"format": "kvsim-config-1", "kvsim": version, "options":
+ * {every option of the table with its effective value, in the table's order, but the outputs,
+ * the aliases and what is derived (a capacity from --gpu-memory-gib)}, and the step model's
+ * coefficients from run->replay.model}. malloc'd text (free()), or NULL when out of memory.
+ */
+char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run);
+/* Writes text and a newline to path (what = the option, for the message). Returns 0, or the
+ * negative errno with "<what> <path>: <strerror>" in err. */
+int kvsim_write_text_file(const char *what, const char *path, const char *text, char *err,
+                          size_t errlen);
 
 /*
  * kvsim_options_set - one option: name is its long name without dashes, as `kvsim replay`

@@ -130,6 +130,7 @@ enum opt_id {
     O_SLO_ITL,
     O_SLO_E2E,
     O_REPORT,
+    O_CONFIGOUT,
     O_REQOUT,
     O_QUIET,
 };
@@ -228,6 +229,7 @@ static const struct opt opts[] = {
     {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL},
     {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL},
     {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
 };
@@ -262,6 +264,12 @@ const char *kvsim_options_canonical(const char *name, char *buf, size_t len)
     if (!strcmp(buf, "num-gpu-blocks-override")) /* vLLM's name */
         snprintf(buf, len, "num-gpu-blocks");
     return buf;
+}
+
+void kvsim_options_fini(struct kvsim_options *o)
+{
+    json_decref(o->config_doc);
+    o->config_doc = NULL;
 }
 
 void kvsim_options_default(struct kvsim_options *o)
@@ -344,6 +352,54 @@ static bool engine_args_sets_blocks(const char *path)
     return has;
 }
 
+/*
+ * --config FILE: the step model's keys are read at resolve (kvsim_step_model_load); a run
+ * configuration's "options" (kvsim replay --config-out) are set here, in the file's order, so
+ * that options after --config override them. Returns 0 or -EINVAL.
+ */
+static int read_run_config(struct kvsim_options *o, const char *path, char *err, size_t errlen)
+{
+    o->config_path = path;
+    json_error_t je;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *given = json_object_get(root, "options");
+    if (!given) { /* a step model file, or an error the step model loader reports */
+        json_decref(root);
+        return 0;
+    }
+    if (!json_is_object(given)) {
+        json_decref(root);
+        snprintf(err, errlen, "option --config: %s: key 'options' must be an object", path);
+        return -EINVAL;
+    }
+    /* Keep the document: the options borrow its strings. */
+    if (!o->config_doc && !(o->config_doc = json_array())) {
+        json_decref(root);
+        return -ENOMEM;
+    }
+    json_array_append_new(o->config_doc, root);
+    const char *key;
+    json_t *v;
+    json_object_foreach(given, key, v)
+    {
+        char why[512];
+        const char *s = json_string_value(v);
+        int rc = !s || !strcmp(key, "config") || !strcmp(key, "config-out")
+                     ? -EINVAL
+                     : kvsim_options_set(o, key, s, why, sizeof why);
+        if (rc) {
+            snprintf(err, errlen, "option --config: %s: options: key '%s': %s", path, key,
+                     rc == 1 ? "not an option of a run"
+                     : !s    ? "must be a string"
+                     : rc == -EINVAL && (!strcmp(key, "config") || !strcmp(key, "config-out"))
+                         ? "not allowed in a configuration"
+                         : why);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 /* Input, cluster, engine, timing and output options. Returns 0, -EINVAL, or 1 (not one). */
 static int apply_run(struct kvsim_options *o, const struct opt *d, const char *value,
                      const struct opt_value *v, char *err, size_t errlen)
@@ -380,7 +436,8 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_QUEUED: cfg->sched.max_num_queued_reqs = (uint32_t)v->u; return 0;
     case O_CONTRACT: cfg->sched.vllm_contract = (uint32_t)v->u; return 0;
     case O_CHECK: cfg->sched.check_invariants = v->b; return 0;
-    case O_CONFIG: o->config_path = value; return 0;
+    case O_CONFIG: return read_run_config(o, value, err, errlen);
+    case O_CONFIGOUT: o->config_out_path = value; return 0;
     case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
     case O_PREFIX: cfg->sched.enable_prefix_caching = v->b; return 0;
     case O_NOPREFIX: cfg->sched.enable_prefix_caching = !v->b; return 0;
@@ -759,6 +816,7 @@ void kvsim_config_free(kvsim_config_t *c)
     if (!c)
         return;
     json_decref(c->given);
+    kvsim_options_fini(&c->o);
     free(c);
 }
 
@@ -793,6 +851,8 @@ int kvsim_config_set(kvsim_config_t *c, const char *name, const char *value)
     struct kvsim_options saved = c->o;
     int rc = kvsim_options_set(&c->o, canon, json_string_value(v), c->err, sizeof c->err);
     if (rc) {
+        if (c->o.config_doc != saved.config_doc) /* a configuration read before the refusal */
+            json_decref(c->o.config_doc);
         c->o = saved;
         if (old)
             json_object_set(c->given, canon, old);
@@ -851,4 +911,220 @@ int kvsim_config_set_json(kvsim_config_t *c, const char *text)
 char *kvsim_config_json(const kvsim_config_t *c)
 {
     return json_dumps(c->given, JSON_PRESERVE_ORDER | JSON_COMPACT);
+}
+
+/* ---- the effective configuration (--config-out) ---------------------------------------------- */
+
+int kvsim_write_text_file(const char *what, const char *path, const char *text, char *err,
+                          size_t errlen)
+{
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    if (ok)
+        return 0;
+    snprintf(err, errlen, "%s %s: %s", what, path, strerror(e ? e : EIO));
+    return e ? -e : -EIO;
+}
+
+/* The effective value of option d as --config reads it into buf. Returns false when the option
+ * is left out: an output, an alias, an unset path, or what the run derives. */
+static bool effective_value(const struct kvsim_options *o, const struct opt *d, char *buf,
+                            size_t len)
+{
+    const struct kvsim_replay_config *cfg = &o->replay;
+    const struct sched_config *sc = &cfg->sched;
+    const struct kvsim_timing_opts *t = &o->timing;
+    const struct offload_config *pipe = &cfg->tiers.pipe;
+    const struct kvsim_disagg_config *dc = &cfg->disagg;
+    const char *str = NULL;
+    bool derived = t->gpu_memory_gib > 0;
+    uint64_t u = 0;
+    double x = 0;
+    enum { U, X, S, B } kind = U;
+    bool b = false;
+#define UV(v) (kind = U, u = (uint64_t)(v))
+#define XV(v) (kind = X, x = (double)(v))
+#define BV(v) (kind = B, b = (v))
+#define SV(v) (kind = S, str = (v))
+    switch (d->id) {
+    case O_TRACE: SV(cfg->trace_path); break;
+    case O_FORMAT:
+        if (cfg->trace_opts.format == KVSIM_TRACE_AUTO)
+            return false; /* by the extension, again */
+        SV(kvsim_trace_format_name(cfg->trace_opts.format));
+        break;
+    case O_TBS: UV(cfg->trace_opts.trace_block_size); break;
+    case O_SPEEDUP: XV(cfg->trace_opts.arrival_speedup); break;
+    case O_MAXREQ:
+        if (!cfg->trace_opts.max_requests)
+            return false;
+        UV(cfg->trace_opts.max_requests);
+        break;
+    case O_SEED: UV(cfg->seed); break;
+    case O_ENGINES:
+        if (dc->prefill_engines)
+            return false; /* the pools' counts say it */
+        UV(cfg->num_engines);
+        break;
+    case O_THREADS: UV(cfg->num_threads); break;
+    case O_ROUTER: SV(kvsim_router_policy_name(cfg->router)); break;
+    case O_KVINDEX: SV(cfg->kv_index_events ? "events" : "pool"); break;
+    case O_BS: UV(sc->block_size); break;
+    case O_BLOCKS:
+        if (d->name[strlen(d->name) - 1] == 'e' || (derived && !t->blocks_given))
+            return false; /* the -override alias, or a capacity the run derives */
+        UV(sc->num_blocks);
+        break;
+    case O_SEQS: UV(sc->max_num_seqs); break;
+    case O_TOKENS: UV(sc->max_num_batched_tokens); break;
+    case O_MML: UV(sc->max_model_len); break;
+    case O_ACTIVE:
+        if (!sc->max_num_active_seqs)
+            return false;
+        UV(sc->max_num_active_seqs);
+        break;
+    case O_QUEUED:
+        if (!sc->max_num_queued_reqs)
+            return false;
+        UV(sc->max_num_queued_reqs);
+        break;
+    case O_CONTRACT: UV(sc->vllm_contract); break;
+    case O_CHECK: BV(sc->check_invariants); break;
+    case O_LPTT: UV(sc->long_prefill_token_threshold); break;
+    case O_PREFIX: BV(sc->enable_prefix_caching); break;
+    case O_CHUNKED: BV(sc->enable_chunked_prefill); break;
+    case O_ASYNC: BV(sc->async_scheduling); break;
+    case O_WATERMARK: XV(sc->watermark); break;
+    case O_POLICY: SV(sc->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs"); break;
+    case O_KVEVENTS: BV(o->kv_events); break;
+    case O_PROFILES: SV(t->profiles); break;
+    case O_HARDWARE: SV(t->hardware); break;
+    case O_MODEL: SV(t->model); break;
+    case O_TP: UV(t->tp); break;
+    case O_TPGBPS: XV(t->tp_link_gbps); break;
+    case O_TPLAT: XV(t->tp_link_latency_us); break;
+    case O_GPUMEM:
+        if (!derived)
+            return false;
+        XV(t->gpu_memory_gib);
+        break;
+    case O_GPUUTIL: XV(t->gpu_memory_utilization); break;
+    case O_G2:
+        if (!cfg->offload)
+            return false;
+        UV(cfg->tiers.g2_blocks);
+        break;
+    case O_G3:
+    case O_G3SHARED:
+    case O_G3WT:
+    case O_OEXEC:
+    case O_OTHREADS:
+    case O_OFAIL:
+    case O_OSEED:
+    case O_G12BW:
+    case O_G23BW:
+        if (!cfg->offload)
+            return false; /* they need --g2-blocks */
+        switch (d->id) {
+        case O_G3: UV(cfg->tiers.g3_blocks); break;
+        case O_G3SHARED: BV(cfg->g3_shared); break;
+        case O_G3WT: BV(cfg->tiers.g3_write_through); break;
+        case O_OEXEC: SV(cfg->offload_pool ? "pool" : "inline"); break;
+        case O_OTHREADS: UV(cfg->offload_threads); break;
+        case O_OFAIL: XV(pipe->fail_rate); break;
+        case O_OSEED: UV(pipe->seed); break;
+        case O_G12BW: XV((double)pipe->lanes[OFFLOAD_LANE_G1_G2].bandwidth / 1e9); break;
+        default: XV((double)pipe->lanes[OFFLOAD_LANE_G2_G3].bandwidth / 1e9); break;
+        }
+        break;
+    case O_KVBYTES:
+        if (derived && !t->kv_bytes_given)
+            return false;
+        UV(cfg->kv_bytes_per_token);
+        break;
+    case O_PENGINES:
+    case O_DENGINES:
+    case O_PARGS:
+    case O_DARGS:
+    case O_PROUTER:
+    case O_DROUTER:
+    case O_XGBPS:
+    case O_XLAT:
+    case O_XABORT:
+    case O_HRELEASE:
+        if (!dc->prefill_engines)
+            return false; /* they need --prefill-engines */
+        switch (d->id) {
+        case O_PENGINES: UV(dc->prefill_engines); break;
+        case O_DENGINES: UV(dc->decode_engines); break;
+        case O_PARGS: SV(o->prefill_args); break;
+        case O_DARGS: SV(o->decode_args); break;
+        case O_PROUTER: SV(kvsim_router_policy_name(dc->prefill_router)); break;
+        case O_DROUTER: SV(kvsim_router_policy_name(dc->decode_router)); break;
+        case O_XGBPS: XV(dc->transfer.gbps); break;
+        case O_XLAT: XV((double)dc->transfer.latency_ns / 1e3); break;
+        case O_XABORT: XV((double)dc->abort_timeout_ns / 1e6); break;
+        default: SV(dc->release_immediately ? "immediate" : "pinned"); break;
+        }
+        break;
+    case O_SLO_TTFT:
+    case O_SLO_ITL:
+    case O_SLO_E2E: {
+        int64_t ns = d->id == O_SLO_TTFT  ? cfg->slo.ttft_ns
+                     : d->id == O_SLO_ITL ? cfg->slo.itl_ns
+                                          : cfg->slo.e2e_ns;
+        if (ns <= 0)
+            return false;
+        XV((double)ns / 1e6);
+        break;
+    }
+    default: return false; /* outputs, --config, --engine-args (its values are above), negations */
+    }
+#undef UV
+#undef XV
+#undef BV
+#undef SV
+    switch (kind) {
+    case U: snprintf(buf, len, "%" PRIu64, u); return true;
+    case X: snprintf(buf, len, "%.17g", x); return true;
+    case B: snprintf(buf, len, "%s", b ? "true" : "false"); return true;
+    case S:
+        if (!str)
+            return false;
+        snprintf(buf, len, "%s", str);
+        return true;
+    }
+    return false;
+}
+
+char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run)
+{
+    const struct kvsim_step_model *m = &run->replay.model;
+    json_t *root = json_object(), *values = json_object();
+    bool ok = root && values;
+    for (size_t i = 0; ok && i < NUM_OPTS; i++) {
+        char buf[1024];
+        if (effective_value(o, &opts[i], buf, sizeof buf))
+            ok = json_object_set_new(values, opts[i].name, json_string(buf)) == 0;
+    }
+    json_t *sm = json_pack("{s:[f,f,f],s:[f,f,f],s:f}", "prefill_ms", m->prefill_ms[0],
+                           m->prefill_ms[1], m->prefill_ms[2], "decode_ms", m->decode_ms[0],
+                           m->decode_ms[1], m->decode_ms[2], "decode_floor_ms", m->decode_floor_ms);
+    /* root owns what it is given from here on, even when a set fails */
+    ok = json_object_set_new(root, "format", json_string("kvsim-config-1")) == 0 && ok;
+    ok = json_object_set_new(root, "kvsim", json_string(kvsim_version())) == 0 && ok;
+    ok = json_object_set_new(root, "options", values) == 0 && ok;
+    ok = json_object_set_new(root, "step_model", sm) == 0 && ok;
+    ok = json_object_set_new(root, "speedup_ratio", json_real(m->speedup_ratio)) == 0 && ok;
+    ok = json_object_set_new(root, "step_overhead_ms", json_real(m->step_overhead_ms)) == 0 && ok;
+    char *text =
+        ok ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17))
+           : NULL;
+    json_decref(root);
+    return text;
 }

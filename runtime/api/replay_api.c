@@ -81,8 +81,23 @@ static int run_replay(kvsim_config_t *cfg, const struct kvsim_trace *requests,
         return rc;
     run.replay.quiet = true; /* a library prints nothing */
     run.replay.requests = requests;
+    /* The whole configuration: in the report, and in "config-out" if set. */
+    char *config = kvsim_options_config_text(o, &run);
+    if (!config) {
+        kvsim_run_fini(&run);
+        snprintf(err, errlen, "out of memory writing the configuration");
+        return -ENOMEM;
+    }
+    if (o->config_out_path &&
+        (rc = kvsim_write_text_file("config-out", o->config_out_path, config, err, errlen))) {
+        free(config);
+        kvsim_run_fini(&run);
+        return rc;
+    }
+    run.replay.config_text = config;
     struct kvsim_report report;
     rc = kvsim_replay_run(&run.replay, &report, err, errlen);
+    free(config);
     kvsim_run_fini(&run);
     if (rc)
         return rc;

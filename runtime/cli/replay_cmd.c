@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/runtime.h"
@@ -62,7 +63,8 @@ static void replay_usage(FILE *out)
             "  --check-invariants         check the scheduler's and the pool's invariants\n"
             "                             after every schedule and update (slow; as the\n"
             "                             tests do): a violation stops the replay\n"
-            "  --config FILE.json         step-time model coefficients and speedup_ratio\n"
+            "  --config FILE.json         step-time model coefficients and speedup_ratio,\n"
+            "                             or a whole run configuration (--config-out)\n"
             "timing and capacity from a model and a GPU (docs/fidelity/timing.md):\n"
             "  --profiles ROOT            LLMServingSim-format profiles and model configs\n"
             "  --hardware HW              time steps with ROOT/HW/ORG/NAME/bf16/tpN/ (the\n"
@@ -118,6 +120,9 @@ static void replay_usage(FILE *out)
                  "  --slo-e2e-ms X             end-to-end latency within X ms\n");
     fprintf(out, "output:\n"
                  "  --report FILE              JSON report\n"
+                 "  --config-out FILE          the run's whole configuration as JSON: --config\n"
+                 "                             FILE replays the same run (options after it\n"
+                 "                             override it); the report's run.config holds it\n"
                  "  --requests-out FILE        per-request records (JSONL)\n"
                  "  --quiet                    no table, no progress bar\n"
                  "  -h, --help                 this help\n");
@@ -161,6 +166,7 @@ static const struct option replay_opts[] = {
     {"slo-itl-ms", required_argument, NULL, O_RUN},
     {"slo-e2e-ms", required_argument, NULL, O_RUN},
     {"report", required_argument, NULL, O_RUN},
+    {"config-out", required_argument, NULL, O_RUN},
     {"requests-out", required_argument, NULL, O_RUN},
     {"quiet", no_argument, NULL, O_RUN},
     {"check-invariants", no_argument, NULL, O_RUN},
@@ -214,43 +220,62 @@ int cli_replay_main(int argc, char **argv)
     while ((c = cli_next(&p)) > 0) {
         if (c == 'h') {
             replay_usage(stdout);
+            kvsim_options_fini(&o);
             return CLI_EXIT_OK;
         }
         /* Every long option is one of the option table's (api/config.c): its range, its
          * message. */
         if (kvsim_options_set(&o, p.long_name, p.arg, err, sizeof err) != 0) {
             cli_error(&p, "%s", err);
-            return CLI_EXIT_USAGE;
+            c = -EINVAL;
+            break;
         }
     }
-    if (c < 0)
-        return CLI_EXIT_USAGE;
-    if (cli_optind() < p.argc) {
+    if (c >= 0 && cli_optind() < p.argc) {
         cli_error(&p, "unexpected argument '%s'", p.argv[cli_optind()]);
         replay_usage(stderr);
+        c = -EINVAL;
+    }
+    if (c < 0) {
+        kvsim_options_fini(&o);
         return CLI_EXIT_USAGE;
     }
     struct kvsim_run run;
     int rc = kvsim_options_resolve(&o, &run, err, sizeof err);
     if (rc) {
+        kvsim_options_fini(&o);
         cli_error(&p, "%s", err);
         return CLI_EXIT_USAGE;
     }
-    struct kvsim_report report;
-    rc = kvsim_replay_run(&run.replay, &report, err, sizeof err);
-    if (rc) {
-        kvsim_run_fini(&run);
-        cli_error(&p, "%s", err);
-        return rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
-    }
-    if (!run.replay.quiet)
-        kvsim_report_print(stdout, &report);
+    /* The whole configuration: in the report, and (written before the run, so a bad path
+     * fails first) in --config-out. */
+    char *config = kvsim_options_config_text(&o, &run);
     int status = CLI_EXIT_OK;
-    if (o.report_path && kvsim_report_write_json(o.report_path, &report, err, sizeof err) != 0) {
+    if (!config) {
+        cli_error(&p, "out of memory writing the configuration");
+        status = CLI_EXIT_FAILED;
+    } else if (o.config_out_path &&
+               kvsim_write_text_file("--config-out", o.config_out_path, config, err, sizeof err)) {
         cli_error(&p, "%s", err);
         status = CLI_EXIT_FAILED;
     }
-    kvsim_report_fini(&report);
+    struct kvsim_report report;
+    run.replay.config_text = config;
+    if (status == CLI_EXIT_OK && (rc = kvsim_replay_run(&run.replay, &report, err, sizeof err))) {
+        cli_error(&p, "%s", err);
+        status = rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
+    } else if (status == CLI_EXIT_OK) {
+        if (!run.replay.quiet)
+            kvsim_report_print(stdout, &report);
+        if (o.report_path &&
+            kvsim_report_write_json(o.report_path, &report, err, sizeof err) != 0) {
+            cli_error(&p, "%s", err);
+            status = CLI_EXIT_FAILED;
+        }
+        kvsim_report_fini(&report);
+    }
+    free(config);
     kvsim_run_fini(&run);
+    kvsim_options_fini(&o);
     return status;
 }

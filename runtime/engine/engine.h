@@ -301,8 +301,9 @@ KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_mo
 /*
  * Reads {"step_model": {"prefill_ms": [p2,p1,p0], "decode_ms": [d2,d1,d0],
  * "decode_floor_ms": x}, "speedup_ratio": s, "step_overhead_ms": o} (every key optional, unknown
- * keys rejected) from a JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with a
- * message in err naming the file and the key.
+ * keys rejected, except a run configuration's "format", "kvsim" and "options", which the
+ * option table reads) from a JSON file over the defaults in *m. Returns 0, or -EINVAL/-ENOENT with
+ * a message in err naming the file and the key.
  */
 KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
                                        size_t errlen);

@@ -154,9 +154,13 @@ int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *er
                     rc = -EINVAL;
                 }
             }
+        } else if (!strcmp(key, "format") || !strcmp(key, "kvsim") || !strcmp(key, "options")) {
+            /* a whole run configuration (kvsim replay --config-out): the option table reads
+             * its options (runtime/api/config.c), the step model its own keys */
         } else {
             snprintf(err, errlen,
-                     "%s: unknown key '%s' (expected step_model, speedup_ratio, step_overhead_ms)",
+                     "%s: unknown key '%s' (expected step_model, speedup_ratio, step_overhead_ms, "
+                     "or a run configuration's format, kvsim, options)",
                      path, key);
             rc = -EINVAL;
         }

@@ -884,6 +884,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .prefill = cfg->disagg.prefill_engines ? &cfg->disagg.prefill_sched : NULL,
             .decode = cfg->disagg.prefill_engines ? &cfg->disagg.decode_sched : NULL,
             .slo = cfg->slo,
+            .config_text = cfg->config_text,
             .wall_ns = wall,
         };
         if (rp.num_prefill) {

@@ -137,7 +137,8 @@ struct kvsim_replay_config {
     uint32_t offload_threads;        /* pool workers */
     uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy and of a KV transfer */
     struct kvsim_disagg_config disagg;
-    struct kvsim_slo slo; /* SLOs the report scores (zeros: none) */
+    struct kvsim_slo slo;    /* SLOs the report scores (zeros: none) */
+    const char *config_text; /* the run's configuration for the report (--config-out), or NULL */
 };
 
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,

@@ -305,8 +305,9 @@ struct kvsim_report_run {
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
      * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
     const struct sched_config *engine, *prefill, *decode;
-    struct kvsim_slo slo; /* the SLOs to score (zeros: none) */
-    int64_t wall_ns;      /* measured wall time of the replay; <= 0 = unknown */
+    struct kvsim_slo slo;    /* the SLOs to score (zeros: none) */
+    const char *config_text; /* the run's whole configuration as JSON (--config-out), or NULL */
+    int64_t wall_ns;         /* measured wall time of the replay; <= 0 = unknown */
 };
 
 /* The offload lanes a report counts (offload.h's lanes, in its order; engine.c checks that the
@@ -376,6 +377,7 @@ struct kvsim_report {
     /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
     bool has_engine, has_pools;
     struct sched_config engine, prefill, decode;
+    char *config_text; /* from the run: its configuration's JSON (owned), or NULL */
     /* counts */
     uint64_t num_requests; /* R */
     uint64_t completed;

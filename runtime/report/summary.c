@@ -180,6 +180,8 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     out->seed = run->seed;
     out->num_engines = run->num_engines;
     out->vllm_contract = run->vllm_contract;
+    if (run->config_text && !(out->config_text = strdup(run->config_text)))
+        return -ENOMEM;
     if ((out->has_engine = run->engine != NULL))
         out->engine = *run->engine;
     if ((out->has_pools = run->prefill != NULL && run->decode != NULL)) {
@@ -296,4 +298,6 @@ void kvsim_report_fini(struct kvsim_report *r)
 {
     free(r->disagg.per_prefill);
     r->disagg.per_prefill = NULL;
+    free(r->config_text);
+    r->config_text = NULL;
 }

@@ -327,6 +327,8 @@ static json_t *report_json(const struct kvsim_report *r)
         ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill)) && ok;
         ok = put(run, "decode_engine_args", engine_args_json(&r->decode)) && ok;
     }
+    if (r->config_text) /* the whole configuration, as --config-out writes it */
+        ok = put(run, "config", json_loads(r->config_text, 0, NULL)) && ok;
     ok = put(root, "run", run) && ok;
 
     json_t *req = json_object();

@@ -128,6 +128,16 @@ int64_t kvsim_engine_step_end(const struct kvsim_engine *e)
 }
 int64_t kvsim_engine_clock(const struct kvsim_engine *e) { return e->now; }
 
+void kvsim_engine_usage(const struct kvsim_engine *e, struct kvsim_engine_summary *out)
+{
+    memset(out, 0, sizeof *out);
+    out->preemptions = sched_num_preemptions(e->s);
+    out->steps = e->steps;
+    out->busy_s = (double)e->busy_ns / 1e9;
+    out->mean_kv_usage = e->busy_ns > 0 ? e->kv_usage_ns / (double)e->busy_ns : 0.0;
+    out->peak_kv_usage = e->peak_kv_usage;
+}
+
 void kvsim_engines_timing(const struct kvsim_step_model *m, uint32_t num_gpu_blocks,
                           struct kvsim_engine *const *engines, uint32_t n,
                           struct kvsim_timing_summary *t)
@@ -493,7 +503,12 @@ static int start_step(struct kvsim_engine *e)
         e->prefill_tokens += b.prefill_tokens;
         e->step = st;
         unsigned outside = 0;
-        e->step_end = e->now + kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
+        int64_t dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
+        e->step_end = e->now + dur;
+        e->busy_ns += dur;
+        e->kv_usage_ns += b.kv_usage * (double)dur;
+        if (b.kv_usage > e->peak_kv_usage)
+            e->peak_kv_usage = b.kv_usage;
         e->steps++;
         if (outside) {
             e->steps_outside++;

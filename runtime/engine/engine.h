@@ -562,6 +562,10 @@ KVSIM_EXTERN int kvsim_engine_abort_req(struct kvsim_engine *e, uint32_t req);
  * make progress on: kvsim_engine_error says which).
  */
 KVSIM_EXTERN int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
+/* What engine e did over the run: preemptions, steps, busy time, KV usage (the request counts
+ * of out stay 0: the records have them). */
+KVSIM_EXTERN void kvsim_engine_usage(const struct kvsim_engine *e,
+                                     struct kvsim_engine_summary *out);
 /* The running step's end, or INT64_MAX when no step runs. */
 KVSIM_EXTERN int64_t kvsim_engine_step_end(const struct kvsim_engine *e);
 /* The engine's clock: the last step end, arrival or event it processed. */

@@ -67,7 +67,10 @@ struct kvsim_engine {
     int64_t pinned_since; /* the instant pinned_blocks last changed */
     double pinned_block_ns;
     uint32_t waiting_handoffs; /* decode: routed requests not yet reserved */
-    uint32_t *aborts;          /* kvsim_engine_abort_req while a step runs: applied at its end */
+    int64_t busy_ns;           /* virtual time with a step running */
+    double kv_usage_ns;        /* KV usage at each step's start times its duration, summed */
+    double peak_kv_usage;
+    uint32_t *aborts; /* kvsim_engine_abort_req while a step runs: applied at its end */
     uint32_t num_aborts, cap_aborts;
 };
 

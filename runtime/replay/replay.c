@@ -438,6 +438,32 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
 }
 
 /* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+/* The per-engine part: each engine's own counters, and its requests from the records (the
+ * engine of a request's last admission), in engine then request order. Returns 0 or -ENOMEM. */
+static int summarize_engines(struct replay *rp, struct kvsim_report *r)
+{
+    r->per_engine = calloc(rp->num_engines, sizeof *r->per_engine);
+    if (!r->per_engine)
+        return -ENOMEM;
+    r->num_per_engine = rp->num_engines;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        kvsim_engine_usage(rp->engines[e], &r->per_engine[e]);
+        r->busy_engine_s += r->per_engine[e].busy_s;
+    }
+    for (uint32_t i = 0; i < (uint32_t)rp->trace.num_reqs; i++) {
+        const struct kvsim_req_record *rec = kvsim_metrics_record(rp->metrics, i);
+        if (rec->status != KVSIM_REQ_COMPLETED || rec->engine < 0 ||
+            (uint32_t)rec->engine >= rp->num_engines)
+            continue;
+        struct kvsim_engine_summary *s = &r->per_engine[rec->engine];
+        s->completed++;
+        s->input_tokens += rec->input_len;
+        s->output_tokens += rec->num_output_tokens;
+        s->cached_tokens += rec->cached_tokens;
+    }
+    return 0;
+}
+
 static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
 {
     memset(o, 0, sizeof *o);
@@ -898,6 +924,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rc == 0)
             kvsim_engines_timing(&cfg->model, cfg->sched.num_blocks, rp.engines, rp.num_engines,
                                  &report->timing);
+        if (rc == 0)
+            rc = summarize_engines(&rp, report);
         if (rc == 0 && cfg->offload)
             summarize_offload(&rp, &report->offload);
         if (rc == 0 && cfg->disagg.events_path)

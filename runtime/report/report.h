@@ -341,6 +341,17 @@ struct kvsim_offload_summary {
     uint64_t g3_evictions;             /* shared G3: blocks its LRU evicted at boundaries */
 };
 
+/* One engine over the run (the report's per-engine part). */
+struct kvsim_engine_summary {
+    uint64_t completed;                   /* requests whose last admission was here */
+    uint64_t input_tokens, output_tokens; /* theirs */
+    uint64_t cached_tokens;               /* their first-admission prefix hits */
+    uint64_t preemptions, steps;
+    double busy_s;        /* virtual seconds with a step running (engine-seconds) */
+    double mean_kv_usage; /* KV usage at each step's start, weighted by the step's duration */
+    double peak_kv_usage; /* the largest of those */
+};
+
 /* A prefill engine's pinned sources over the run. */
 struct kvsim_prefill_pins {
     double pinned_block_seconds; /* pinned blocks integrated over virtual time */
@@ -419,6 +430,10 @@ struct kvsim_report {
     struct kvsim_offload_summary offload; /* filled by the replay after summarizing */
     struct kvsim_disagg_summary disagg;   /* filled by the replay after summarizing */
     struct kvsim_timing_summary timing;   /* filled by the replay after summarizing */
+    /* per engine (engine order; NULL when not filled), owned (kvsim_report_fini) */
+    struct kvsim_engine_summary *per_engine;
+    uint32_t num_per_engine;
+    double busy_engine_s; /* the engines' busy seconds summed: what a GPU-hour bill counts */
 };
 
 /*

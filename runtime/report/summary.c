@@ -300,4 +300,7 @@ void kvsim_report_fini(struct kvsim_report *r)
     r->disagg.per_prefill = NULL;
     free(r->config_text);
     r->config_text = NULL;
+    free(r->per_engine);
+    r->per_engine = NULL;
+    r->num_per_engine = 0;
 }

@@ -143,6 +143,22 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
                 "pinned block-seconds", d->pinned_block_seconds, d->peak_pinned_blocks);
     }
 
+    if (r->per_engine && r->num_per_engine <= 16) { /* beyond, the JSON has them */
+        fprintf(f, "\n  %-6s %10s %12s %12s %7s %9s %8s %8s %8s\n", "engine", "completed",
+                "input tok", "output tok", "reuse", "busy s", "kv mean", "kv peak", "preempt");
+        for (uint32_t e = 0; e < r->num_per_engine; e++) {
+            const struct kvsim_engine_summary *s = &r->per_engine[e];
+            fprintf(f,
+                    "  %-6" PRIu32 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
+                    " %6.1f%% %9.1f %7.1f%% %7.1f%% %8" PRIu64 "\n",
+                    e, s->completed, s->input_tokens, s->output_tokens,
+                    s->input_tokens ? 100.0 * (double)s->cached_tokens / (double)s->input_tokens
+                                    : 0.0,
+                    s->busy_s, 100.0 * s->mean_kv_usage, 100.0 * s->peak_kv_usage, s->preemptions);
+        }
+        fprintf(f, ROW "%.1f engine-seconds busy\n", "engines, summed", r->busy_engine_s);
+    }
+
     fprintf(f, "\n  %-6s %10s%11s%11s%11s%11s%11s%11s%11s\n", "(ms)", "count", "mean", "min", "p50",
             "p90", "p95", "p99", "max");
     print_latency_row(f, "TTFT", &r->ttft);
@@ -381,6 +397,24 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(root, "throughput", thr) && ok;
     if (r->slo.enabled)
         ok = put(root, "slo", slo_json(&r->slo)) && ok;
+    if (r->per_engine) {
+        json_t *arr = json_array();
+        ok = arr != NULL && ok;
+        for (uint32_t e = 0; arr && e < r->num_per_engine; e++) {
+            const struct kvsim_engine_summary *s = &r->per_engine[e];
+            json_t *o = json_pack(
+                "{s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "engine", (int)e, "completed",
+                (json_int_t)s->completed, "input_tokens", (json_int_t)s->input_tokens,
+                "output_tokens", (json_int_t)s->output_tokens, "cached_tokens",
+                (json_int_t)s->cached_tokens, "preemptions", (json_int_t)s->preemptions, "steps",
+                (json_int_t)s->steps, "busy_s", s->busy_s, "prefix_cache_reuse_ratio",
+                s->input_tokens ? (double)s->cached_tokens / (double)s->input_tokens : 0.0,
+                "mean_kv_usage", s->mean_kv_usage, "peak_kv_usage", s->peak_kv_usage);
+            ok = o && json_array_append_new(arr, o) == 0 && ok;
+        }
+        ok = put(root, "engines", arr) && ok;
+        ok = put(root, "busy_engine_s", json_real(r->busy_engine_s)) && ok;
+    }
 
     ok = put(root, "ttft_ms", latency_json(&r->ttft)) && ok;
     ok = put(root, "ttst_ms", latency_json(&r->ttst)) && ok;

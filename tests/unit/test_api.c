@@ -424,7 +424,24 @@ Test(api, replay_of_the_default_workload)
 {
     kvsim_config_t *c = config("{\"engines\": 2, \"threads\": 2}");
     kvsim_summary_t s = KVSIM_SUMMARY_INIT;
-    cr_assert_eq(kvsim_replay(c, &s, NULL), 0, "%s", kvsim_config_error(c));
+    char *text = NULL;
+    cr_assert_eq(kvsim_replay(c, &s, &text), 0, "%s", kvsim_config_error(c));
+    /* The per-engine part adds up to the whole. */
+    json_t *root = json_loads(text, 0, NULL);
+    json_t *engines = json_object_get(root, "engines");
+    cr_assert_eq(json_array_size(engines), 2);
+    json_int_t done = 0;
+    double busy = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *e = json_array_get(engines, i);
+        done += json_integer_value(json_object_get(e, "completed"));
+        busy += json_real_value(json_object_get(e, "busy_s"));
+        cr_assert_gt(json_real_value(json_object_get(e, "peak_kv_usage")), 0);
+    }
+    cr_assert_eq(done, 1050);
+    cr_assert_float_eq(json_real_value(json_object_get(root, "busy_engine_s")), busy, 1e-9);
+    json_decref(root);
+    kvsim_free(text);
     cr_assert_eq(s.num_requests, 1050);
     cr_assert_eq(s.completed, 1050);
     cr_assert_gt(s.ttft_p50_ms, 0);

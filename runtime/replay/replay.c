@@ -438,6 +438,49 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
 }
 
 /* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+/*
+ * The reuse an unbounded prefix cache shared by every engine would give: requests in arrival
+ * order, each hitting its leading hash ids seen before (a trace's ids name their whole prefix,
+ * as Mooncake's do), as whole engine blocks and never the last prompt token (vLLM's lookup).
+ * A request without hash ids is unique. O(hash ids). Returns 0 or -ENOMEM.
+ */
+static int unbounded_reuse(const struct kvsim_trace *t, uint32_t block_size, struct kvsim_report *r)
+{
+    size_t cap = 16;
+    while (cap < 2 * t->num_hash_ids)
+        cap *= 2;
+    uint64_t *set = calloc(cap, sizeof *set); /* id + 1; 0 = empty */
+    if (!set)
+        return -ENOMEM;
+    uint64_t input = 0, hit = 0;
+    for (size_t i = 0; i < t->num_reqs; i++) {
+        const struct kvsim_req_spec *s = &t->reqs[i];
+        const uint64_t *ids = kvsim_trace_hashes(t, s);
+        uint64_t lead = 0;
+        bool leading = true;
+        for (uint32_t k = 0; k < s->num_hashes; k++) {
+            uint64_t key = ids[k] + 1, h = key * UINT64_C(0x9e3779b97f4a7c15);
+            size_t j = (size_t)(h >> 20) & (cap - 1);
+            while (set[j] && set[j] != key)
+                j = (j + 1) & (cap - 1);
+            if (set[j] && leading)
+                lead++;
+            else
+                leading = false;
+            set[j] = key;
+        }
+        uint64_t tokens = lead * t->block_size;
+        uint64_t most = s->input_len > 0 ? s->input_len - 1 : 0;
+        tokens = tokens < most ? tokens : most;
+        hit += tokens - tokens % block_size;
+        input += s->input_len;
+    }
+    free(set);
+    r->has_unbounded_reuse = true;
+    r->prefix_cache_reuse_unbounded = input ? (double)hit / (double)input : 0.0;
+    return 0;
+}
+
 /* The per-engine part: each engine's own counters, and its requests from the records (the
  * engine of a request's last admission), in engine then request order. Returns 0 or -ENOMEM. */
 static int summarize_engines(struct replay *rp, struct kvsim_report *r)
@@ -926,6 +969,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                                  &report->timing);
         if (rc == 0)
             rc = summarize_engines(&rp, report);
+        if (rc == 0)
+            rc = unbounded_reuse(&rp.trace, cfg->sched.block_size, report);
         if (rc == 0 && cfg->offload)
             summarize_offload(&rp, &report->offload);
         if (rc == 0 && cfg->disagg.events_path)

@@ -403,6 +403,11 @@ struct kvsim_report {
     uint64_t output_tokens;    /* completed requests' output tokens */
     uint64_t cached_tokens;    /* completed requests' first-admission prefix hits */
     double prefix_cache_reuse; /* cached_tokens / input_tokens (0 if no input) */
+    /* The reuse an unbounded prefix cache shared by every engine would give on the same
+     * requests (each request's leading trace blocks seen before, in arrival order; filled by
+     * the replay; has_unbounded_reuse false: not computed) */
+    bool has_unbounded_reuse;
+    double prefix_cache_reuse_unbounded;
     /* time */
     int64_t duration_ns;          /* first arrival to last completion (0 if none completed) */
     double requests_per_s;        /* completed / duration */

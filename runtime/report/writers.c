@@ -57,6 +57,9 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%" PRIu64 "\n", "output tokens", r->output_tokens);
     fprintf(f, ROW "%.2f %% (%" PRIu64 " cached tokens)\n", "prefix-cache reuse",
             r->prefix_cache_reuse * 100.0, r->cached_tokens);
+    if (r->has_unbounded_reuse)
+        fprintf(f, ROW "%.2f %% (an unbounded cache shared by every engine)\n", "  possible",
+                r->prefix_cache_reuse_unbounded * 100.0);
 
     const struct kvsim_timing_summary *tm = &r->timing;
     if (!strcmp(tm->step_model, "profile")) {
@@ -367,6 +370,10 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(tok, "cached", json_u64(r->cached_tokens)) && ok;
     ok = put(root, "tokens", tok) && ok;
     ok = put(root, "prefix_cache_reuse_ratio", json_real(r->prefix_cache_reuse)) && ok;
+    if (r->has_unbounded_reuse)
+        ok = put(root, "prefix_cache_reuse_unbounded_ratio",
+                 json_real(r->prefix_cache_reuse_unbounded)) &&
+             ok;
 
     const struct kvsim_timing_summary *tm = &r->timing;
     json_t *tj = json_object();

@@ -120,6 +120,15 @@ void kvsim_run_fini(struct kvsim_run *run);
 bool kvsim_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 bool kvsim_parse_double(const char *s, double min, bool min_open, double max, double *out);
 
+/*
+ * kvsim_request_check - what is wrong with the prompt and limits of r (NULL: nothing), and in
+ * *input_len its prompt length: the size field, max_tokens >= 1 >= min_tokens - max_tokens,
+ * the prompt as tokens, hash ids or a length (one of them, ids below 2^31, hash ids matching
+ * input_len), and hash_block_size equal to block_size unless that is 0 (nothing seen yet).
+ * Arrivals are the caller's. Used by the engine and by the replay of a request list.
+ */
+const char *kvsim_request_check(const kvsim_request_t *r, uint32_t block_size, uint32_t *input_len);
+
 /* "a, b or c" of names[0..n) into buf (truncated to len); returns buf. */
 const char *kvsim_choices_text(const char *const *names, int n, char *buf, size_t len);
 

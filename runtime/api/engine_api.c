@@ -361,14 +361,10 @@ static int grow_reqs(kvsim_engine_t *e, uint32_t hashes)
     return kvsim_metrics_grow(e->metrics, (uint32_t)n);
 }
 
-/* Checks r. Returns NULL or what is wrong; sets *input_len. */
-static const char *check_request(const kvsim_engine_t *e, const kvsim_request_t *r,
-                                 uint32_t *input_len)
+const char *kvsim_request_check(const kvsim_request_t *r, uint32_t block_size, uint32_t *input_len)
 {
     if (r->size < offsetof(kvsim_request_t, priority) + sizeof r->priority)
         return "size is not set (use KVSIM_REQUEST_INIT)";
-    if (r->arrival_ns < e->clock)
-        return "arrival_ns is before the engine's clock";
     if (r->max_tokens == 0)
         return "max_tokens must be at least 1";
     if (r->min_tokens > r->max_tokens)
@@ -394,8 +390,8 @@ static const char *check_request(const kvsim_engine_t *e, const kvsim_request_t 
     if (r->hash_ids) {
         if (!r->hash_block_size)
             return "hash_block_size must be at least 1 with hash_ids";
-        if (e->trace.block_size && r->hash_block_size != e->trace.block_size)
-            return "hash_block_size differs from the engine's earlier requests'";
+        if (block_size && r->hash_block_size != block_size)
+            return "hash_block_size differs from the earlier requests'";
         uint64_t full = (uint64_t)r->num_hash_ids * r->hash_block_size;
         if (full > UINT32_MAX)
             return "the prompt is longer than 2^32 tokens";
@@ -408,6 +404,16 @@ static const char *check_request(const kvsim_engine_t *e, const kvsim_request_t 
         return "the prompt is empty (no tokens, no hash_ids, input_len 0)";
     *input_len = r->input_len;
     return NULL;
+}
+
+/* kvsim_request_check, and an arrival no earlier than the engine's clock. */
+static const char *check_request(const kvsim_engine_t *e, const kvsim_request_t *r,
+                                 uint32_t *input_len)
+{
+    const char *why = kvsim_request_check(r, e->trace.block_size, input_len);
+    if (!why && r->arrival_ns < e->clock)
+        why = "arrival_ns is before the engine's clock";
+    return why;
 }
 
 int kvsim_engine_add(kvsim_engine_t *e, const kvsim_request_t *r)

@@ -140,33 +140,15 @@ static int requests_trace(const kvsim_request_t *reqs, size_t n, struct kvsim_tr
     size_t hashes = 0;
     for (size_t i = 0; i < n; i++) {
         const kvsim_request_t *r = &reqs[i];
-        const char *why = NULL;
-        if (r->size < offsetof(kvsim_request_t, priority) + sizeof r->priority)
-            why = "size is not set (use KVSIM_REQUEST_INIT)";
-        else if (r->tokens || r->num_tokens)
+        uint32_t len;
+        const char *why = kvsim_request_check(r, t->block_size, &len);
+        if (!why && r->tokens)
             why = "token prompts are not supported by the replay: give hash_ids or input_len";
-        else if (r->arrival_ns < 0)
+        else if (!why && r->min_tokens)
+            why = "min_tokens is not supported by the replay (the output length is stop_after or "
+                  "max_tokens)";
+        if (!why && r->arrival_ns < 0)
             why = "arrival_ns is negative";
-        else if (r->max_tokens == 0)
-            why = "max_tokens must be at least 1";
-        else if (r->min_tokens)
-            why = "min_tokens is not supported by the replay (the output length is stop_after "
-                  "or max_tokens)";
-        else if (r->num_hash_ids && !r->hash_block_size)
-            why = "hash_block_size must be at least 1 with hash_ids";
-        else if (r->num_hash_ids && t->block_size && r->hash_block_size != t->block_size)
-            why = "every request's hash_block_size must be the same";
-        else if (r->num_hash_ids && (uint64_t)r->num_hash_ids * r->hash_block_size > UINT32_MAX)
-            why = "the prompt is longer than 2^32 tokens";
-        else if (r->num_hash_ids && r->input_len &&
-                 (r->input_len > r->num_hash_ids * r->hash_block_size ||
-                  r->input_len <= (r->num_hash_ids - 1) * r->hash_block_size))
-            why = "input_len does not match num_hash_ids x hash_block_size";
-        else if (!r->num_hash_ids && r->input_len == 0)
-            why = "the prompt is empty (no hash_ids, input_len 0)";
-        for (uint32_t k = 0; !why && k < r->num_hash_ids; k++)
-            if (r->hash_ids[k] > KVSIM_MAX_HASH_ID)
-                why = "a hash id is 2^31 or above";
         if (why) {
             snprintf(err, errlen, "kvsim_replay_requests: request %zu (id %llu): %s", i,
                      (unsigned long long)r->id, why);
@@ -187,8 +169,8 @@ static int requests_trace(const kvsim_request_t *reqs, size_t n, struct kvsim_tr
         struct kvsim_req_spec *s = &t->reqs[i];
         s->line = (uint32_t)i + 1;
         s->arrival_ns = r->arrival_ns;
-        s->input_len =
-            r->num_hash_ids && !r->input_len ? r->num_hash_ids * r->hash_block_size : r->input_len;
+        /* checked above: hash ids or a length, no tokens */
+        s->input_len = r->input_len ? r->input_len : r->num_hash_ids * r->hash_block_size;
         s->output_len =
             r->stop_after && r->stop_after < r->max_tokens ? r->stop_after : r->max_tokens;
         s->hash_off = (uint32_t)t->num_hash_ids;

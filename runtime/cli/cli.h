@@ -71,11 +71,6 @@ int cli_double(struct cli_parser *p, double min, bool min_open, double max, doub
 /* One of names[0..n) (the message lists them): stores its index. */
 int cli_choice(struct cli_parser *p, const char *const *names, int n, int *out);
 
-/* The same checks on any string, for values that are not an option's (e.g. NAME=VALUE parts).
- * Return true when s is valid; nothing is printed. */
-bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
-bool cli_parse_double(const char *s, double min, bool min_open, double max, double *out);
-
 /* Prints "<prog>: <message>\n" on stderr and returns -EINVAL. */
 int cli_error(const struct cli_parser *p, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

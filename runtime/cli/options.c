@@ -67,19 +67,9 @@ int cli_error(const struct cli_parser *p, const char *fmt, ...)
     return -EINVAL;
 }
 
-bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
-{
-    return kvsim_parse_u64(s, min, max, out);
-}
-
-bool cli_parse_double(const char *s, double min, bool min_open, double max, double *out)
-{
-    return kvsim_parse_double(s, min, min_open, max, out);
-}
-
 int cli_u64(struct cli_parser *p, uint64_t min, uint64_t max, uint64_t *out)
 {
-    if (cli_parse_u64(p->arg, min, max, out))
+    if (kvsim_parse_u64(p->arg, min, max, out))
         return 0;
     return cli_error(p, "option %s: '%s' is not an integer in [%" PRIu64 ", %" PRIu64 "]", p->name,
                      p->arg, min, max);
@@ -96,7 +86,7 @@ int cli_u32(struct cli_parser *p, uint32_t min, uint32_t max, uint32_t *out)
 
 int cli_double(struct cli_parser *p, double min, bool min_open, double max, double *out)
 {
-    if (cli_parse_double(p->arg, min, min_open, max, out))
+    if (kvsim_parse_double(p->arg, min, min_open, max, out))
         return 0;
     return cli_error(p, "option %s: '%s' is not a number in %c%g, %g]", p->name, p->arg,
                      min_open ? '(' : '[', min, max);

@@ -132,6 +132,18 @@ _A32 = next(c for c in "IL" if array.array(c).itemsize == 4)
 _A64 = next(c for c in "LQ" if array.array(c).itemsize == 8)
 
 
+def _attach(keep, name, code, ctype, values):
+    """A C array of values (kept alive in keep) and its length, for a request field."""
+    a = _array(name, code, values)
+    if len(a) > _U32:
+        raise Error(-_errno.EINVAL, "%s: too many (%d)" % (name, len(a)))
+    if not len(a):
+        return None, 0
+    buf = (ctype * len(a)).from_buffer(a)
+    keep.append(buf)
+    return ctypes.cast(buf, ctypes.POINTER(ctype)), len(a)
+
+
 def _fill_request(req, keep, id=0, arrival_ns=0, tokens=None, hash_ids=None, hash_block_size=16,
                   input_len=0, max_tokens=16, min_tokens=0, stop_after=0, priority=0):
     """Fills the kvsim_request_t req; keep receives the arrays it points to."""
@@ -139,23 +151,9 @@ def _fill_request(req, keep, id=0, arrival_ns=0, tokens=None, hash_ids=None, has
     req.id = _int("id", id, 0, _U64)
     req.arrival_ns = _int("arrival_ns", arrival_ns, _I64_MIN, _I64_MAX)
     if tokens is not None:
-        a = _array("tokens", _A32, tokens)
-        if len(a) > _U32:
-            raise Error(-_errno.EINVAL, "tokens: too many (%d)" % len(a))
-        if len(a):
-            buf = (c_uint32 * len(a)).from_buffer(a)
-            keep.append(buf)
-            req.tokens = ctypes.cast(buf, ctypes.POINTER(c_uint32))
-        req.num_tokens = len(a)
+        req.tokens, req.num_tokens = _attach(keep, "tokens", _A32, c_uint32, tokens)
     if hash_ids is not None:
-        a = _array("hash_ids", _A64, hash_ids)
-        if len(a) > _U32:
-            raise Error(-_errno.EINVAL, "hash_ids: too many (%d)" % len(a))
-        if len(a):
-            buf = (c_uint64 * len(a)).from_buffer(a)
-            keep.append(buf)
-            req.hash_ids = ctypes.cast(buf, ctypes.POINTER(c_uint64))
-        req.num_hash_ids = len(a)
+        req.hash_ids, req.num_hash_ids = _attach(keep, "hash_ids", _A64, c_uint64, hash_ids)
     req.hash_block_size = _int("hash_block_size", hash_block_size, 0, _U32)
     req.input_len = _int("input_len", input_len, 0, _U32)
     req.max_tokens = _int("max_tokens", max_tokens, 0, _U32)

@@ -492,6 +492,68 @@ KVSIM_EXTERN char *kvsim_report_json_text(const struct kvsim_report *r);
 KVSIM_EXTERN int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m,
                                               char *err, size_t errlen);
 
+/* ---- the time series (--timeseries-out, --html) ---------------------------------------------- */
+
+/*
+ * What one engine did over one interval [origin + k * interval, origin + (k + 1) * interval) of
+ * virtual time. Gauges are the engine's state at the interval's end (after every event before
+ * it, none at or after it); counts are what happened within the interval (tokens count at the
+ * end of the step that computed them).
+ */
+struct kvsim_ts_sample {
+    uint32_t running, waiting;                 /* requests, at the end */
+    uint32_t kv_used_blocks, kv_total_blocks;  /* G1 blocks referenced / usable, at the end */
+    uint32_t pinned_blocks;                    /* prefill engine: pinned handoff sources */
+    uint64_t prompt_tokens, generation_tokens; /* computed within the interval */
+    uint64_t preemptions;
+    uint64_t offload_stored_blocks; /* blocks copied into G2/G3 within the interval */
+    uint64_t offload_loaded_blocks; /* blocks onboarded from G2/G3 within the interval */
+};
+
+/* Engine roles in a time series (as enum kvsim_engine_role). */
+enum kvsim_ts_role { KVSIM_TS_AGGREGATED = 0, KVSIM_TS_PREFILL, KVSIM_TS_DECODE };
+
+/* A replay's time series: num_intervals x num_engines samples, interval-major. */
+struct kvsim_timeseries {
+    int64_t origin_ns;   /* the first interval's start (the first arrival) */
+    int64_t interval_ns; /* > 0 */
+    uint32_t num_engines, num_intervals;
+    uint8_t *roles;                  /* [num_engines], enum kvsim_ts_role */
+    struct kvsim_ts_sample *samples; /* [k * num_engines + engine] */
+};
+
+/* Sample of engine e in interval k (no bounds check). */
+static inline const struct kvsim_ts_sample *kvsim_ts_at(const struct kvsim_timeseries *ts,
+                                                        uint32_t k, uint32_t e)
+{
+    return &ts->samples[(size_t)k * ts->num_engines + e];
+}
+/* Frees what a time series owns and zeroes it. Accepts NULL and an empty one. */
+KVSIM_EXTERN void kvsim_timeseries_fini(struct kvsim_timeseries *ts);
+
+/*
+ * kvsim_timeseries_write_csv - one row per interval and engine, then a row "all" summing the
+ * engines, with a header: time_s (the interval's end, from the origin), engine, role, running,
+ * waiting, kv_usage, kv_used_blocks, prompt_tokens_per_s, generation_tokens_per_s,
+ * preemptions, pinned_blocks, offload_stored_blocks, offload_loaded_blocks. Returns 0 or the
+ * negative errno of the failed open/write/close with a message naming path in err.
+ */
+KVSIM_EXTERN int kvsim_timeseries_write_csv(const char *path, const struct kvsim_timeseries *ts,
+                                            char *err, size_t errlen);
+
+/*
+ * kvsim_report_write_html - one self-contained HTML file (inline SVG and CSS, no script, no
+ * network): the configuration, the summary and SLO tables, TTFT / ITL / E2E CDFs from the
+ * records of m, throughput, queue depth and KV usage over time from ts (NULL: those charts say
+ * there is no time series), per-engine load bars, and for a disaggregated run the pin
+ * durations. Returns 0, -ENOMEM, or the negative errno of the failed open/write/close with a
+ * message naming path in err.
+ */
+KVSIM_EXTERN int kvsim_report_write_html(const char *path, const struct kvsim_report *r,
+                                         const struct kvsim_metrics *m,
+                                         const struct kvsim_timeseries *ts, char *err,
+                                         size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -132,6 +132,8 @@ enum opt_id {
     O_REPORT,
     O_CONFIGOUT,
     O_REQOUT,
+    O_TSOUT,
+    O_TSINT,
     O_QUIET,
 };
 
@@ -231,6 +233,8 @@ static const struct opt opts[] = {
     {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL},
     {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL},
     {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
 };
 #define NUM_OPTS (sizeof opts / sizeof opts[0])
@@ -486,6 +490,16 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     }
     case O_REPORT: o->report_path = value; return 0;
     case O_REQOUT: cfg->requests_path = value; return 0;
+    case O_TSOUT: cfg->timeseries_path = value; return 0;
+    case O_TSINT: {
+        int64_t ns = (int64_t)(v->x * 1e6 + 0.5);
+        if (ns < 1) {
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
+            return -EINVAL;
+        }
+        cfg->timeseries_interval_ns = ns;
+        return 0;
+    }
     case O_QUIET: cfg->quiet = v->b; return 0;
     default: break;
     }

@@ -124,6 +124,10 @@ static void replay_usage(FILE *out)
                  "                             FILE replays the same run (options after it\n"
                  "                             override it); the report's run.config holds it\n"
                  "  --requests-out FILE        per-request records (JSONL)\n"
+                 "  --timeseries-out FILE      per engine and in all, every interval: running,\n"
+                 "                             waiting, KV usage, prompt and generation tok/s,\n"
+                 "                             preemptions, pinned and offloaded blocks (CSV)\n"
+                 "  --timeseries-interval-ms X the time series' interval (1000)\n"
                  "  --quiet                    no table, no progress bar\n"
                  "  -h, --help                 this help\n");
 }
@@ -168,6 +172,8 @@ static const struct option replay_opts[] = {
     {"report", required_argument, NULL, O_RUN},
     {"config-out", required_argument, NULL, O_RUN},
     {"requests-out", required_argument, NULL, O_RUN},
+    {"timeseries-out", required_argument, NULL, O_RUN},
+    {"timeseries-interval-ms", required_argument, NULL, O_RUN},
     {"quiet", no_argument, NULL, O_RUN},
     {"check-invariants", no_argument, NULL, O_RUN},
     {"kv-index", required_argument, NULL, O_RUN},

@@ -50,6 +50,8 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     e->blocked_since = -1;
     e->advanced_to = INT64_MIN;
     e->pub.earliest_parent_finish = e->pub.earliest_handoff = INT64_MAX; /* nothing yet */
+    e->next_sample_ns =
+        cfg->sample_interval_ns > 0 ? cfg->sample_origin_ns + cfg->sample_interval_ns : INT64_MAX;
     struct sched_config sc = cfg->sched;
     sc.enable_kv_events = cfg->kv_events;
     /* A prefill engine's connector delivers KV (vLLM's kv_producer role, #50297). */
@@ -104,6 +106,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->runs);
     free(e->waiting_scratch);
     free(e->aborts);
+    free(e->samples);
     engine__disagg_free(e);
     free(e);
 }
@@ -341,6 +344,9 @@ int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,
     struct kvsim_metrics *m = e->cfg.metrics;
     if (e->cfg.role == KVSIM_ENGINE_DECODE)
         return -EINVAL; /* a decode engine's requests arrive as messages */
+    int src = engine__sample_to(e, t);
+    if (src)
+        return src;
     if (!e->step && t > e->now)
         e->now = t;
     int mrc = kvsim_metrics_on_arrival(m, req, t, spec->input_len);
@@ -437,6 +443,7 @@ static int start_step(struct kvsim_engine *e)
                 return engine__fail(e, rc);
             else
                 observe(e, KVSIM_OBS_PREEMPTED, (uint32_t)st->preempted[i]->id, e->now, 0, 0);
+        e->cur.preemptions += st->num_preempted;
         if (e->tiers) {
             struct sched_offload_status os;
             sched_offload_status(e->s, &os);
@@ -501,6 +508,7 @@ static int start_step(struct kvsim_engine *e)
         b.prefill_prefix = e->shape_prefix;
         b.decode_context = e->shape_context;
         e->prefill_tokens += b.prefill_tokens;
+        e->step_prompt_tokens = b.prefill_tokens;
         e->step = st;
         unsigned outside = 0;
         int64_t dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
@@ -537,12 +545,14 @@ static int complete_step(struct kvsim_engine *e)
             e->tok[i] = ENGINE_EOS_TOKEN;
         e->tok_ptr[i] = &e->tok[i];
         if (st->scheduled[i].samples && !prefill) {
+            e->cur.generation_tokens++;
             if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
                 return engine__fail(e, rc);
             observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, r->num_output, 0);
         }
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
+    e->cur.prompt_tokens += e->step_prompt_tokens;
     e->step = NULL;
     rc = sched_update(e->s, st, &out);
     if (rc)
@@ -687,7 +697,9 @@ static int tiers_advance(struct kvsim_engine *e, int64_t t)
  * engine is between steps) pins expiring. */
 static int apply_events(struct kvsim_engine *e, int64_t t, bool between_steps)
 {
-    int rc = tiers_advance(e, t);
+    int rc = engine__sample_to(e, t);
+    if (rc == 0)
+        rc = tiers_advance(e, t);
     if (rc == 0)
         rc = engine__apply_messages(e, t, between_steps);
     engine__pin_account(e, t);
@@ -730,6 +742,8 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
         }
         if (e->step_end > until)
             break;
+        if ((rc = engine__sample_to(e, e->step_end)) != 0)
+            return rc;
         e->now = e->step_end;
         /* vLLM checks pin deadlines once per step (get_finished): at its end. */
         if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0 ||

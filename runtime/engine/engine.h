@@ -510,6 +510,9 @@ struct kvsim_engine_config {
     kvsim_engine_observe_fn observe;
     void *observe_ctx;
     bool stops;
+    /* The time series (kvsim_engine_samples): one sample per interval of sample_interval_ns
+     * (0: none) from sample_origin_ns on. */
+    int64_t sample_interval_ns, sample_origin_ns;
 };
 
 /* What the offload side of an engine did (zero without tiers). */
@@ -628,6 +631,16 @@ KVSIM_EXTERN const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsi
 /* A prefill engine's pinned blocks integrated over virtual time (block-ns) and their peak. */
 KVSIM_EXTERN void kvsim_engine_pin_stats(const struct kvsim_engine *e, double *block_ns,
                                          uint32_t *peak_blocks);
+
+/*
+ * kvsim_engine_samples - the engine's time series so far: one sample per interval that ended at
+ * or before the last instant the engine processed (struct kvsim_ts_sample, report.h), *n of
+ * them. kvsim_engine_samples_finish closes intervals up to num_intervals with the engine's
+ * final state (the replay's end). Context: the engine's owner. finish returns 0 or -ENOMEM.
+ */
+KVSIM_EXTERN const struct kvsim_ts_sample *kvsim_engine_samples(const struct kvsim_engine *e,
+                                                                uint32_t *n);
+KVSIM_EXTERN int kvsim_engine_samples_finish(struct kvsim_engine *e, uint32_t num_intervals);
 
 /* The report's timing part: which step model m is (num_gpu_blocks: one engine's), steps over
  * engines[0..n) and those off the profile's grid, summed in engine order. */

@@ -72,6 +72,13 @@ struct kvsim_engine {
     double peak_kv_usage;
     uint32_t *aborts; /* kvsim_engine_abort_req while a step runs: applied at its end */
     uint32_t num_aborts, cap_aborts;
+    /* the time series (samples.c): INT64_MAX while off, so the hot path pays one compare */
+    int64_t next_sample_ns;     /* end of the interval being counted */
+    struct kvsim_ts_sample cur; /* its counts so far */
+    struct kvsim_ts_sample *samples;
+    uint32_t num_samples, cap_samples;
+    uint64_t step_prompt_tokens; /* the running step's prefill tokens (counted at its end) */
+    uint64_t offload_stored_base, offload_loaded_base; /* tier totals at the last interval end */
 };
 
 /* Refreshes e->pub (the engine's published view). */
@@ -80,6 +87,17 @@ void engine__publish(struct kvsim_engine *e);
 int engine__fail(struct kvsim_engine *e, int rc);
 /* Lists req as finished at t for session follow-ups. Returns 0 or -ENOMEM. */
 int engine__push_done(struct kvsim_engine *e, uint32_t req, int64_t t);
+
+/* ---- samples.c ----------------------------------------------------------------------------- */
+
+/* Closes every interval ending at or before t with the engine's current state (what held since
+ * its last event). Returns 0 or -ENOMEM (e->err says so). */
+int engine__sample_flush(struct kvsim_engine *e, int64_t t);
+/* Called before the engine processes anything at t: one compare unless an interval ends. */
+static inline int engine__sample_to(struct kvsim_engine *e, int64_t t)
+{
+    return t >= e->next_sample_ns ? engine__sample_flush(e, t) : 0;
+}
 
 /* ---- disagg.c ------------------------------------------------------------------------------ */
 

@@ -679,6 +679,62 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->disagg.prefill_router = c->disagg.decode_router = KVSIM_ROUTER_KV;
     c->disagg.transfer.gbps = 25.0;                         /* a 200 Gb/s RDMA NIC */
     c->disagg.abort_timeout_ns = INT64_C(480) * 1000000000; /* VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
+    c->timeseries_interval_ns = 1000000000;
+}
+
+/* Whether an output reads the engines' time series. */
+static bool wants_timeseries(const struct kvsim_replay_config *cfg)
+{
+    return cfg->timeseries_path != NULL;
+}
+
+/*
+ * The engines' samples as one time series: every engine closes the intervals up to the last
+ * instant any engine processed, so that all have the same count. Returns 0 or -ENOMEM.
+ */
+static int collect_timeseries(struct replay *rp, struct kvsim_timeseries *ts)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    memset(ts, 0, sizeof *ts);
+    ts->origin_ns = rp->trace.reqs[0].arrival_ns;
+    ts->interval_ns = cfg->timeseries_interval_ns;
+    ts->num_engines = rp->num_engines;
+    int64_t end = ts->origin_ns;
+    uint32_t n = 0;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        int64_t c = kvsim_engine_clock(rp->engines[e]);
+        uint32_t k;
+        kvsim_engine_samples(rp->engines[e], &k);
+        if (c > end)
+            end = c;
+        if (k > n)
+            n = k;
+    }
+    uint64_t span = (uint64_t)(end - ts->origin_ns) / (uint64_t)ts->interval_ns + 1;
+    if (span > n)
+        n = span > UINT32_MAX ? UINT32_MAX : (uint32_t)span;
+    ts->num_intervals = n;
+    ts->roles = malloc(rp->num_engines);
+    ts->samples = malloc((size_t)n * rp->num_engines * sizeof *ts->samples);
+    if (!ts->roles || !ts->samples) {
+        kvsim_timeseries_fini(ts);
+        return -ENOMEM;
+    }
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        int rc = kvsim_engine_samples_finish(rp->engines[e], n);
+        if (rc) {
+            kvsim_timeseries_fini(ts);
+            return rc;
+        }
+        uint32_t k;
+        const struct kvsim_ts_sample *s = kvsim_engine_samples(rp->engines[e], &k);
+        ts->roles[e] = e >= rp->num_prefill
+                           ? (rp->num_prefill ? KVSIM_TS_DECODE : KVSIM_TS_AGGREGATED)
+                           : KVSIM_TS_PREFILL;
+        for (uint32_t i = 0; i < n; i++)
+            ts->samples[(size_t)i * rp->num_engines + e] = s[i];
+    }
+    return 0;
 }
 
 /* The configuration of engine e: its pool's scheduler settings and role. */
@@ -725,6 +781,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     err[0] = 0;
     if (cfg->num_engines == 0 || cfg->num_threads == 0) {
         snprintf(err, errlen, "--engines and --threads must be at least 1");
+        return -EINVAL;
+    }
+    if (wants_timeseries(cfg) && cfg->timeseries_interval_ns <= 0) {
+        snprintf(err, errlen, "--timeseries-interval-ms must be at least 1 ns");
         return -EINVAL;
     }
     int64_t wall0 = base_monotonic_ns();
@@ -817,6 +877,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .kv_events = rp.drain_events,
             .next_turn = rp.next_turn,
             .tiers = cfg->offload ? &tiers : NULL,
+            .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
+            .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
         };
         engine_config(&rp, e, &ec);
         rc = kvsim_engine_create(&ec, &rp.engines[e]);
@@ -977,9 +1039,16 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             rc = replay__disagg_write_events(&rp, cfg->disagg.events_path, err, errlen);
         if (rc == 0 && cfg->requests_path)
             rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
-    } else if (!err[0]) {
-        snprintf(err, errlen, "replay failed: %s", kvsim_strerror(rc));
+        if (rc == 0 && wants_timeseries(cfg)) {
+            struct kvsim_timeseries ts;
+            rc = collect_timeseries(&rp, &ts);
+            if (rc == 0 && cfg->timeseries_path)
+                rc = kvsim_timeseries_write_csv(cfg->timeseries_path, &ts, err, errlen);
+            kvsim_timeseries_fini(&ts);
+        }
     }
+    if (rc && !err[0])
+        snprintf(err, errlen, "replay failed: %s", kvsim_strerror(rc));
     replay_free(&rp);
     return rc;
 }

@@ -137,14 +137,19 @@ struct kvsim_replay_config {
     uint32_t offload_threads;        /* pool workers */
     uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy and of a KV transfer */
     struct kvsim_disagg_config disagg;
-    struct kvsim_slo slo;    /* SLOs the report scores (zeros: none) */
+    struct kvsim_slo slo; /* SLOs the report scores (zeros: none) */
+    /* The time series (engines sampled every timeseries_interval_ns from the first arrival),
+     * written as CSV to timeseries_path; kept only when an output needs it. */
+    const char *timeseries_path;
+    int64_t timeseries_interval_ns; /* > 0 (default 1 s) */
     const char *config_text; /* the run's configuration for the report (--config-out), or NULL */
 };
 
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,
  * max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and chunked prefill on, one
- * thread per CPU; disaggregated serving off (when turned on: kv routers, 25 GB/s links with no
- * fixed latency, a 480 s abort timeout as VLLM_NIXL_ABORT_REQUEST_TIMEOUT). */
+ * thread per CPU; a 1 s time series interval; disaggregated serving off (when turned on: kv
+ * routers, 25 GB/s links with no fixed latency, a 480 s abort timeout as
+ * VLLM_NIXL_ABORT_REQUEST_TIMEOUT). */
 KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
 
 /*

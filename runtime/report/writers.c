@@ -1,6 +1,6 @@
 /*
- * writers.c - the report's three forms: the terminal table, the JSON report and the per-request
- * JSONL records.
+ * writers.c - the report's forms: the terminal table, the JSON report, the per-request JSONL
+ * records and the time series CSV.
  */
 #include "runtime/report/report_internal.h"
 
@@ -655,4 +655,67 @@ int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m
     for (uint32_t i = 0; i < m->num_requests && !ferror(fp); i++)
         write_record(fp, i, &m->recs[i], m->disagg);
     return close_written(fp, path, err, errlen);
+}
+/* ---- the time series ------------------------------------------------------------------------ */
+
+void kvsim_timeseries_fini(struct kvsim_timeseries *ts)
+{
+    if (!ts)
+        return;
+    free(ts->roles);
+    free(ts->samples);
+    memset(ts, 0, sizeof *ts);
+}
+
+static const char *ts_role_name(uint8_t role)
+{
+    return role == KVSIM_TS_PREFILL ? "prefill" : role == KVSIM_TS_DECODE ? "decode" : "aggregated";
+}
+
+static void write_ts_row(FILE *f, double t_s, double interval_s, const char *engine,
+                         const char *role, const struct kvsim_ts_sample *s)
+{
+    double usage = s->kv_total_blocks ? (double)s->kv_used_blocks / s->kv_total_blocks : 0.0;
+    fprintf(f,
+            "%.6f,%s,%s,%" PRIu32 ",%" PRIu32 ",%.6f,%" PRIu32 ",%.6f,%.6f,%" PRIu64 ",%" PRIu32
+            ",%" PRIu64 ",%" PRIu64 "\n",
+            t_s, engine, role, s->running, s->waiting, usage, s->kv_used_blocks,
+            (double)s->prompt_tokens / interval_s, (double)s->generation_tokens / interval_s,
+            s->preemptions, s->pinned_blocks, s->offload_stored_blocks, s->offload_loaded_blocks);
+}
+
+int kvsim_timeseries_write_csv(const char *path, const struct kvsim_timeseries *ts, char *err,
+                               size_t errlen)
+{
+    FILE *f;
+    int rc = open_for_write(path, &f, err, errlen);
+    if (rc)
+        return rc;
+    fputs("time_s,engine,role,running,waiting,kv_usage,kv_used_blocks,prompt_tokens_per_s,"
+          "generation_tokens_per_s,preemptions,pinned_blocks,offload_stored_blocks,"
+          "offload_loaded_blocks\n",
+          f);
+    double interval_s = (double)ts->interval_ns / 1e9;
+    for (uint32_t k = 0; k < ts->num_intervals; k++) {
+        double t_s = (double)(k + 1) * interval_s;
+        struct kvsim_ts_sample all = {0};
+        for (uint32_t e = 0; e < ts->num_engines; e++) {
+            const struct kvsim_ts_sample *s = kvsim_ts_at(ts, k, e);
+            char name[16];
+            snprintf(name, sizeof name, "%" PRIu32, e);
+            write_ts_row(f, t_s, interval_s, name, ts_role_name(ts->roles[e]), s);
+            all.running += s->running;
+            all.waiting += s->waiting;
+            all.kv_used_blocks += s->kv_used_blocks;
+            all.kv_total_blocks += s->kv_total_blocks;
+            all.pinned_blocks += s->pinned_blocks;
+            all.prompt_tokens += s->prompt_tokens;
+            all.generation_tokens += s->generation_tokens;
+            all.preemptions += s->preemptions;
+            all.offload_stored_blocks += s->offload_stored_blocks;
+            all.offload_loaded_blocks += s->offload_loaded_blocks;
+        }
+        write_ts_row(f, t_s, interval_s, "all", "all", &all);
+    }
+    return close_written(f, path, err, errlen);
 }

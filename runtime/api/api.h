@@ -78,8 +78,16 @@ void kvsim_options_fini(struct kvsim_options *o);
  * coefficients from run->replay.model}. malloc'd text (free()), or NULL when out of memory.
  */
 char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run);
-/* Writes text and a newline to path (what = the option, for the message). Returns 0, or the
- * negative errno with "<what> <path>: <strerror>" in err. */
+/*
+ * kvsim_options_check_outputs - before a run: every output path given (--report, --config-out,
+ * --requests-out, --timeseries-out, --handoff-events) can be written (kvsim_output_check, which
+ * leaves existing files as they are), no two name the same file, and at most one is "-"
+ * (standard output). Returns 0, or -EINVAL (the same file twice) or the negative errno of the
+ * path that cannot be written, with "option --NAME: ..." in err.
+ */
+int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t errlen);
+/* Writes text and a newline to path (what = the option, for the message), atomically
+ * (kvsim_output). Returns 0, or the negative errno with "<what>: <path>: ..." in err. */
 int kvsim_write_text_file(const char *what, const char *path, const char *text, char *err,
                           size_t errlen);
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -932,17 +933,65 @@ char *kvsim_config_json(const kvsim_config_t *c)
 int kvsim_write_text_file(const char *what, const char *path, const char *text, char *err,
                           size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    int e = errno;
-    if (f && fclose(f) != 0 && ok) {
-        ok = false;
-        e = errno;
+    char why[512];
+    int rc = kvsim_write_text(path, text, why, sizeof why);
+    if (rc)
+        snprintf(err, errlen, "%s: %s", what, why);
+    return rc;
+}
+
+/* The file path names, for comparing outputs: its directory resolved, then its base name (the
+ * file itself may not exist yet). */
+static void output_identity(const char *path, char *buf, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    char real[PATH_MAX];
+    snprintf(buf, len, "%s/%s", realpath(dir, real) ? real : dir, slash ? slash + 1 : path);
+}
+
+int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t errlen)
+{
+    const struct kvsim_replay_config *c = &o->replay;
+    const struct {
+        const char *option, *path;
+    } outs[] = {
+        {"report", o->report_path},
+        {"config-out", o->config_out_path},
+        {"requests-out", c->requests_path},
+        {"timeseries-out", c->timeseries_path},
+        {"handoff-events", c->disagg.events_path},
+    };
+    enum { N = sizeof outs / sizeof outs[0] };
+    char ids[N][4096 + 256];
+    for (size_t i = 0; i < N; i++) {
+        ids[i][0] = 0;
+        if (!outs[i].path)
+            continue;
+        bool is_stdout = strcmp(outs[i].path, "-") == 0;
+        if (is_stdout)
+            snprintf(ids[i], sizeof ids[i], "-");
+        else
+            output_identity(outs[i].path, ids[i], sizeof ids[i]);
+        for (size_t j = 0; j < i; j++)
+            if (ids[j][0] && strcmp(ids[i], ids[j]) == 0 &&
+                (is_stdout || strncmp(ids[i], "/dev/", 5) != 0)) {
+                snprintf(err, errlen, "options --%s and --%s name the same %s (%s)", outs[j].option,
+                         outs[i].option, is_stdout ? "output" : "file",
+                         is_stdout ? "standard output" : outs[i].path);
+                return -EINVAL;
+            }
+        char why[512];
+        int rc = kvsim_output_check(outs[i].path, why, sizeof why);
+        if (rc) {
+            snprintf(err, errlen, "option --%s: %s", outs[i].option, why);
+            return rc;
+        }
     }
-    if (ok)
-        return 0;
-    snprintf(err, errlen, "%s %s: %s", what, path, strerror(e ? e : EIO));
-    return e ? -e : -EIO;
+    return 0;
 }
 
 /* The effective value of option d as --config reads it into buf. Returns false when the option

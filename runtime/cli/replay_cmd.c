@@ -14,13 +14,15 @@
 static void replay_usage(FILE *out)
 {
     fprintf(out,
-            "usage: kvsim replay [options]\n"
+            "usage: kvsim replay [options] [TRACE]\n"
             "\n"
             "Replays a request trace (or the built-in synthetic workload) through N simulated\n"
             "vLLM engines behind a router, in virtual time, and prints a report.\n"
             "\n"
             "input:\n"
-            "  --trace FILE               Mooncake JSONL or Azure CSV (default: synthetic)\n"
+            "  --trace FILE, or TRACE     Mooncake JSONL or Azure CSV, gzip-compressed or not;\n"
+            "                             - reads standard input (with --format) (default:\n"
+            "                             the synthetic workload)\n"
             "  --format mooncake|azure|vllm-run  trace format (default: from the file\n"
             "                             extension; vllm-run: a recorded run's requests.jsonl)\n"
             "  --trace-block-size N       tokens per Mooncake hash id (512)\n"
@@ -33,7 +35,8 @@ static void replay_usage(FILE *out)
             "  --router POLICY            round-robin | least-loaded | kv (kv)\n"
             "  --kv-index pool|events     kv router's overlap source: the engines' prefix-cache\n"
             "                             maps, or an indexer fed by their KV events (pool);\n"
-            "                             both see the same blocks at every boundary\n"
+            "                             both see the same blocks at every boundary\n");
+    fprintf(out,
             "engine:\n"
             "  --block-size B             tokens per KV block (16)\n"
             "  --num-gpu-blocks N         KV blocks per engine, null block included (16384);\n"
@@ -119,7 +122,8 @@ static void replay_usage(FILE *out)
                  "                             (last - first token) / (tokens - 1)) within X ms\n"
                  "  --slo-e2e-ms X             end-to-end latency within X ms\n");
     fprintf(out, "output:\n"
-                 "  --report FILE              JSON report\n"
+                 "  --report FILE              JSON report (- : standard output, the table then\n"
+                 "                             goes to standard error)\n"
                  "  --config-out FILE          the run's whole configuration as JSON: --config\n"
                  "                             FILE replays the same run (options after it\n"
                  "                             override it); the report's run.config holds it\n"
@@ -237,10 +241,22 @@ int cli_replay_main(int argc, char **argv)
             break;
         }
     }
+    /* The trace may be given as the one positional argument ("-": standard input). */
     if (c >= 0 && cli_optind() < p.argc) {
-        cli_error(&p, "unexpected argument '%s'", p.argv[cli_optind()]);
-        replay_usage(stderr);
-        c = -EINVAL;
+        const char *pos = p.argv[cli_optind()];
+        if (cli_optind() + 1 < p.argc) {
+            cli_error(&p, "unexpected argument '%s' (one trace at most)", p.argv[cli_optind() + 1]);
+            c = -EINVAL;
+        } else if (o.replay.trace_path) {
+            cli_error(&p, "the trace is given twice: '%s' and --trace %s", pos,
+                      o.replay.trace_path);
+            c = -EINVAL;
+        } else if (kvsim_options_set(&o, "trace", pos, err, sizeof err) != 0) {
+            cli_error(&p, "%s", err);
+            c = -EINVAL;
+        }
+        if (c < 0)
+            fprintf(stderr, "kvsim replay --help lists the options\n");
     }
     if (c < 0) {
         kvsim_options_fini(&o);
@@ -248,6 +264,8 @@ int cli_replay_main(int argc, char **argv)
     }
     struct kvsim_run run;
     int rc = kvsim_options_resolve(&o, &run, err, sizeof err);
+    if (rc == 0 && (rc = kvsim_options_check_outputs(&o, err, sizeof err)) != 0)
+        kvsim_run_fini(&run);
     if (rc) {
         kvsim_options_fini(&o);
         cli_error(&p, "%s", err);
@@ -271,8 +289,10 @@ int cli_replay_main(int argc, char **argv)
         cli_error(&p, "%s", err);
         status = rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
     } else if (status == CLI_EXIT_OK) {
+        /* With a JSON report on standard output, the table goes to standard error. */
+        bool json_on_stdout = o.report_path && strcmp(o.report_path, "-") == 0;
         if (!run.replay.quiet)
-            kvsim_report_print(stdout, &report);
+            kvsim_report_print(json_on_stdout ? stderr : stdout, &report);
         if (o.report_path &&
             kvsim_report_write_json(o.report_path, &report, err, sizeof err) != 0) {
             cli_error(&p, "%s", err);

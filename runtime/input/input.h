@@ -76,6 +76,7 @@ struct kvsim_trace {
     size_t num_clamped;    /* requests whose input_length was clamped */
     uint32_t num_sessions; /* sessions: session indices are 0 .. num_sessions-1 */
     enum kvsim_trace_format format;
+    char sha256[65]; /* kvsim_trace_load: the file's bytes as stored, hex ("": not from a file) */
 };
 
 /* The largest hash id: each id becomes one token id below 2^31 (kvsim_prompt_runs; the tokens
@@ -129,8 +130,12 @@ KVSIM_EXTERN void kvsim_trace_opts_default(struct kvsim_trace_opts *o);
  * the earliest is 0; no prefix information (num_hashes 0: every prompt unique; trace_block_size
  * does not apply), no sessions.
  *
- * All formats: max_requests keeps the first N rows of the file (the rest is not read); requests
- * are sorted by (arrival_ns, line) and prev_turn indices refer to the sorted array.
+ * All formats: max_requests keeps the first N rows of the file (the rest is not parsed, only
+ * hashed); requests are sorted by (arrival_ns, line) and prev_turn indices refer to the sorted
+ * array. path "-" reads standard input (the format must then be given: AUTO is an error); a
+ * file or stream that starts with the gzip magic bytes is inflated (concatenated members as
+ * gzip(1)), whatever its name (format_from_name ignores a final .gz). out->sha256 is the sha256
+ * of the bytes as stored (what sha256sum prints for the file).
  *
  * Returns 0 (err set to ""), or a negative errno with a one-line message in err (if err is not
  * NULL and errlen > 0; truncated to errlen):
@@ -139,6 +144,8 @@ KVSIM_EXTERN void kvsim_trace_opts_default(struct kvsim_trace_opts *o);
  *            or has the wrong number of CSV columns; "<file>: <what>" for an empty trace, an
  *            unknown extension or bad options;
  *   -ENOENT, -EACCES, -EIO, ...  "<file>: cannot open: <strerror>" / "<file>: read error";
+ *            a corrupt or truncated gzip stream is -EINVAL; standard input is named
+ *            "standard input";
  *   -ENOMEM  when memory runs out.
  * On error *out is left empty (as after kvsim_trace_free()). Cost: O(file size + N log N).
  */

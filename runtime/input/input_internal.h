@@ -57,6 +57,19 @@ int input__fail_field(struct loader *ld, uint32_t line, const char *field, const
     __attribute__((format(printf, 4, 5)));
 /* "<file>: out of memory"; returns -ENOMEM. */
 int input__oom(struct loader *ld);
+
+/* ---- source.c: the trace's bytes --------------------------------------------------------- */
+
+struct input_source;
+/* Opens path ("-": standard input) as *f, inflated when it is gzip, hashing the stored
+ * bytes. Returns 0, or a negative errno with ld's message set. */
+int input__source_open(struct loader *ld, const char *path, struct input_source **out, FILE **f);
+/* The errno of a failed read or a corrupt gzip stream (EILSEQ), or 0. */
+int input__source_error(const struct input_source *s);
+/* Closes f (if not NULL) and the source; with sha256_hex, first hashes the bytes left unread and
+ * writes the stored bytes' sha256 as 64 hex digits. Returns 0 or a negative errno (a read error:
+ * the hash is then not written). */
+int input__source_close(struct input_source *s, FILE *f, char sha256_hex[65]);
 /* Appends a zeroed request (independent, no hashes) with its raw time; NULL when out of memory. */
 struct kvsim_req_spec *input__add_req(struct loader *ld, uint32_t line, int64_t raw_ts);
 /* Looks key up in the session table, adding it as a new session if absent. Sets *session and

@@ -320,11 +320,19 @@ static bool is_blank(const char *s, size_t n)
 }
 /* ---- the file ---------------------------------------------------------------------------- */
 
+/* The format a name says: .jsonl/.json Mooncake, .csv Azure, either with .gz after it. */
 static enum kvsim_trace_format format_from_name(const char *path)
 {
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    const char *dot = strrchr(base, '.');
+    char name[256];
+    size_t n = strlen(base);
+    if (n >= sizeof name)
+        return KVSIM_TRACE_AUTO;
+    memcpy(name, base, n + 1);
+    if (n > 3 && strcasecmp(name + n - 3, ".gz") == 0)
+        name[n - 3] = 0;
+    const char *dot = strrchr(name, '.');
     if (!dot)
         return KVSIM_TRACE_AUTO;
     if (strcasecmp(dot, ".jsonl") == 0 || strcasecmp(dot, ".json") == 0)
@@ -335,7 +343,8 @@ static enum kvsim_trace_format format_from_name(const char *path)
 }
 
 /* Reads the file line by line into ld->t (file order, raw times). */
-static int read_rows(struct loader *ld, FILE *f, enum kvsim_trace_format format)
+static int read_rows(struct loader *ld, FILE *f, const struct input_source *src,
+                     enum kvsim_trace_format format)
 {
     static const char bom[] = "\xEF\xBB\xBF";
     struct azure_state az = {0};
@@ -352,7 +361,9 @@ static int read_rows(struct loader *ld, FILE *f, enum kvsim_trace_format format)
         if (got < 0) {
             int e = errno ? errno : EIO;
             if (ferror(f))
-                rc = input__fail(ld, -e, 0, "read error: %s", strerror(e));
+                rc = e == EILSEQ
+                         ? input__fail(ld, -EINVAL, line + 1, "corrupt or truncated gzip stream")
+                         : input__fail(ld, -e, line + 1, "read error: %s", strerror(e));
             break;
         }
         if (line == UINT32_MAX) {
@@ -362,6 +373,14 @@ static int read_rows(struct loader *ld, FILE *f, enum kvsim_trace_format format)
         line++;
         const char *s = buf;
         size_t n = (size_t)got;
+        /* A last line cut short by a failed read or a broken gzip stream is not a line. */
+        int src_err = n && buf[n - 1] != '\n' ? input__source_error(src) : 0;
+        if (src_err) {
+            rc = src_err == EILSEQ
+                     ? input__fail(ld, -EINVAL, line, "corrupt or truncated gzip stream")
+                     : input__fail(ld, -src_err, line, "read error: %s", strerror(src_err));
+            break;
+        }
         if (line == 1 && n >= 3 && memcmp(s, bom, 3) == 0) { /* a UTF-8 byte order mark */
             s += 3;
             n -= 3;
@@ -397,15 +416,22 @@ int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, stru
     memset(out, 0, sizeof *out);
     if (err && errlen)
         err[0] = 0;
-    struct loader ld = {.path = path, .opts = opts, .t = out, .err = err, .errlen = errlen};
+    bool is_stdin = strcmp(path, "-") == 0;
+    struct loader ld = {.path = is_stdin ? "standard input" : path,
+                        .opts = opts,
+                        .t = out,
+                        .err = err,
+                        .errlen = errlen};
 
     enum kvsim_trace_format format = opts->format;
     if (format == KVSIM_TRACE_AUTO) {
-        format = format_from_name(path);
+        format = is_stdin ? KVSIM_TRACE_AUTO : format_from_name(path);
         if (format == KVSIM_TRACE_AUTO)
             return input__fail(&ld, -EINVAL, 0,
-                               "cannot tell the trace format from the file name (expected .jsonl, "
-                               ".json or .csv)");
+                               is_stdin ? "give the trace format (--format mooncake, azure or "
+                                          "vllm-run)"
+                                        : "cannot tell the trace format from the file name "
+                                          "(expected .jsonl, .json or .csv, optionally .gz)");
     }
     if (format != KVSIM_TRACE_MOONCAKE && format != KVSIM_TRACE_AZURE &&
         format != KVSIM_TRACE_VLLM_RUN)
@@ -418,15 +444,18 @@ int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, stru
                            "arrival_speedup must be a positive finite number, got %g",
                            opts->arrival_speedup);
 
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        int e = errno;
-        return input__fail(&ld, -e, 0, "cannot open: %s", strerror(e));
-    }
+    struct input_source *src;
+    FILE *f;
+    int rc = input__source_open(&ld, path, &src, &f);
+    if (rc)
+        return rc;
     out->format = format;
     out->block_size = format == KVSIM_TRACE_MOONCAKE ? opts->trace_block_size : 0;
-    int rc = read_rows(&ld, f, format);
-    fclose(f);
+    rc = read_rows(&ld, f, src, format);
+    int src_rc = input__source_close(src, f, rc ? NULL : out->sha256);
+    if (!rc && src_rc)
+        rc = src_rc == -EILSEQ ? input__fail(&ld, -EINVAL, 0, "corrupt or truncated gzip stream")
+                               : input__fail(&ld, src_rc, 0, "read error: %s", strerror(-src_rc));
     if (!rc && out->num_reqs == 0)
         rc = input__fail(&ld, -EINVAL, 0, "empty trace (no requests)");
     if (!rc)

@@ -554,20 +554,10 @@ int replay__disagg_write_events(const struct replay *rp, const char *path, char 
         }
     }
     qsort(evs, n, sizeof *evs, event_cmp);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
-        free(evs);
-        return -e;
-    }
-    for (size_t k = 0; k < n; k++)
-        write_event(f, &rp->handoffs[evs[k].req], &evs[k]);
+    struct kvsim_output o;
+    int rc = kvsim_output_open(&o, path, err, errlen);
+    for (size_t k = 0; rc == 0 && k < n; k++)
+        write_event(o.f, &rp->handoffs[evs[k].req], &evs[k]);
     free(evs);
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad) {
-        snprintf(err, errlen, "%s: write error", path);
-        return -EIO;
-    }
-    return 0;
+    return rc ? rc : kvsim_output_commit(&o, err, errlen);
 }

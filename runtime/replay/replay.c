@@ -1006,6 +1006,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .trace = cfg->trace_path ? cfg->trace_path
                      : cfg->requests ? (cfg->trace_label ? cfg->trace_label : "requests")
                                      : "synthetic",
+            .trace_sha256 = rp.trace.sha256[0] ? rp.trace.sha256 : NULL,
             .router = kvsim_router_policy_name(cfg->router),
             .seed = cfg->seed,
             .num_engines = rp.num_engines,

@@ -296,12 +296,13 @@ struct kvsim_slo_summary {
 };
 
 struct kvsim_report_run {
-    const char *trace;      /* trace name or path ("synthetic", ...) */
-    const char *router;     /* router name ("round_robin", "kv_aware", ...) */
-    uint64_t seed;          /* workload / replay seed */
-    uint32_t num_engines;   /* engines in the replay */
-    uint32_t num_threads;   /* worker threads; 0 = the collector's thread count */
-    uint32_t vllm_contract; /* the fidelity contract the engines followed (0: unknown) */
+    const char *trace;        /* trace name or path ("synthetic", ...) */
+    const char *trace_sha256; /* the trace file's sha256 (hex), or NULL (not from a file) */
+    const char *router;       /* router name ("round_robin", "kv_aware", ...) */
+    uint64_t seed;            /* workload / replay seed */
+    uint32_t num_engines;     /* engines in the replay */
+    uint32_t num_threads;     /* worker threads; 0 = the collector's thread count */
+    uint32_t vllm_contract;   /* the fidelity contract the engines followed (0: unknown) */
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
      * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
     const struct sched_config *engine, *prefill, *decode;
@@ -381,6 +382,7 @@ struct kvsim_disagg_summary {
 struct kvsim_report {
     /* run */
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
+    char trace_sha256[65];              /* copied from the run ("": none) */
     char router[KVSIM_REPORT_NAME_LEN]; /* copied from the run (truncated) */
     uint64_t seed;                      /* from the run */
     uint32_t num_engines;               /* from the run */
@@ -491,6 +493,34 @@ KVSIM_EXTERN char *kvsim_report_json_text(const struct kvsim_report *r);
  */
 KVSIM_EXTERN int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m,
                                               char *err, size_t errlen);
+
+/* ---- output files ---------------------------------------------------------------------------- */
+
+/*
+ * Every file kvsim writes (output.c): to a temporary file beside the destination, renamed over
+ * it by kvsim_output_commit, so that a failure or a signal never leaves a partial file; "-" is
+ * standard output; an existing destination that is not a regular file (/dev/null, a FIFO, a
+ * symbolic link such as /dev/stdout) is written directly (through the link). Messages are "<path>:
+ * <what>: <strerror>". Any thread, one output per thread at a time.
+ */
+struct kvsim_output {
+    FILE *f; /* write here between open and commit */
+    const char *path;
+    bool is_stdout;
+    char tmp[4096]; /* the temporary file ("" when written directly) */
+};
+/* Returns 0, or a negative errno (a directory: -EISDIR) with a message in err. */
+KVSIM_EXTERN int kvsim_output_open(struct kvsim_output *o, const char *path, char *err,
+                                   size_t errlen);
+/* Closes (flushes standard output) and renames into place; on a write error removes the
+ * temporary file. Returns 0 or the negative errno with a message. */
+KVSIM_EXTERN int kvsim_output_commit(struct kvsim_output *o, char *err, size_t errlen);
+/* Closes and removes what was written (the destination is left as it was). */
+KVSIM_EXTERN void kvsim_output_discard(struct kvsim_output *o);
+/* Whether path could be written, leaving it as it is (opened, then discarded). */
+KVSIM_EXTERN int kvsim_output_check(const char *path, char *err, size_t errlen);
+/* Writes text and a newline to path as one output. Returns 0 or a negative errno. */
+KVSIM_EXTERN int kvsim_write_text(const char *path, const char *text, char *err, size_t errlen);
 
 /* ---- the time series (--timeseries-out, --html) ---------------------------------------------- */
 

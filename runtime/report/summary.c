@@ -176,6 +176,8 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
         run = &no_run;
     memset(out, 0, sizeof *out);
     copy_name(out->trace, run->trace);
+    if (run->trace_sha256)
+        snprintf(out->trace_sha256, sizeof out->trace_sha256, "%s", run->trace_sha256);
     copy_name(out->router, run->router);
     out->seed = run->seed;
     out->num_engines = run->num_engines;

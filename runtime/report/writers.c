@@ -35,7 +35,10 @@ static void print_latency_row(FILE *f, const char *name, const struct kvsim_late
 void kvsim_report_print(FILE *f, const struct kvsim_report *r)
 {
     fprintf(f, "kvsim replay report\n");
+    fprintf(f, ROW "%s\n", "version", "kvsim " KVSIM_VERSION_STRING);
     fprintf(f, ROW "%s\n", "trace", or_dash(r->trace));
+    if (r->trace_sha256[0])
+        fprintf(f, ROW "%s\n", "  sha256", r->trace_sha256);
     fprintf(f, ROW "%s\n", "router", or_dash(r->router));
     fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
             r->num_threads);
@@ -180,42 +183,7 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
 /* ---- files -------------------------------------------------------------------------------------
  */
 
-static int file_error(int e, const char *path, const char *what, char *err, size_t errlen)
-{
-    if (e == 0)
-        e = EIO;
-    if (err != NULL && errlen > 0)
-        snprintf(err, errlen, "%s: %s: %s", path, what, strerror(e));
-    return -e;
-}
-
-static int open_for_write(const char *path, FILE **fp, char *err, size_t errlen)
-{
-    errno = 0;
-    *fp = fopen(path, "w");
-    if (*fp == NULL)
-        return file_error(errno, path, "cannot open for writing", err, errlen);
-    errno = 0;
-    return 0;
-}
-
-/*
- * Closes fp, reporting an earlier write error (errno as the failed write left it: open_for_write
- * clears errno) or a failed final flush.
- */
-static int close_written(FILE *fp, const char *path, char *err, size_t errlen)
-{
-    bool failed = ferror(fp) != 0;
-    int e = failed ? errno : 0;
-    errno = 0;
-    if (fclose(fp) != 0 && !failed) {
-        failed = true;
-        e = errno;
-    }
-    if (failed)
-        return file_error(e, path, "write failed", err, errlen);
-    return 0;
-}
+/* The writers write through kvsim_output (output.c): atomically, "-" for standard output. */
 
 /* ---- the JSON report ---------------------------------------------------------------------------
  */
@@ -335,7 +303,11 @@ static json_t *report_json(const struct kvsim_report *r)
     bool ok = put(root, "format", json_string("kvsim-report-2"));
 
     json_t *run = json_object();
+    ok = put(run, "kvsim", json_string("kvsim " KVSIM_VERSION_STRING)) && ok;
     ok = put(run, "trace", json_string(r->trace)) && ok;
+    ok =
+        put(run, "trace_sha256", r->trace_sha256[0] ? json_string(r->trace_sha256) : json_null()) &&
+        ok;
     ok = put(run, "router", json_string(r->router)) && ok;
     ok = put(run, "seed", json_u64(r->seed)) && ok;
     ok = put(run, "engines", json_integer(r->num_engines)) && ok;
@@ -541,13 +513,7 @@ int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char
             snprintf(err, errlen, "%s: out of memory building the report", path);
         return -ENOMEM;
     }
-    FILE *fp;
-    int rc = open_for_write(path, &fp, err, errlen);
-    if (rc == 0) {
-        fputs(text, fp);
-        fputc('\n', fp);
-        rc = close_written(fp, path, err, errlen);
-    }
+    int rc = kvsim_write_text(path, text, err, errlen);
     free(text);
     return rc;
 }
@@ -648,13 +614,13 @@ static void write_record(FILE *f, uint32_t id, const struct kvsim_req_record *r,
 int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m, char *err,
                                  size_t errlen)
 {
-    FILE *fp;
-    int rc = open_for_write(path, &fp, err, errlen);
+    struct kvsim_output o;
+    int rc = kvsim_output_open(&o, path, err, errlen);
     if (rc)
         return rc;
-    for (uint32_t i = 0; i < m->num_requests && !ferror(fp); i++)
-        write_record(fp, i, &m->recs[i], m->disagg);
-    return close_written(fp, path, err, errlen);
+    for (uint32_t i = 0; i < m->num_requests && !ferror(o.f); i++)
+        write_record(o.f, i, &m->recs[i], m->disagg);
+    return kvsim_output_commit(&o, err, errlen);
 }
 /* ---- the time series ------------------------------------------------------------------------ */
 
@@ -687,10 +653,11 @@ static void write_ts_row(FILE *f, double t_s, double interval_s, const char *eng
 int kvsim_timeseries_write_csv(const char *path, const struct kvsim_timeseries *ts, char *err,
                                size_t errlen)
 {
-    FILE *f;
-    int rc = open_for_write(path, &f, err, errlen);
+    struct kvsim_output o;
+    int rc = kvsim_output_open(&o, path, err, errlen);
     if (rc)
         return rc;
+    FILE *f = o.f;
     fputs("time_s,engine,role,running,waiting,kv_usage,kv_used_blocks,prompt_tokens_per_s,"
           "generation_tokens_per_s,preemptions,pinned_blocks,offload_stored_blocks,"
           "offload_loaded_blocks\n",
@@ -717,5 +684,5 @@ int kvsim_timeseries_write_csv(const char *path, const struct kvsim_timeseries *
         }
         write_ts_row(f, t_s, interval_s, "all", "all", &all);
     }
-    return close_written(f, path, err, errlen);
+    return kvsim_output_commit(&o, err, errlen);
 }

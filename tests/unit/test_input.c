@@ -399,7 +399,7 @@ Test(trace, file_level_problems)
                  ": cannot open: No such file or directory");
     expect_error(BAD "unknown_extension.txt", NULL, -EINVAL,
                  ": cannot tell the trace format from the file name (expected .jsonl, .json or "
-                 ".csv)");
+                 ".csv, optionally .gz)");
     struct kvsim_trace_opts o;
     kvsim_trace_opts_default(&o);
     o.trace_block_size = 0;
@@ -814,4 +814,112 @@ Test(trace, vllm_run_bad_values)
     expect_vllm_run_error(
         "{\"request_id\": \"r1\", \"input_toks\": 20, \"output_toks\": 3, \"queued_ts\": 2e9}",
         ":2: field 'queued_ts': 2e+09 s is too large (max 1e+09 s)");
+}
+
+/* ---- where the bytes come from: gzip, the file's sha256 ---------------------------------- */
+
+/* Reads path into a malloc'd buffer; *n its size. */
+static unsigned char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    unsigned char *buf = malloc(1 << 20);
+    *n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+/* Writes the bytes to a fresh file under /tmp and returns its path (static buffer per slot). */
+static const char *write_tmp(int slot, const char *suffix, const void *bytes, size_t n)
+{
+    static char paths[4][128];
+    snprintf(paths[slot], sizeof paths[slot], "/tmp/kvsim-test-input-%d-%d%s", (int)getpid(), slot,
+             suffix);
+    FILE *f = fopen(paths[slot], "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(bytes, 1, n, f), n);
+    fclose(f);
+    return paths[slot];
+}
+
+/* gzip -c of path (through gzip(1), which is in every Debian base system) into out. */
+static void gzip_file(const char *path, const char *out)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "gzip -c '%s' > '%s'", path, out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void expect_same_trace(const struct kvsim_trace *a, const struct kvsim_trace *b)
+{
+    cr_assert_eq(a->num_reqs, b->num_reqs);
+    cr_assert_eq(a->num_hash_ids, b->num_hash_ids);
+    cr_assert_eq(memcmp(a->reqs, b->reqs, a->num_reqs * sizeof *a->reqs), 0);
+    cr_assert_eq(memcmp(a->hash_ids, b->hash_ids, a->num_hash_ids * sizeof *a->hash_ids), 0);
+}
+
+Test(trace, gzip_is_read_by_its_bytes_and_the_hash_is_of_the_stored_file)
+{
+    struct kvsim_trace plain, gz, two;
+    input_load_ok(INPUTS "mooncake_small.jsonl", NULL, &plain);
+    /* sha256sum tests/inputs/mooncake_small.jsonl */
+    cr_assert_str_eq(plain.sha256,
+                     "05c02fc0262c41a2f52dadee1d89d5856f40a2700ea9aa4c5725b1b229b85086");
+    char gz_path[128], gz_noext[128], two_path[128];
+    snprintf(gz_path, sizeof gz_path, "/tmp/kvsim-test-gz-%d.jsonl.gz", (int)getpid());
+    snprintf(gz_noext, sizeof gz_noext, "/tmp/kvsim-test-gz-%d.jsonl", (int)getpid());
+    gzip_file(INPUTS "mooncake_small.jsonl", gz_path);
+    gzip_file(INPUTS "mooncake_small.jsonl", gz_noext); /* the magic decides, not the name */
+    input_load_ok(gz_path, NULL, &gz);
+    expect_same_trace(&plain, &gz);
+    cr_assert_str_neq(gz.sha256, plain.sha256, "the hash is of the compressed bytes");
+    kvsim_trace_free(&gz);
+    input_load_ok(gz_noext, NULL, &gz);
+    expect_same_trace(&plain, &gz);
+    /* Two members concatenated (cat a.gz b.gz) read as the two files one after the other. */
+    size_t n;
+    unsigned char *bytes = slurp(gz_path, &n);
+    unsigned char *twice = malloc(2 * n);
+    memcpy(twice, bytes, n);
+    memcpy(twice + n, bytes, n);
+    snprintf(two_path, sizeof two_path, "%s", write_tmp(0, ".jsonl", twice, 2 * n));
+    input_load_ok(two_path, NULL, &two);
+    cr_assert_eq(two.num_reqs, 2 * plain.num_reqs);
+    /* A stream cut short, and one that is not deflate after the magic. */
+    const char *cut = write_tmp(1, ".jsonl", bytes, n - 9);
+    struct kvsim_trace t;
+    char err[512];
+    cr_assert_eq(kvsim_trace_load(cut, NULL, &t, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "corrupt or truncated gzip stream") && strstr(err, cut), "%s", err);
+    const char *junk = write_tmp(2, ".jsonl", "\x1f\x8bnot deflate\n", 14);
+    cr_assert_eq(kvsim_trace_load(junk, NULL, &t, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "corrupt or truncated gzip stream"), "%s", err);
+    /* --max-requests: the hash still covers the whole file. */
+    struct kvsim_trace_opts o;
+    kvsim_trace_opts_default(&o);
+    o.max_requests = 1;
+    struct kvsim_trace one;
+    input_load_ok(INPUTS "mooncake_small.jsonl", &o, &one);
+    cr_assert_eq(one.num_reqs, 1);
+    cr_assert_str_eq(one.sha256, plain.sha256);
+    kvsim_trace_free(&one);
+    unlink(gz_path);
+    unlink(gz_noext);
+    unlink(two_path);
+    unlink(cut);
+    unlink(junk);
+    free(bytes);
+    free(twice);
+    kvsim_trace_free(&plain);
+    kvsim_trace_free(&gz);
+    kvsim_trace_free(&two);
+}
+
+Test(trace, standard_input_needs_a_format)
+{
+    struct kvsim_trace t;
+    char err[512];
+    cr_assert_eq(kvsim_trace_load("-", NULL, &t, err, sizeof err), -EINVAL);
+    cr_assert_str_eq(err, "standard input: give the trace format (--format mooncake, azure or "
+                          "vllm-run)");
 }

@@ -646,9 +646,7 @@ static int time_chart(FILE *f, const struct kvsim_timeseries *ts, const char *id
             snprintf(note, sizeof note, "intervals of %.6g ms", (double)ts->interval_ns / 1e6);
     }
     figure_open(f, title, note);
-    line_chart(f, &c, s, have ? nw : 0);
-    if (!have)
-        fputs("<p class=\"missing\">" NO_TS ".</p>\n", f);
+    line_chart(f, &c, s, have ? nw : 0); /* without ts: the chart's frame says so */
     figure_close(f);
     free(p.x);
     return 0;
@@ -672,6 +670,30 @@ static int time_charts(FILE *f, const struct kvsim_timeseries *ts)
 }
 
 /* ---- per-engine load ------------------------------------------------------------------------ */
+
+/* The numbers behind the bars, beside them. */
+static void engine_table(FILE *f, const struct kvsim_report *r)
+{
+    if (r->per_engine == NULL || r->num_per_engine == 0)
+        return;
+    fputs("<div class=\"scroll\"><table id=\"table-engines\" class=\"stats\">\n<thead><tr>", f);
+    static const char *const cols[] = {"engine", "completed", "input tok", "output tok", "reuse",
+                                       "busy s", "KV mean",   "KV peak",   "preempt"};
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
+        fprintf(f, "<th scope=\"col\">%s</th>", cols[i]);
+    fputs("</tr></thead>\n<tbody>\n", f);
+    for (uint32_t e = 0; e < r->num_per_engine; e++) {
+        const struct kvsim_engine_summary *s = &r->per_engine[e];
+        fprintf(f,
+                "<tr><th scope=\"row\">%" PRIu32 "</th><td>%" PRIu64 "</td><td>%" PRIu64
+                "</td><td>%" PRIu64 "</td><td>%.1f %%</td><td>%.2f</td><td>%.1f %%</td>"
+                "<td>%.1f %%</td><td>%" PRIu64 "</td></tr>\n",
+                e, s->completed, s->input_tokens, s->output_tokens,
+                100.0 * ratio((double)s->cached_tokens, (double)s->input_tokens), fin(s->busy_s),
+                100.0 * fin(s->mean_kv_usage), 100.0 * fin(s->peak_kv_usage), s->preemptions);
+    }
+    fputs("</tbody>\n</table></div>\n", f);
+}
 
 static void engine_bars(FILE *f, const struct kvsim_report *r, const struct kvsim_timeseries *ts)
 {
@@ -785,7 +807,7 @@ static const char css[] =
     "table.kv tr.sub th{padding-left:26px;color:var(--muted);font-weight:400}\n"
     "table.stats{width:100%;font-size:13px}table.stats th,table.stats td{padding:5px 7px}\n"
     "table.stats th[scope=col]{background:var(--panel);font-weight:600;font-size:12px;"
-    "color:#374151;text-align:right}\n"
+    "color:#374151;text-align:right;white-space:nowrap}\n"
     "table.stats th[scope=col]:first-child,table.stats th[scope=col]:nth-child(2)"
     "{text-align:left}\n"
     "table.stats td{text-align:right}table.stats td.unit{text-align:left;color:var(--muted)}\n"
@@ -798,7 +820,7 @@ static const char css[] =
     "table.config td{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
     "font-size:12.5px;word-break:break-all}\n"
     "table.config th{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;"
-    "font-size:12.5px;font-weight:400}\n"
+    "font-size:12.5px;font-weight:400;width:36%}\n"
     "table.config tr.group th{background:var(--panel);font-family:inherit;font-weight:600;"
     "color:var(--fg)}\n"
     "details summary{cursor:pointer;font-weight:600;margin:8px 0}\n"
@@ -811,14 +833,14 @@ static const char css[] =
     "svg text{font-size:11px;fill:#4b5563}\n"
     "svg text.label{font-size:12px;fill:#374151}\n"
     "svg text.msg{font-size:13px;fill:var(--muted)}\n"
-    "svg text.slo{font-size:11px;font-weight:600}\n"
+    "svg text.slo{font-size:11px;font-weight:600;paint-order:stroke;stroke:#fff;"
+    "stroke-width:3px}\n"
     "svg .plot{fill:#fcfcfd;stroke:var(--line)}\n"
     "svg .grid{stroke:#eef0f3}svg .tick,svg .axis{stroke:#9ca3af}\n"
     "svg .line{fill:none;stroke-width:2;stroke-linejoin:round;stroke-linecap:round}\n"
     "svg .area{fill-opacity:.12;stroke:none}\n"
     "svg line.slo{stroke-width:1.5;stroke-dasharray:5 4}\n"
     "svg .track{fill:#f3f4f6}\n"
-    "p.missing{margin:6px 0 0;color:var(--muted);font-size:12.5px}\n"
     "footer{margin-top:36px;color:var(--muted);font-size:12px}\n";
 
 static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metrics *m,
@@ -878,6 +900,7 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
 
     fputs("<section>\n<h2>Engine load</h2>\n<div class=\"charts\">\n", f);
     engine_bars(f, r, ts);
+    engine_table(f, r);
     fputs("</div>\n</section>\n", f);
 
     if (r->disagg.enabled && (rc = disagg_section(f, r, m, ts)) != 0)

@@ -252,6 +252,7 @@ Test(html, sample_run_has_every_part)
     }
     for (size_t i = 0; i < sizeof table_ids / sizeof table_ids[0]; i++)
         cr_assert(has_id(page, table_ids[i]), "no %s", table_ids[i]);
+    cr_assert(has_id(page, "table-engines"), "the numbers behind the engine bars");
     cr_assert(!has_id(page, "chart-pin-cdf"), "an aggregated run has no pin chart");
     assert_self_contained(page);
 

@@ -80,8 +80,8 @@ void kvsim_options_fini(struct kvsim_options *o);
 char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run);
 /*
  * kvsim_options_check_outputs - before a run: every output path given (--report, --config-out,
- * --requests-out, --timeseries-out, --handoff-events) can be written (kvsim_output_check, which
- * leaves existing files as they are), no two name the same file, and at most one is "-"
+ * --requests-out, --timeseries-out, --html, --handoff-events) can be written (kvsim_output_check,
+ * which leaves existing files as they are), no two name the same file, and at most one is "-"
  * (standard output). Returns 0, or -EINVAL (the same file twice) or the negative errno of the
  * path that cannot be written, with "option --NAME: ..." in err.
  */

@@ -134,6 +134,7 @@ enum opt_id {
     O_CONFIGOUT,
     O_REQOUT,
     O_TSOUT,
+    O_HTML,
     O_TSINT,
     O_QUIET,
 };
@@ -235,6 +236,7 @@ static const struct opt opts[] = {
     {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
     {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL},
+    {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL},
     {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
 };
@@ -492,6 +494,7 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_REPORT: o->report_path = value; return 0;
     case O_REQOUT: cfg->requests_path = value; return 0;
     case O_TSOUT: cfg->timeseries_path = value; return 0;
+    case O_HTML: cfg->html_path = value; return 0;
     case O_TSINT: {
         int64_t ns = (int64_t)(v->x * 1e6 + 0.5);
         if (ns < 1) {
@@ -963,6 +966,7 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
         {"config-out", o->config_out_path},
         {"requests-out", c->requests_path},
         {"timeseries-out", c->timeseries_path},
+        {"html", c->html_path},
         {"handoff-events", c->disagg.events_path},
     };
     enum { N = sizeof outs / sizeof outs[0] };

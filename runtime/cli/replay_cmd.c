@@ -132,6 +132,8 @@ static void replay_usage(FILE *out)
                  "                             waiting, KV usage, prompt and generation tok/s,\n"
                  "                             preemptions, pinned and offloaded blocks (CSV)\n"
                  "  --timeseries-interval-ms X the time series' interval (1000)\n"
+                 "  --html FILE                the report as one self-contained HTML page:\n"
+                 "                             tables, latency CDFs, load over time, engines\n"
                  "  --quiet                    no table, no progress bar\n"
                  "  -h, --help                 this help\n");
 }
@@ -178,6 +180,7 @@ static const struct option replay_opts[] = {
     {"requests-out", required_argument, NULL, O_RUN},
     {"timeseries-out", required_argument, NULL, O_RUN},
     {"timeseries-interval-ms", required_argument, NULL, O_RUN},
+    {"html", required_argument, NULL, O_RUN},
     {"quiet", no_argument, NULL, O_RUN},
     {"check-invariants", no_argument, NULL, O_RUN},
     {"kv-index", required_argument, NULL, O_RUN},

@@ -685,7 +685,7 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
 /* Whether an output reads the engines' time series. */
 static bool wants_timeseries(const struct kvsim_replay_config *cfg)
 {
-    return cfg->timeseries_path != NULL;
+    return cfg->timeseries_path != NULL || cfg->html_path != NULL;
 }
 
 /*
@@ -1045,6 +1045,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             rc = collect_timeseries(&rp, &ts);
             if (rc == 0 && cfg->timeseries_path)
                 rc = kvsim_timeseries_write_csv(cfg->timeseries_path, &ts, err, errlen);
+            if (rc == 0 && cfg->html_path)
+                rc = kvsim_report_write_html(cfg->html_path, report, rp.metrics, &ts, err, errlen);
             kvsim_timeseries_fini(&ts);
         }
     }

@@ -142,6 +142,7 @@ struct kvsim_replay_config {
      * written as CSV to timeseries_path; kept only when an output needs it. */
     const char *timeseries_path;
     int64_t timeseries_interval_ns; /* > 0 (default 1 s) */
+    const char *html_path;          /* the HTML report (kvsim_report_write_html), or NULL */
     const char *config_text; /* the run's configuration for the report (--config-out), or NULL */
 };
 
@@ -154,7 +155,8 @@ KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
 
 /*
  * kvsim_replay_run - load the trace (or generate the workload), replay it, summarize into
- * *report and write the per-request records (and the handoff event log) if asked. The report
+ * *report and write the per-request records, the time series, the HTML report and the handoff
+ * event log if asked. The report
  * may own memory: kvsim_report_fini() it. Returns 0, or a negative errno with a one-line
  * message in err (-EINVAL/-ENOENT: bad input or configuration; -EDEADLK: an engine, or the
  * disaggregated replay as a whole, reached a dead end; -EUCLEAN: an invariant broke).

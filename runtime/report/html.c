@@ -7,8 +7,8 @@
  * give a byte-identical file. Curves are downsampled to at most MAX_POINTS points, which keeps
  * the file small whatever the number of requests or intervals.
  *
- * The page is rendered into memory first, so that running out of memory leaves no half-written
- * file, and a failed open, write or close is reported with the path.
+ * The page is written through kvsim_output (output.c): a failure, out of memory included, leaves
+ * no half-written file, and a failed open, write or close is reported with the path.
  */
 #include "runtime/report/report.h"
 
@@ -615,7 +615,7 @@ static int ts_points(const struct kvsim_timeseries *ts, const enum ts_metric *wh
     return 0;
 }
 
-#define NO_TS "No time series: run with --timeseries-interval-ms to record one"
+#define NO_TS "No time series was recorded for this run"
 
 /* One time chart of up to two metrics (a figure with its id whether or not ts is there). */
 static int time_chart(FILE *f, const struct kvsim_timeseries *ts, const char *id, const char *title,
@@ -918,46 +918,19 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
 
 /* ---- the file ------------------------------------------------------------------------------- */
 
-static int fail(int e, const char *path, const char *what, char *err, size_t errlen)
-{
-    if (e == 0)
-        e = EIO;
-    if (err != NULL && errlen > 0)
-        snprintf(err, errlen, "%s: %s: %s", path, what, strerror(e));
-    return -e;
-}
-
 int kvsim_report_write_html(const char *path, const struct kvsim_report *r,
                             const struct kvsim_metrics *m, const struct kvsim_timeseries *ts,
                             char *err, size_t errlen)
 {
-    char *page = NULL;
-    size_t len = 0;
-    FILE *mem = open_memstream(&page, &len);
-    if (mem == NULL)
-        return fail(ENOMEM, path, "out of memory building the report", err, errlen);
-    int rc = render(mem, r, m, ts);
-    bool failed = ferror(mem) != 0;
-    if (fclose(mem) != 0 || failed || rc != 0) {
-        free(page);
-        return fail(ENOMEM, path, "out of memory building the report", err, errlen);
-    }
-
-    errno = 0;
-    FILE *fp = fopen(path, "w");
-    if (fp == NULL) {
-        rc = fail(errno, path, "cannot open for writing", err, errlen);
-        free(page);
+    struct kvsim_output o;
+    int rc = kvsim_output_open(&o, path, err, errlen);
+    if (rc)
         return rc;
+    if (render(o.f, r, m, ts) != 0) {
+        kvsim_output_discard(&o);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: out of memory building the report", path);
+        return -ENOMEM;
     }
-    errno = 0;
-    size_t put = fwrite(page, 1, len, fp);
-    int e = put != len ? errno : 0;
-    free(page);
-    errno = 0;
-    if (fclose(fp) != 0 && e == 0)
-        e = errno ? errno : EIO;
-    if (put != len || e != 0)
-        return fail(e, path, "write failed", err, errlen);
-    return 0;
+    return kvsim_output_commit(&o, err, errlen);
 }

@@ -92,7 +92,14 @@ int kvsim_output_commit(struct kvsim_output *o, char *err, size_t errlen)
     if (!o->f)
         return fail(EBADF, o->path ? o->path : "(null)", "not open", err, errlen);
     bool failed = ferror(o->f) != 0;
-    int e = failed ? (errno ? errno : EIO) : 0;
+    int e = 0;
+    if (failed) {
+        /* The failed write's errno is long gone: flushing what is left again says why (ENOSPC
+         * for a full disk); a flush that now succeeds still lost data earlier. */
+        clearerr(o->f);
+        errno = 0;
+        e = fflush(o->f) != 0 && errno ? errno : EIO;
+    }
     errno = 0;
     int closed = o->is_stdout ? fflush(o->f) : fclose(o->f);
     o->f = NULL;

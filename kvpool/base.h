@@ -13,7 +13,9 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +47,18 @@ static inline int64_t base_monotonic_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Wall seconds for people, as "1h02m", "3m05s" or "42s" (progress lines). */
+static inline void base_format_wall(char *buf, size_t len, double s)
+{
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, len, "%lds", t);
 }
 
 /* One iteration of a spin loop: a pause hint where the CPU has one, nothing elsewhere. */

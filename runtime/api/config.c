@@ -134,6 +134,8 @@ enum opt_id {
     O_CONFIGOUT,
     O_REQOUT,
     O_TSOUT,
+    O_CONC,
+    O_MAXSIM,
     O_HTML,
     O_TSINT,
     O_QUIET,
@@ -171,6 +173,8 @@ static const struct opt opts[] = {
     {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
     {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL},
     {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL},
+    {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL},
+    {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL},
     {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL},
     {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
     {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL},
@@ -421,6 +425,16 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_TBS: cfg->trace_opts.trace_block_size = (uint32_t)v->u; return 0;
     case O_SPEEDUP: cfg->trace_opts.arrival_speedup = v->x; return 0;
     case O_MAXREQ: cfg->trace_opts.max_requests = v->u; return 0;
+    case O_CONC: cfg->replay_concurrency = (uint32_t)v->u; return 0;
+    case O_MAXSIM: {
+        double ns = v->x * 1e9;
+        if (ns < 1) {
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
+            return -EINVAL;
+        }
+        cfg->max_sim_time_ns = (int64_t)(ns + 0.5);
+        return 0;
+    }
     case O_SEED: cfg->seed = v->u; return 0;
     case O_ENGINES:
         o->engines_given = true;
@@ -1031,6 +1045,16 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
         if (!cfg->trace_opts.max_requests)
             return false;
         UV(cfg->trace_opts.max_requests);
+        break;
+    case O_CONC:
+        if (!cfg->replay_concurrency)
+            return false;
+        UV(cfg->replay_concurrency);
+        break;
+    case O_MAXSIM:
+        if (!cfg->max_sim_time_ns)
+            return false;
+        XV((double)cfg->max_sim_time_ns / 1e9);
         break;
     case O_SEED: UV(cfg->seed); break;
     case O_ENGINES:

@@ -25,7 +25,7 @@
 #include "runtime/runtime.h"
 
 /* Exit statuses of every subcommand. */
-enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2 };
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_INTERRUPTED = 130 };
 
 /* ---- the option parser ---------------------------------------------------------------------- */
 

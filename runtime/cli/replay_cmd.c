@@ -5,6 +5,7 @@
 #include "runtime/cli/cli.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,11 @@ static void replay_usage(FILE *out)
             "  --trace-block-size N       tokens per Mooncake hash id (512)\n"
             "  --arrival-speedup X        divide inter-arrival gaps by X (1)\n"
             "  --max-requests N           replay only the first N requests (all)\n"
+            "  --replay-concurrency N     closed loop: N sessions in flight, the next one\n"
+            "                             sent when one ends (first turns' timestamps\n"
+            "                             unused; Dynamo's option) (off: by timestamps)\n"
+            "  --max-sim-time-s X         stop X simulated seconds after the first arrival\n"
+            "                             (the report says it is partial; default: none)\n"
             "  --seed S                   seed of the synthetic workload (1)\n"
             "cluster:\n"
             "  --engines N                engines (4)\n"
@@ -138,6 +144,17 @@ static void replay_usage(FILE *out)
                  "  -h, --help                 this help\n");
 }
 
+/* SIGINT: the first ends the replay at its next epoch boundary with a partial report; a second
+ * one kills the process as usual (the handler gives SIGINT back its default). */
+static volatile sig_atomic_t replay_interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    replay_interrupted = 1;
+    signal(SIGINT, SIG_DFL);
+}
+
 /* Options are told apart by their long name (the option table of api/config.c reads them), so
  * every entry returns the same value. */
 #define O_RUN 1
@@ -148,6 +165,8 @@ static const struct option replay_opts[] = {
     {"trace-block-size", required_argument, NULL, O_RUN},
     {"arrival-speedup", required_argument, NULL, O_RUN},
     {"max-requests", required_argument, NULL, O_RUN},
+    {"max-sim-time-s", required_argument, NULL, O_RUN},
+    {"replay-concurrency", required_argument, NULL, O_RUN},
     {"seed", required_argument, NULL, O_RUN},
     {"engines", required_argument, NULL, O_RUN},
     {"threads", required_argument, NULL, O_RUN},
@@ -288,6 +307,11 @@ int cli_replay_main(int argc, char **argv)
     }
     struct kvsim_report report;
     run.replay.config_text = config;
+    run.replay.stop_flag = &replay_interrupted;
+    struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old_sa);
     if (status == CLI_EXIT_OK && (rc = kvsim_replay_run(&run.replay, &report, err, sizeof err))) {
         cli_error(&p, "%s", err);
         status = rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
@@ -301,8 +325,18 @@ int cli_replay_main(int argc, char **argv)
             cli_error(&p, "%s", err);
             status = CLI_EXIT_FAILED;
         }
+        if (!report.complete && strcmp(report.end_reason, "interrupted") == 0) {
+            fprintf(stderr, "kvsim replay: interrupted: the report and outputs are partial\n");
+            if (status == CLI_EXIT_OK)
+                status = CLI_EXIT_INTERRUPTED;
+        }
+        if (report.num_requests && report.rejected == report.num_requests)
+            fprintf(stderr,
+                    "kvsim replay: every request was rejected (%s first): nothing was served\n",
+                    report.num_reject_reasons ? report.rejects[0].reason : "unknown");
         kvsim_report_fini(&report);
     }
+    sigaction(SIGINT, &old_sa, NULL);
     free(config);
     kvsim_run_fini(&run);
     kvsim_options_fini(&o);

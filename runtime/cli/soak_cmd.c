@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvpool/base.h"
 #include "runtime/verify/verify.h"
@@ -224,8 +225,25 @@ int cli_soak_main(int argc, char **argv)
         nseeds = 1;
     struct kvsim_conform_stats total = {0};
     uint64_t failed = 0;
-    int64_t t0 = base_monotonic_ns();
+    int64_t t0 = base_monotonic_ns(), last_shown = t0;
+    /* Progress on a terminal: seeds done, failures, elapsed and remaining time (stderr). */
+    bool progress = !quiet && isatty(STDERR_FILENO) && nseeds > 1;
     for (uint64_t k = 0; k < nseeds; k++) {
+        int64_t now = base_monotonic_ns();
+        if (progress && (now - last_shown >= 200000000 || k == 0)) {
+            last_shown = now;
+            double el = (double)(now - t0) / 1e9;
+            char es[48], eta[48];
+            base_format_wall(es, sizeof es, el);
+            if (k)
+                base_format_wall(eta, sizeof eta, el * (double)(nseeds - k) / (double)k);
+            else
+                snprintf(eta, sizeof eta, "?");
+            fprintf(stderr,
+                    "\rsoak: %" PRIu64 "/%" PRIu64 " seeds, %" PRIu64
+                    " failed, elapsed %s, eta %s  ",
+                    k, nseeds, failed, es, eta);
+        }
         uint64_t seed = first + k;
         json_t *doc;
         struct kvsim_conform_result res;
@@ -238,6 +256,8 @@ int cli_soak_main(int argc, char **argv)
         kvsim_conform_stats_add(&total, &st);
         if (rc == 1) {
             failed++;
+            if (progress) /* the FAIL line replaces the progress line */
+                fprintf(stderr, "\r%60s\r", "");
             printf("FAIL seed %" PRIu64 " [%s]: %s\n", seed, res.kind, res.message);
         }
         /* A passing seed whose --keep file cannot be written fails the run too. */
@@ -246,6 +266,8 @@ int cli_soak_main(int argc, char **argv)
         json_decref(doc);
         fflush(stdout);
     }
+    if (progress)
+        fprintf(stderr, "\r%60s\r", "");
     double dt = (double)(base_monotonic_ns() - t0) / 1e9;
     char off[512] = "";
     if (total.offload_runs)

@@ -86,6 +86,11 @@ static bool fu_less(const struct follow_up *a, const struct follow_up *b)
     return a->t < b->t || (a->t == b->t && a->req < b->req);
 }
 
+static int follow_up_cmp(const void *a, const void *b)
+{
+    return fu_less(a, b) ? -1 : fu_less(b, a) ? 1 : 0;
+}
+
 static int heap_push(struct replay *rp, struct follow_up f)
 {
     if (rp->heap_len == rp->heap_cap) {
@@ -125,13 +130,41 @@ static struct follow_up heap_pop(struct replay *rp)
     return top;
 }
 
-/* Next open-loop request (first turns and independent requests), in trace order. */
+/* Next open-loop request (first turns and independent requests), in trace order; none in a
+ * closed loop (they arrive when a slot frees). */
 static int64_t next_open_arrival(struct replay *rp)
 {
+    if (rp->concurrency)
+        return INT64_MAX;
     while (rp->open_cursor < rp->trace.num_reqs && rp->trace.reqs[rp->open_cursor].prev_turn >= 0)
         rp->open_cursor++;
     return rp->open_cursor < rp->trace.num_reqs ? rp->trace.reqs[rp->open_cursor].arrival_ns
                                                 : INT64_MAX;
+}
+
+/* Closed loop: the next pending session's first turn, or -1 when every session is out (then
+ * no finish releases anything: the slot parents still in flight stop counting). */
+static int32_t take_session(struct replay *rp)
+{
+    while (rp->session_cursor < rp->trace.num_reqs &&
+           rp->trace.reqs[rp->session_cursor].prev_turn >= 0)
+        rp->session_cursor++;
+    if (rp->session_cursor < rp->trace.num_reqs)
+        return (int32_t)rp->session_cursor++;
+    if (!rp->sessions_exhausted) {
+        rp->sessions_exhausted = true;
+        rp->parents_in_flight -= rp->slot_parents;
+        rp->slot_parents = 0;
+        for (size_t i = 0; i < rp->trace.num_reqs; i++)
+            rp->releases[i] = rp->next_turn[i];
+    }
+    return -1;
+}
+
+/* Whether request req's finish releases a session slot (closed loop, sessions pending). */
+static bool releases_slot(const struct replay *rp, uint32_t req)
+{
+    return rp->concurrency && !rp->sessions_exhausted && rp->slot_parent[req];
 }
 
 static int64_t next_arrival(struct replay *rp)
@@ -214,6 +247,11 @@ static int route_one(struct replay *rp, uint32_t req)
         kvsim_handoff_init(&rp->handoffs[req], (uint64_t)req + 1, req, (int32_t)e);
     if (rp->next_turn[req] >= 0)
         rp->parents_in_flight++;
+    else if (rp->concurrency && !rp->sessions_exhausted) {
+        rp->slot_parent[req] = 1; /* its session's last turn: its finish frees the slot */
+        rp->parents_in_flight++;
+        rp->slot_parents++;
+    }
     inbox_push(rp, (uint32_t)e, req);
     return 0;
 }
@@ -257,12 +295,28 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
         if (rc)
             return rc;
     }
-    /* 1. Finished turns release their follow-ups, in engine order. */
+    /* 1. Finished turns release their follow-ups, in engine order; last turns their session
+     * slots (closed loop), gathered and given out in (time, request) order below. */
+    size_t nfreed = 0;
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         uint32_t n;
         const struct kvsim_engine_done *d = kvsim_engine_take_done(rp->engines[e], &n);
         for (uint32_t i = 0; i < n; i++) {
             int32_t nx = rp->next_turn[d[i].req];
+            if (nx < 0 && releases_slot(rp, d[i].req)) {
+                rp->slot_parent[d[i].req] = 0;
+                rp->parents_in_flight--;
+                rp->slot_parents--;
+                if (nfreed == rp->cap_freed) {
+                    size_t nc = rp->cap_freed ? 2 * rp->cap_freed : 64;
+                    struct follow_up *nf = realloc(rp->freed, nc * sizeof *nf);
+                    if (!nf)
+                        return -ENOMEM;
+                    rp->freed = nf;
+                    rp->cap_freed = nc;
+                }
+                rp->freed[nfreed++] = (struct follow_up){d[i].finish_ns, d[i].req};
+            }
             if (nx < 0)
                 continue;
             rp->parents_in_flight--;
@@ -276,6 +330,24 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
                 return KVSIM_EINVARIANT;
             }
             int rc = heap_push(rp, (struct follow_up){t, (uint32_t)nx});
+            if (rc)
+                return rc;
+        }
+    }
+    if (nfreed) {
+        qsort(rp->freed, nfreed, sizeof *rp->freed, follow_up_cmp);
+        for (size_t i = 0; i < nfreed; i++) {
+            if (rp->freed[i].t < rp->b_cur) {
+                snprintf(err, errlen,
+                         "internal error: request %" PRIu32 " freed a session slot at %" PRId64
+                         " ns, found at the boundary %" PRId64 " ns",
+                         rp->freed[i].req, rp->freed[i].t, rp->b_cur);
+                return KVSIM_EINVARIANT;
+            }
+            int32_t next = take_session(rp);
+            if (next < 0)
+                break;
+            int rc = heap_push(rp, (struct follow_up){rp->freed[i].t, (uint32_t)next});
             if (rc)
                 return rc;
         }
@@ -321,6 +393,8 @@ static int64_t next_boundary(struct replay *rp)
             int32_t nx = rp->next_turn[d[i].req];
             if (nx >= 0 && d[i].finish_ns + rp->trace.reqs[nx].delay_ns < nb)
                 nb = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
+            if (nx < 0 && releases_slot(rp, d[i].req) && d[i].finish_ns < nb)
+                nb = d[i].finish_ns;
         }
         int64_t f = rp->pubs[e]->earliest_parent_finish;
         if (f != INT64_MAX && f + rp->min_delay < nb)
@@ -405,6 +479,9 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The progress line (stderr, a terminal): requests finished (completed, rejected or aborted,
+ * not just routed), simulated time, elapsed wall time and the time left at the rate so far.
+ * Context: the coordinator at a boundary (the records are not being written). */
 static void show_progress(struct replay *rp, bool final)
 {
     if (!rp->progress)
@@ -413,16 +490,47 @@ static void show_progress(struct replay *rp, bool final)
     if (!final && now - rp->last_progress < 200000000)
         return;
     rp->last_progress = now;
-    double frac = rp->trace.num_reqs ? (double)rp->routed / (double)rp->trace.num_reqs : 1;
+    size_t total = rp->trace.num_reqs;
+    uint32_t done = kvsim_metrics_num_final(rp->metrics);
+    double frac = total ? (double)done / (double)total : 1;
     int filled = (int)(frac * 30);
+    double elapsed = (double)(now - rp->wall_start) / 1e9;
+    char el[48], eta[48];
+    base_format_wall(el, sizeof el, elapsed);
+    if (frac > 0 && !final)
+        base_format_wall(eta, sizeof eta, elapsed * (1 - frac) / frac);
+    else
+        snprintf(eta, sizeof eta, final ? "0s" : "?");
+    int64_t t = rp->b_cur == INT64_MAX || rp->b_cur < rp->trace.reqs[0].arrival_ns
+                    ? 0
+                    : rp->b_cur - rp->trace.reqs[0].arrival_ns;
     bool online = rp->rcu_online;
     coord_offline(rp); /* terminal I/O may block */
-    fprintf(stderr, "\r[%.*s%.*s] %5.1f%% %" PRIu64 "/%zu routed, sim t=%.1f s%s", filled,
-            "##############################", 30 - filled, "                              ",
-            frac * 100, rp->routed, rp->trace.num_reqs,
-            rp->b_cur == INT64_MAX ? 0.0 : (double)rp->b_cur / 1e9, final ? "\n" : "");
+    fprintf(stderr,
+            "\r[%.*s%.*s] %5.1f%% %" PRIu32 "/%zu finished, sim %.1f s, elapsed %s, eta %s  %s",
+            filled, "##############################", 30 - filled, "                              ",
+            frac * 100, done, total, (double)t / 1e9, el, eta, final ? "\n" : "");
     if (online)
         coord_online(rp);
+}
+
+/* Whether the replay ends early before the epoch at b_cur (and why, in rp->end_reason). */
+static bool stop_now(struct replay *rp)
+{
+    if (rp->cfg->stop_flag && *rp->cfg->stop_flag)
+        rp->end_reason = "interrupted";
+    else if (rp->b_cur >= rp->stop_ns)
+        rp->end_reason = "max-sim-time";
+    else
+        return false;
+    return true;
+}
+
+/* An epoch never runs past the time bound. */
+static void clamp_next(struct replay *rp)
+{
+    if (rp->b_next > rp->stop_ns)
+        rp->b_next = rp->stop_ns;
 }
 
 static int check_engines(struct replay *rp, char *err, size_t errlen)
@@ -573,6 +681,9 @@ static void replay_free(struct replay *rp)
     free(rp->nodes);
     free(rp->engine_rc);
     free(rp->next_turn);
+    free(rp->releases);
+    free(rp->slot_parent);
+    free(rp->freed);
     free(rp->heap);
     free(rp->runs);
     free(rp->hashes);
@@ -640,6 +751,7 @@ static int disagg_epoch(struct replay *rp, char *err, size_t errlen)
     int64_t bound = replay__disagg_bound(rp);
     if (bound < rp->b_next)
         rp->b_next = bound;
+    clamp_next(rp);
     if (rp->b_next <= rp->b_cur) { /* a lookahead that does not look ahead would loop forever */
         snprintf(err, errlen, "internal error: the epoch at %" PRId64 " ns cannot advance",
                  rp->b_cur);
@@ -680,6 +792,16 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->disagg.transfer.gbps = 25.0;                         /* a 200 Gb/s RDMA NIC */
     c->disagg.abort_timeout_ns = INT64_C(480) * 1000000000; /* VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
     c->timeseries_interval_ns = 1000000000;
+}
+
+/* The last instant any engine processed. */
+static int64_t replay_last_instant(const struct replay *rp)
+{
+    int64_t end = rp->trace.reqs[0].arrival_ns;
+    for (uint32_t e = 0; e < rp->num_engines; e++)
+        if (kvsim_engine_clock(rp->engines[e]) > end)
+            end = kvsim_engine_clock(rp->engines[e]);
+    return end;
 }
 
 /* Whether an output reads the engines' time series. */
@@ -837,6 +959,11 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
     rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
     rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
+    rp.concurrency = cfg->replay_concurrency;
+    rp.releases = malloc((R ? R : 1) * sizeof *rp.releases);
+    rp.slot_parent = calloc(R ? R : 1, 1);
+    if (rc == 0 && (!rp.releases || !rp.slot_parent))
+        rc = -ENOMEM;
     if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
                     !rp.nodes || !rp.engine_rc || !rp.next_turn))
         rc = -ENOMEM;
@@ -875,7 +1002,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .metrics = rp.metrics,
             .thread = e % rp.num_threads,
             .kv_events = rp.drain_events,
-            .next_turn = rp.next_turn,
+            .next_turn = rp.releases,
             .tiers = cfg->offload ? &tiers : NULL,
             .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
             .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
@@ -917,8 +1044,18 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 rp.min_delay = rp.trace.reqs[i].delay_ns;
         }
     }
-    if (rp.min_delay == INT64_MAX)
-        rp.min_delay = 0;
+    if (rp.min_delay == INT64_MAX || rp.concurrency)
+        rp.min_delay = 0;          /* a freed slot's next session arrives at the finish itself */
+    for (size_t i = 0; i < R; i++) /* what a finish releases, as the engines see it */
+        rp.releases[i] = rp.concurrency && rp.next_turn[i] < 0 ? INT32_MAX : rp.next_turn[i];
+    /* Closed loop: the first sessions start together at the first arrival. */
+    for (uint32_t k = 0; rc == 0 && k < rp.concurrency; k++) {
+        int64_t t0 = rp.trace.reqs[0].arrival_ns;
+        int32_t first = take_session(&rp);
+        if (first < 0)
+            break;
+        rc = heap_push(&rp, (struct follow_up){t0, (uint32_t)first});
+    }
     rp.progress = !cfg->quiet && isatty(STDERR_FILENO);
     rp.last_progress = base_monotonic_ns();
 
@@ -941,14 +1078,19 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         }
     }
     rp.b_cur = next_arrival(&rp);
-    while (rc == 0 && rp.num_prefill) {
+    rp.wall_start = base_monotonic_ns();
+    rp.end_reason = "finished";
+    rp.stop_ns = cfg->max_sim_time_ns > 0 && rp.b_cur <= INT64_MAX - cfg->max_sim_time_ns
+                     ? rp.b_cur + cfg->max_sim_time_ns
+                     : INT64_MAX;
+    while (rc == 0 && rp.num_prefill && !stop_now(&rp)) {
         rc = disagg_epoch(&rp, err, errlen);
         show_progress(&rp, false);
         if (rc || rp.b_next == INT64_MAX)
             break;
         rp.b_cur = rp.b_next;
     }
-    while (rc == 0 && !rp.num_prefill) {
+    while (rc == 0 && !rp.num_prefill && !stop_now(&rp)) {
         rc = boundary(&rp, err, errlen);
         if (rc)
             break;
@@ -958,11 +1100,15 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
         if (split)
             phases[0] = PHASE_ADMIT;
-        else
+        else {
             rp.b_next = next_boundary(&rp);
+            clamp_next(&rp);
+        }
         for (int ph = 0; ph < (split ? 2 : 1) && rc == 0; ph++) {
-            if (split && ph == 1)
+            if (split && ph == 1) {
                 rp.b_next = next_boundary(&rp);
+                clamp_next(&rp);
+            }
             rp.phase = phases[ph];
             if (rp.num_threads > 1)
                 epoch_barrier(&rp);
@@ -978,8 +1124,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             break;
         rp.b_cur = rp.b_next;
     }
-    /* Every session turn routed with a next turn has released it at a boundary. */
-    if (rc == 0 && rp.parents_in_flight) {
+    /* Every session turn routed with a next turn has released it at a boundary (unless the
+     * replay ended early). */
+    bool early = strcmp(rp.end_reason, "finished") != 0;
+    if (rc == 0 && rp.parents_in_flight && !early) {
         snprintf(err, errlen,
                  "internal error: the replay ran out of events with %" PRIu64
                  " session turns whose next turn never came",
@@ -1001,7 +1149,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     show_progress(&rp, true);
     int64_t wall = base_monotonic_ns() - wall0;
     if (rc == 0) {
-        kvsim_metrics_mark_incomplete(rp.metrics);
+        /* A bound reached after everything finished is a complete run. */
+        if (kvsim_metrics_mark_incomplete(rp.metrics) == 0 && early &&
+            strcmp(rp.end_reason, "max-sim-time") == 0)
+            rp.end_reason = "finished";
         struct kvsim_report_run run = {
             .trace = cfg->trace_path ? cfg->trace_path
                      : cfg->requests ? (cfg->trace_label ? cfg->trace_label : "requests")
@@ -1018,6 +1169,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .slo = cfg->slo,
             .config_text = cfg->config_text,
             .wall_ns = wall,
+            .end_reason = rp.end_reason,
+            .end_ns =
+                (strcmp(rp.end_reason, "finished") != 0 ? rp.b_cur : replay_last_instant(&rp)) -
+                rp.trace.reqs[0].arrival_ns,
         };
         if (rp.num_prefill) {
             run.router = kvsim_router_policy_name(cfg->disagg.prefill_router);

@@ -10,6 +10,7 @@
 #ifndef KVSIM_REPLAY_H
 #define KVSIM_REPLAY_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -138,11 +139,21 @@ struct kvsim_replay_config {
     uint64_t kv_bytes_per_token;     /* sets the bytes of a block copy and of a KV transfer */
     struct kvsim_disagg_config disagg;
     struct kvsim_slo slo; /* SLOs the report scores (zeros: none) */
+    /* Closed loop (Dynamo's --replay-concurrency): at most this many sessions in flight (0:
+     * open loop by the trace's timestamps); the first ones start at the first arrival, each
+     * next one when a session's last turn finishes, in trace order; first turns' timestamps
+     * are not used, later turns keep their think times (docs/replay.md). */
+    uint32_t replay_concurrency;
     /* The time series (engines sampled every timeseries_interval_ns from the first arrival),
      * written as CSV to timeseries_path; kept only when an output needs it. */
     const char *timeseries_path;
     int64_t timeseries_interval_ns; /* > 0 (default 1 s) */
     const char *html_path;          /* the HTML report (kvsim_report_write_html), or NULL */
+    /* An early end (the report then says so: complete false, run.end): virtual time past the
+     * first arrival after which nothing is processed (0: none), and a flag another context (a
+     * signal handler) may set to end the replay at the next epoch boundary (NULL: none). */
+    int64_t max_sim_time_ns;
+    const volatile sig_atomic_t *stop_flag;
     const char *config_text; /* the run's configuration for the report (--config-out), or NULL */
 };
 

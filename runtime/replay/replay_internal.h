@@ -65,8 +65,19 @@ struct replay {
     bool finished;
     struct barrier barrier;
     /* arrivals */
-    size_t open_cursor;     /* next open-loop request in trace order */
-    int32_t *next_turn;     /* follow-up of each request, or -1 */
+    size_t open_cursor; /* next open-loop request in trace order */
+    int32_t *next_turn; /* follow-up of each request, or -1 */
+    /* Closed-loop concurrency (cfg->replay_concurrency, 0: off): at most that many sessions
+     * (an independent request is a session of one turn) in flight; a session's last turn
+     * finishing dispatches the next pending one at that instant. */
+    uint32_t concurrency;
+    size_t session_cursor;   /* next pending session's first turn, in trace order */
+    bool sessions_exhausted; /* every session has been dispatched */
+    uint8_t *slot_parent;    /* per request: its finish will release a slot */
+    uint64_t slot_parents;   /* of parents_in_flight, those counted for a slot */
+    int32_t *releases;       /* what engines see: >= 0 when a finish releases something */
+    struct follow_up *freed; /* scratch: the slots a boundary frees, sorted */
+    size_t cap_freed;
     struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
     size_t heap_len, heap_cap;
     uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
@@ -80,6 +91,10 @@ struct replay {
     /* progress */
     bool progress;
     int64_t last_progress; /* wall ns */
+    int64_t wall_start;    /* wall ns at the first boundary */
+    /* an early end: --max-sim-time-s (stop_ns, INT64_MAX: none) or cfg->stop_flag */
+    int64_t stop_ns;
+    const char *end_reason; /* "finished", "max-sim-time" or "interrupted" */
     /* disaggregated serving (disagg.c): engines [0, num_prefill) prefill, the rest decode;
      * num_prefill 0: aggregated */
     uint32_t num_prefill, num_decode;

@@ -257,6 +257,14 @@ int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req, int32_t pre
     return 0;
 }
 
+uint32_t kvsim_metrics_num_final(const struct kvsim_metrics *m)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->num_requests; i++)
+        n += m->recs[i].status != KVSIM_REQ_PENDING;
+    return n;
+}
+
 uint32_t kvsim_metrics_mark_incomplete(struct kvsim_metrics *m)
 {
     uint32_t n = 0;

@@ -231,6 +231,10 @@ KVSIM_EXTERN int kvsim_metrics_set_handoff(struct kvsim_metrics *m, uint32_t req
                                            enum kvsim_req_handoff outcome, int64_t pin_ns,
                                            int64_t transfer_ns);
 
+/* Requests no longer PENDING (completed, rejected, aborted or incomplete). O(requests).
+ * Context: no worker feeding events (a boundary). */
+KVSIM_EXTERN uint32_t kvsim_metrics_num_final(const struct kvsim_metrics *m);
+
 /*
  * kvsim_metrics_mark_incomplete - the replay ended: every PENDING record becomes INCOMPLETE.
  * Returns how many. O(requests). Context: no worker feeding events.
@@ -309,6 +313,10 @@ struct kvsim_report_run {
     struct kvsim_slo slo;    /* the SLOs to score (zeros: none) */
     const char *config_text; /* the run's whole configuration as JSON (--config-out), or NULL */
     int64_t wall_ns;         /* measured wall time of the replay; <= 0 = unknown */
+    /* How the replay ended: "finished" (NULL too), "max-sim-time" or "interrupted", at end_ns
+     * of virtual time after the first arrival. */
+    const char *end_reason;
+    int64_t end_ns;
 };
 
 /* The offload lanes a report counts (offload.h's lanes, in its order; engine.c checks that the
@@ -391,6 +399,11 @@ struct kvsim_report {
     bool has_engine, has_pools;
     struct sched_config engine, prefill, decode;
     char *config_text; /* from the run: its configuration's JSON (owned), or NULL */
+    /* from the run: how it ended; complete is false when it ended early (the unfinished
+     * requests count as incomplete) */
+    bool complete;
+    char end_reason[16];
+    int64_t end_ns;
     /* counts */
     uint64_t num_requests; /* R */
     uint64_t completed;

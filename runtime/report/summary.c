@@ -176,6 +176,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
         run = &no_run;
     memset(out, 0, sizeof *out);
     copy_name(out->trace, run->trace);
+    out->complete = !run->end_reason || strcmp(run->end_reason, "finished") == 0;
+    snprintf(out->end_reason, sizeof out->end_reason, "%s",
+             run->end_reason ? run->end_reason : "finished");
+    out->end_ns = run->end_ns;
     if (run->trace_sha256)
         snprintf(out->trace_sha256, sizeof out->trace_sha256, "%s", run->trace_sha256);
     copy_name(out->router, run->router);

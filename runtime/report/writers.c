@@ -45,6 +45,10 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%" PRIu64 "\n", "seed", r->seed);
     if (r->vllm_contract)
         fprintf(f, ROW "%" PRIu32 " (docs/fidelity/vllm.md)\n", "vllm contract", r->vllm_contract);
+    if (!r->complete)
+        fprintf(f, ROW "%s at %.3f s of simulated time: this report is partial\n", "ended early",
+                strcmp(r->end_reason, "interrupted") == 0 ? "interrupted" : "--max-sim-time-s",
+                (double)r->end_ns / 1e9);
 
     fprintf(f, "\n" ROW "%" PRIu64 "\n", "requests", r->num_requests);
     fprintf(f, ROW "%" PRIu64 "\n", "  completed", r->completed);
@@ -301,6 +305,7 @@ static json_t *report_json(const struct kvsim_report *r)
 {
     json_t *root = json_object();
     bool ok = put(root, "format", json_string("kvsim-report-2"));
+    ok = put(root, "complete", json_boolean(r->complete)) && ok;
 
     json_t *run = json_object();
     ok = put(run, "kvsim", json_string("kvsim " KVSIM_VERSION_STRING)) && ok;
@@ -318,6 +323,10 @@ static json_t *report_json(const struct kvsim_report *r)
         ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill)) && ok;
         ok = put(run, "decode_engine_args", engine_args_json(&r->decode)) && ok;
     }
+    json_t *end = json_object();
+    ok = put(end, "reason", json_string(r->end_reason)) && ok;
+    ok = put(end, "sim_time_s", json_real((double)r->end_ns / 1e9)) && ok;
+    ok = put(run, "end", end) && ok;
     if (r->config_text) /* the whole configuration, as --config-out writes it */
         ok = put(run, "config", json_loads(r->config_text, 0, NULL)) && ok;
     ok = put(root, "run", run) && ok;

@@ -559,12 +559,24 @@ Test(metrics, json_report_and_jsonl_reread)
     json_t *root = json_load_file(jpath, 0, &jerr);
     cr_assert_not_null(root, "%s: %s", jpath, jerr.text);
     /* Key order is fixed, "wall" last. */
-    const char *keys[] = {"format",      "run",          "requests",
-                          "preemptions", "tokens",       "prefix_cache_reuse_ratio",
-                          "timing",      "duration_ms",  "throughput",
-                          "ttft_ms",     "ttst_ms",      "tpot_ms",
-                          "itl_ms",      "token_gap_ms", "output_token_throughput_per_user",
-                          "e2e_ms",      "wall"};
+    const char *keys[] = {"format",
+                          "complete",
+                          "run",
+                          "requests",
+                          "preemptions",
+                          "tokens",
+                          "prefix_cache_reuse_ratio",
+                          "timing",
+                          "duration_ms",
+                          "throughput",
+                          "ttft_ms",
+                          "ttst_ms",
+                          "tpot_ms",
+                          "itl_ms",
+                          "token_gap_ms",
+                          "output_token_throughput_per_user",
+                          "e2e_ms",
+                          "wall"};
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -576,6 +588,7 @@ Test(metrics, json_report_and_jsonl_reread)
     }
     cr_assert_eq(i, sizeof keys / sizeof keys[0]);
     cr_assert_str_eq(json_string_value(json_object_get(root, "format")), "kvsim-report-2");
+    cr_assert(json_is_true(json_object_get(root, "complete")), "a run that finished is complete");
     cr_assert_str_eq(
         json_string_value(json_object_get(json_object_get(root, "timing"), "step_model")),
         "polynomial");

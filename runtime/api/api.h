@@ -63,6 +63,7 @@ struct kvsim_options {
     const char *prefill_args, *decode_args; /* --*-engine-args files */
     const char *offload_opt;                /* an offload option that needs --g2-blocks, or NULL */
     const char *disagg_opt; /* a disaggregation option that needs --prefill-engines, or NULL */
+    const char *synth_opt;  /* a synthetic workload option (refused with a trace), or NULL */
     bool engines_given;
     bool kv_events; /* an API engine keeps its KV events */
 };

@@ -134,6 +134,19 @@ enum opt_id {
     O_CONFIGOUT,
     O_REQOUT,
     O_TSOUT,
+    O_SY_REQS,
+    O_SY_SESS,
+    O_SY_TURNS,
+    O_SY_RATE,
+    O_SY_BURST,
+    O_SY_IN,
+    O_SY_OUT,
+    O_SY_MAXOUT,
+    O_SY_LENS,
+    O_SY_SYS,
+    O_SY_GROUPS,
+    O_SY_SHARED,
+    O_SY_THINK,
     O_CONC,
     O_MAXSIM,
     O_HTML,
@@ -143,8 +156,8 @@ enum opt_id {
 
 enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
 /* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
- * --prefill-engines. */
-enum opt_group { G_NONE, G_OFFLOAD, G_DISAGG };
+ * --prefill-engines; a synthetic workload option no --trace. */
+enum opt_group { G_NONE, G_OFFLOAD, G_DISAGG, G_SYNTH };
 
 struct opt {
     const char *name;
@@ -162,6 +175,7 @@ static const char *const indexes[] = {"pool", "events", NULL};
 static const char *const executors[] = {"inline", "pool", NULL};
 static const char *const releases[] = {"pinned", "immediate", NULL};
 static const char *const policies[] = {"fcfs", "priority", NULL};
+static const char *const lengths[] = {"lognormal", "fixed", NULL};
 
 #define U32MAX  4294967295.0
 /* Integer ranges beyond 2^53 (seeds: the whole u64) are checked as u64, not as doubles. */
@@ -176,6 +190,20 @@ static const struct opt opts[] = {
     {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL},
     {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL},
     {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL},
+    /* the synthetic workload (no --trace) */
+    {"synthetic-requests", O_SY_REQS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL},
+    {"synthetic-sessions", O_SY_SESS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL},
+    {"synthetic-turns", O_SY_TURNS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL},
+    {"synthetic-rate", O_SY_RATE, K_DBL, G_SYNTH, 0, 1e9, true, NULL},
+    {"synthetic-burstiness", O_SY_BURST, K_DBL, G_SYNTH, 0, 1e6, true, NULL},
+    {"synthetic-input-len", O_SY_IN, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
+    {"synthetic-output-len", O_SY_OUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
+    {"synthetic-max-output-len", O_SY_MAXOUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
+    {"synthetic-lengths", O_SY_LENS, K_CHOICE, G_SYNTH, 0, 0, false, lengths},
+    {"synthetic-system-prompt-len", O_SY_SYS, K_U32, G_SYNTH, 0, 1 << 26, false, NULL},
+    {"synthetic-prefix-groups", O_SY_GROUPS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL},
+    {"synthetic-shared-prefix-ratio", O_SY_SHARED, K_DBL, G_SYNTH, 0, 1, false, NULL},
+    {"synthetic-think-s", O_SY_THINK, K_DBL, G_SYNTH, 0, 1e6, false, NULL},
     {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
     {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL},
     {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers},
@@ -436,6 +464,19 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
         return 0;
     }
     case O_SEED: cfg->seed = v->u; return 0;
+    case O_SY_REQS: cfg->synth.num_requests = (uint32_t)v->u; return 0;
+    case O_SY_SESS: cfg->synth.num_sessions = (uint32_t)v->u; return 0;
+    case O_SY_TURNS: cfg->synth.max_turns = (uint32_t)v->u; return 0;
+    case O_SY_RATE: cfg->synth.session_rate = v->x; return 0;
+    case O_SY_BURST: cfg->synth.burstiness = v->x; return 0;
+    case O_SY_IN: cfg->synth.mean_user_len = (uint32_t)v->u; return 0;
+    case O_SY_OUT: cfg->synth.mean_output_len = (uint32_t)v->u; return 0;
+    case O_SY_MAXOUT: cfg->synth.max_output_len = (uint32_t)v->u; return 0;
+    case O_SY_LENS: cfg->synth.fixed_lengths = v->choice == 1; return 0;
+    case O_SY_SYS: cfg->synth.system_prompt_len = (uint32_t)v->u; return 0;
+    case O_SY_GROUPS: cfg->synth.num_prefix_groups = (uint32_t)v->u; return 0;
+    case O_SY_SHARED: cfg->synth.shared_prefix_ratio = v->x; return 0;
+    case O_SY_THINK: cfg->synth.mean_think_s = v->x; return 0;
     case O_ENGINES:
         o->engines_given = true;
         cfg->num_engines = (uint32_t)v->u;
@@ -609,6 +650,8 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
         o->offload_opt = d->name;
     else if (rc == 0 && d->group == G_DISAGG)
         o->disagg_opt = d->name;
+    else if (rc == 0 && d->group == G_SYNTH)
+        o->synth_opt = d->name;
     return rc;
 }
 
@@ -795,7 +838,13 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
     else if (o->offload_opt && !cfg->offload)
         snprintf(err, errlen, "option --%s needs --g2-blocks (offload tiers are off)",
                  o->offload_opt);
-    if (why || (o->offload_opt && !cfg->offload) || resolve_disagg(o, cfg, err, errlen)) {
+    bool synth_misused = o->synth_opt && (cfg->trace_path || cfg->requests);
+    if (!why && !(o->offload_opt && !cfg->offload) && synth_misused)
+        snprintf(err, errlen,
+                 "option --%s shapes the synthetic workload: it does not apply to a trace",
+                 o->synth_opt);
+    if (why || (o->offload_opt && !cfg->offload) || synth_misused ||
+        resolve_disagg(o, cfg, err, errlen)) {
         kvsim_run_fini(run);
         return -EINVAL;
     }
@@ -1057,6 +1106,40 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
         XV((double)cfg->max_sim_time_ns / 1e9);
         break;
     case O_SEED: UV(cfg->seed); break;
+    case O_SY_REQS:
+    case O_SY_SESS:
+    case O_SY_TURNS:
+    case O_SY_RATE:
+    case O_SY_BURST:
+    case O_SY_IN:
+    case O_SY_OUT:
+    case O_SY_MAXOUT:
+    case O_SY_LENS:
+    case O_SY_SYS:
+    case O_SY_GROUPS:
+    case O_SY_SHARED:
+    case O_SY_THINK: {
+        const struct kvsim_synth_opts *y = &cfg->synth;
+        if (cfg->trace_path || (d->id == O_SY_REQS && !y->num_requests) ||
+            (d->id == O_SY_SESS && y->num_requests))
+            return false; /* a trace's run, or the count the other one gives */
+        switch (d->id) {
+        case O_SY_REQS: UV(y->num_requests); break;
+        case O_SY_SESS: UV(y->num_sessions); break;
+        case O_SY_TURNS: UV(y->max_turns); break;
+        case O_SY_RATE: XV(y->session_rate); break;
+        case O_SY_BURST: XV(y->burstiness); break;
+        case O_SY_IN: UV(y->mean_user_len); break;
+        case O_SY_OUT: UV(y->mean_output_len); break;
+        case O_SY_MAXOUT: UV(y->max_output_len); break;
+        case O_SY_LENS: SV(y->fixed_lengths ? "fixed" : "lognormal"); break;
+        case O_SY_SYS: UV(y->system_prompt_len); break;
+        case O_SY_GROUPS: UV(y->num_prefix_groups); break;
+        case O_SY_SHARED: XV(y->shared_prefix_ratio); break;
+        default: XV(y->mean_think_s); break;
+        }
+        break;
+    }
     case O_ENGINES:
         if (dc->prefill_engines)
             return false; /* the pools' counts say it */

@@ -35,6 +35,22 @@ static void replay_usage(FILE *out)
             "  --max-sim-time-s X         stop X simulated seconds after the first arrival\n"
             "                             (the report says it is partial; default: none)\n"
             "  --seed S                   seed of the synthetic workload (1)\n"
+            "the synthetic workload (without a trace): chat sessions sharing system prompts\n"
+            "  --synthetic-sessions N     sessions (300)\n"
+            "  --synthetic-requests N     sessions until N requests instead\n"
+            "  --synthetic-turns N        turns per session, uniform in 1..N (6; 1: single\n"
+            "                             requests)\n"
+            "  --synthetic-rate X         session starts per second (6)\n"
+            "  --synthetic-burstiness B   gaps gamma of shape B (1: Poisson; < 1 burstier)\n"
+            "  --synthetic-input-len N    mean new user tokens per turn (300)\n"
+            "  --synthetic-output-len N   mean output tokens (200)\n"
+            "  --synthetic-max-output-len N  cap on output tokens (1000)\n"
+            "  --synthetic-lengths lognormal|fixed  length distribution (lognormal)\n"
+            "  --synthetic-system-prompt-len N  tokens of a shared system prompt (1024)\n"
+            "  --synthetic-prefix-groups N  system prompts to share (8)\n"
+            "  --synthetic-shared-prefix-ratio R  share of sessions opening with a shared\n"
+            "                             system prompt; the others have their own (1)\n"
+            "  --synthetic-think-s X      mean think time between turns (2)\n"
             "cluster:\n"
             "  --engines N                engines (4)\n"
             "  --threads T                worker threads (number of CPUs)\n"
@@ -168,6 +184,19 @@ static const struct option replay_opts[] = {
     {"max-sim-time-s", required_argument, NULL, O_RUN},
     {"replay-concurrency", required_argument, NULL, O_RUN},
     {"seed", required_argument, NULL, O_RUN},
+    {"synthetic-requests", required_argument, NULL, O_RUN},
+    {"synthetic-sessions", required_argument, NULL, O_RUN},
+    {"synthetic-turns", required_argument, NULL, O_RUN},
+    {"synthetic-rate", required_argument, NULL, O_RUN},
+    {"synthetic-burstiness", required_argument, NULL, O_RUN},
+    {"synthetic-input-len", required_argument, NULL, O_RUN},
+    {"synthetic-output-len", required_argument, NULL, O_RUN},
+    {"synthetic-max-output-len", required_argument, NULL, O_RUN},
+    {"synthetic-lengths", required_argument, NULL, O_RUN},
+    {"synthetic-system-prompt-len", required_argument, NULL, O_RUN},
+    {"synthetic-prefix-groups", required_argument, NULL, O_RUN},
+    {"synthetic-shared-prefix-ratio", required_argument, NULL, O_RUN},
+    {"synthetic-think-s", required_argument, NULL, O_RUN},
     {"engines", required_argument, NULL, O_RUN},
     {"threads", required_argument, NULL, O_RUN},
     {"router", required_argument, NULL, O_RUN},

@@ -169,6 +169,14 @@ struct kvsim_synth_opts {
     uint32_t max_output_len;    /* default 1000 */
     double mean_think_s;        /* think time between turns, exponential (default 2 s) */
     uint32_t block_size;        /* hash granularity of the generated trace (default 16) */
+    /* the knobs of `kvsim replay --synthetic-*` (the defaults keep the workload above) */
+    uint32_t num_requests; /* > 0: sessions until this many requests (the last one cut
+                              short); num_sessions is then ignored (default 0) */
+    double burstiness;     /* session gaps are gamma with this shape (vLLM's --burstiness):
+                              1 = Poisson (default), < 1 burstier, > 1 more regular */
+    bool fixed_lengths;    /* user and output lengths exactly their means (default: log-normal) */
+    double shared_prefix_ratio; /* share of sessions opening with their group's system prompt;
+                                   the others get a prompt of their own (default 1) */
 };
 
 /*

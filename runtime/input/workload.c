@@ -39,6 +39,8 @@ void kvsim_synth_opts_default(struct kvsim_synth_opts *o)
     o->max_output_len = 1000;
     o->mean_think_s = 2.0;
     o->block_size = 16;
+    o->burstiness = 1.0;
+    o->shared_prefix_ratio = 1.0;
 }
 
 /* ---- random numbers ---------------------------------------------------------------------- */
@@ -94,6 +96,37 @@ static double rng_normal(struct rng *r)
     double u1 = 1.0 - rng_unit(r); /* (0, 1] */
     double u2 = rng_unit(r);
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Gamma with shape k > 0 and scale 1 (Marsaglia and Tsang; k < 1 by the boost k+1 and
+ * U^(1/k)). */
+static double rng_gamma(struct rng *r, double k)
+{
+    if (k < 1) {
+        double u = rng_unit(r);
+        return rng_gamma(r, k + 1) * pow(1.0 - u, 1.0 / k);
+    }
+    double d = k - 1.0 / 3, c = 1.0 / sqrt(9 * d);
+    for (;;) {
+        double x, v;
+        do {
+            x = rng_normal(r);
+            v = 1 + c * x;
+        } while (v <= 0);
+        v = v * v * v;
+        double u = 1.0 - rng_unit(r); /* (0, 1] */
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+            return d * v;
+    }
+}
+
+/* A gap between session starts: exponential (Poisson arrivals) at burstiness 1, else gamma
+ * with that shape and the same mean, as vLLM's benchmark draws request gaps. */
+static double rng_gap(struct rng *r, double rate, double burstiness)
+{
+    if (burstiness == 1.0)
+        return rng_exp(r, 1.0 / rate);
+    return rng_gamma(r, burstiness) / (rate * burstiness);
 }
 
 /* A log-normal length with the given mean, rounded and clamped to [1, cap]. */
@@ -184,12 +217,17 @@ static int generate(const struct kvsim_synth_opts *o, struct kvsim_trace *t, cha
     int64_t session_start = 0;
     int rc = 0;
 
-    t->reqs = calloc((size_t)o->num_sessions * o->max_turns, sizeof *t->reqs);
+    /* With a request count, sessions go on until it is reached (each has at least one turn). */
+    uint64_t max_reqs =
+        o->num_requests ? o->num_requests : (uint64_t)o->num_sessions * o->max_turns;
+    uint32_t num_sessions = o->num_requests ? o->num_requests : o->num_sessions;
+    t->reqs = calloc((size_t)max_reqs, sizeof *t->reqs);
     if (!t->reqs)
         goto nomem;
-    for (uint32_t s = 0; s < o->num_sessions; s++) {
+    uint32_t s = 0;
+    for (; s < num_sessions && t->num_reqs < max_reqs; s++) {
         int64_t gap = 0;
-        if (s > 0 && (!seconds_to_ns(rng_exp(&rng, 1.0 / o->session_rate), &gap) ||
+        if (s > 0 && (!seconds_to_ns(rng_gap(&rng, o->session_rate, o->burstiness), &gap) ||
                       gap > INT64_MAX / 2 - session_start)) {
             rc = fail(err, errlen, -EINVAL, "session arrivals overflow (session_rate %g)",
                       o->session_rate);
@@ -198,19 +236,29 @@ static int generate(const struct kvsim_synth_opts *o, struct kvsim_trace *t, cha
         session_start += gap;
         uint32_t group = rng_below(&rng, o->num_prefix_groups);
         uint32_t turns = 1 + rng_below(&rng, o->max_turns);
+        if (turns > max_reqs - t->num_reqs)
+            turns = (uint32_t)(max_reqs - t->num_reqs);
+        /* Drawn only when some sessions do not share: the default stream stays as it was. */
+        bool shared = o->shared_prefix_ratio >= 1.0 || rng_unit(&rng) < o->shared_prefix_ratio;
 
-        /* The session's token stream starts with its group's system prompt. */
+        /* The session's token stream starts with its group's system prompt (or its own). */
         size_t nblocks = (size_t)sys_blocks;
         if (reserve_ids(&blocks, &cap_blocks, nblocks))
             goto nomem;
         for (uint64_t j = 0; j < sys_blocks; j++)
-            blocks[j] = group * sys_blocks + j;
+            blocks[j] = shared ? group * sys_blocks + j : next_id++;
         uint64_t stream_len = o->system_prompt_len;
 
         int32_t prev = -1;
         for (uint32_t k = 0; k < turns; k++) {
-            uint32_t user = rng_length(&rng, o->mean_user_len, USER_SIGMA, user_cap);
-            uint32_t output = rng_length(&rng, o->mean_output_len, OUTPUT_SIGMA, o->max_output_len);
+            uint32_t user = o->fixed_lengths
+                                ? o->mean_user_len
+                                : rng_length(&rng, o->mean_user_len, USER_SIGMA, user_cap);
+            uint32_t output =
+                o->fixed_lengths
+                    ? (o->mean_output_len < o->max_output_len ? o->mean_output_len
+                                                              : o->max_output_len)
+                    : rng_length(&rng, o->mean_output_len, OUTPUT_SIGMA, o->max_output_len);
             int64_t think = 0;
             if (k > 0 && !seconds_to_ns(rng_exp(&rng, o->mean_think_s), &think)) {
                 rc = fail(err, errlen, -EINVAL, "think times overflow (mean_think_s %g)",
@@ -256,7 +304,7 @@ static int generate(const struct kvsim_synth_opts *o, struct kvsim_trace *t, cha
             stream_len = len + output; /* the answer joins the conversation */
         }
     }
-    t->num_sessions = o->num_sessions;
+    t->num_sessions = s;
     t->block_size = bs;
     t->format = KVSIM_TRACE_SYNTHETIC;
     if (input__trace_sort(t))
@@ -298,6 +346,14 @@ int kvsim_workload_synthetic(const struct kvsim_synth_opts *o, struct kvsim_trac
                     o->mean_think_s);
     if (o->block_size == 0)
         return fail(err, errlen, -EINVAL, "block_size must be >= 1");
+    if (o->num_requests > (uint32_t)INT32_MAX)
+        return fail(err, errlen, -EINVAL, "num_requests must be <= %" PRId32, INT32_MAX);
+    if (!(o->burstiness > 0) || !isfinite(o->burstiness))
+        return fail(err, errlen, -EINVAL, "burstiness must be a positive finite number, got %g",
+                    o->burstiness);
+    if (!(o->shared_prefix_ratio >= 0 && o->shared_prefix_ratio <= 1))
+        return fail(err, errlen, -EINVAL, "shared_prefix_ratio must be in [0, 1], got %g",
+                    o->shared_prefix_ratio);
     int rc = generate(o, out, err, errlen);
     if (rc)
         kvsim_trace_free(out);

@@ -616,6 +616,8 @@ Test(trace, synthetic_rejects_impossible_options)
     REJECT(max_output_len, 0, "max_output_len must be >= 1");
     REJECT(mean_think_s, -1, "mean_think_s must be a finite number >= 0, got -1");
     REJECT(block_size, 0, "block_size must be >= 1");
+    REJECT(burstiness, 0, "burstiness must be a positive finite number, got 0");
+    REJECT(shared_prefix_ratio, 1.5, "shared_prefix_ratio must be in [0, 1], got 1.5");
 #undef REJECT
     /* Prompts must fit in uint32 tokens (big blocks keep the system prompt's id list small). */
     kvsim_synth_opts_default(&o);
@@ -624,6 +626,92 @@ Test(trace, synthetic_rejects_impossible_options)
     cr_assert_eq(kvsim_workload_synthetic(&o, &t, err, sizeof err), -EINVAL);
     cr_assert_str_eq(err, "synthetic workload: a prompt of session 0 exceeds 4294967295 tokens");
     cr_assert_null(t.reqs);
+}
+
+/* The mean and coefficient of variation of the gaps between session starts. */
+static void session_gaps(const struct kvsim_trace *t, double *mean, double *cv)
+{
+    double sum = 0, sq = 0, prev = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < t->num_reqs; i++) {
+        if (t->reqs[i].prev_turn >= 0)
+            continue;
+        double a = (double)t->reqs[i].arrival_ns / 1e9;
+        if (n++ > 0) {
+            sum += a - prev;
+            sq += (a - prev) * (a - prev);
+        }
+        prev = a;
+    }
+    *mean = sum / (double)(n - 1);
+    *cv = sqrt(sq / (double)(n - 1) - *mean * *mean) / *mean;
+}
+
+Test(trace, synthetic_knobs_shape_the_workload)
+{
+    struct kvsim_synth_opts o;
+    struct kvsim_trace t;
+    /* A request count: sessions until exactly that many requests. */
+    kvsim_synth_opts_default(&o);
+    o.num_requests = 777;
+    synth_ok(&o, &t);
+    cr_assert_eq(t.num_reqs, 777);
+    kvsim_trace_free(&t);
+    /* Fixed lengths, one turn each: every prompt is the system prompt and the user turn. */
+    kvsim_synth_opts_default(&o);
+    o.max_turns = 1;
+    o.fixed_lengths = true;
+    o.mean_user_len = 5000;
+    o.mean_output_len = 500;
+    synth_ok(&o, &t);
+    cr_assert_eq(t.num_reqs, o.num_sessions);
+    for (size_t i = 0; i < t.num_reqs; i++) {
+        cr_assert_eq(t.reqs[i].input_len, 1024 + 5000);
+        cr_assert_eq(t.reqs[i].output_len, 500);
+        cr_assert_eq(t.reqs[i].prev_turn, -1);
+    }
+    kvsim_trace_free(&t);
+    /* Shared prefixes: with ratio 1 the 8 groups' first blocks are all there is; with 0 every
+     * session opens with blocks of its own. */
+    for (int k = 0; k < 2; k++) {
+        kvsim_synth_opts_default(&o);
+        o.max_turns = 1;
+        o.shared_prefix_ratio = k ? 0.0 : 1.0;
+        synth_ok(&o, &t);
+        uint64_t firsts[512];
+        size_t nf = 0;
+        for (size_t i = 0; i < t.num_reqs; i++) {
+            uint64_t h = t.hash_ids[t.reqs[i].hash_off];
+            bool seen = false;
+            for (size_t j = 0; j < nf && !seen; j++)
+                seen = firsts[j] == h;
+            if (!seen && nf < 512)
+                firsts[nf++] = h;
+        }
+        if (k == 0)
+            cr_assert_leq(nf, 8, "shared: %zu distinct first blocks", nf);
+        else
+            cr_assert_eq(nf, t.num_reqs, "unshared: %zu distinct first blocks", nf);
+        kvsim_trace_free(&t);
+    }
+    /* Burstiness: gamma gaps of the same mean, a CV of 1/sqrt(B) (1 for Poisson). */
+    const double shapes[] = {0.25, 1.0, 4.0};
+    for (int k = 0; k < 3; k++) {
+        kvsim_synth_opts_default(&o);
+        o.num_sessions = 20000;
+        o.max_turns = 1;
+        o.session_rate = 10;
+        o.burstiness = shapes[k];
+        synth_ok(&o, &t);
+        double mean, cv;
+        session_gaps(&t, &mean, &cv);
+        cr_assert(fabs(mean - 0.1) < 0.1 * 0.05, "burstiness %g: mean gap %g s, not 0.1 s",
+                  shapes[k], mean);
+        double want = 1 / sqrt(shapes[k]);
+        cr_assert(fabs(cv - want) < 0.1 * want, "burstiness %g: CV %g, not %g", shapes[k], cv,
+                  want);
+        kvsim_trace_free(&t);
+    }
 }
 
 /* ---- vLLM run records (requests.jsonl) --------------------------------------------------- */

@@ -135,6 +135,10 @@ void kvsim_engine_usage(const struct kvsim_engine *e, struct kvsim_engine_summar
 {
     memset(out, 0, sizeof *out);
     out->preemptions = sched_num_preemptions(e->s);
+    out->rejected = e->rejected;
+    out->role = e->cfg.role == KVSIM_ENGINE_PREFILL  ? KVSIM_TS_PREFILL
+                : e->cfg.role == KVSIM_ENGINE_DECODE ? KVSIM_TS_DECODE
+                                                     : KVSIM_TS_AGGREGATED;
     out->steps = e->steps;
     out->busy_s = (double)e->busy_ns / 1e9;
     out->mean_kv_usage = e->busy_ns > 0 ? e->kv_usage_ns / (double)e->busy_ns : 0.0;
@@ -358,6 +362,7 @@ int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,
         mrc = kvsim_metrics_on_reject(m, req, t, reject);
         if (mrc)
             return engine__fail(e, mrc);
+        e->rejected++;
         observe(e, KVSIM_OBS_FINISHED, req, t, KVSIM_OBS_REJECTED, 0);
         return engine__push_done(e, req, t);
     }

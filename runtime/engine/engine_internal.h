@@ -46,6 +46,7 @@ struct kvsim_engine {
     struct sched_request **waiting_scratch; /* publish(): the waiting queue */
     uint32_t cap_waiting_scratch;
     uint64_t steps;
+    uint64_t rejected;              /* requests refused at admission */
     uint64_t steps_outside;         /* steps the profile model clamped to its grid */
     uint64_t steps_outside_axis[3]; /* per axis: tokens, sequences, attention */
     uint32_t unfinished;

@@ -603,6 +603,15 @@ static int summarize_engines(struct replay *rp, struct kvsim_report *r)
     }
     for (uint32_t i = 0; i < (uint32_t)rp->trace.num_reqs; i++) {
         const struct kvsim_req_record *rec = kvsim_metrics_record(rp->metrics, i);
+        /* A prefill engine served the prefill of every request it prefilled, whatever came
+         * of the decode; its cache hits are the request's first admission's. */
+        int32_t pe = rp->num_prefill ? rec->prefill_engine : -1;
+        if (pe >= 0 && (uint32_t)pe < rp->num_prefill && rec->first_sched_ns != KVSIM_TIME_NONE) {
+            struct kvsim_engine_summary *p = &r->per_engine[pe];
+            p->completed++;
+            p->input_tokens += rec->input_len;
+            p->cached_tokens += rec->cached_tokens;
+        }
         if (rec->status != KVSIM_REQ_COMPLETED || rec->engine < 0 ||
             (uint32_t)rec->engine >= rp->num_engines)
             continue;
@@ -610,7 +619,8 @@ static int summarize_engines(struct replay *rp, struct kvsim_report *r)
         s->completed++;
         s->input_tokens += rec->input_len;
         s->output_tokens += rec->num_output_tokens;
-        s->cached_tokens += rec->cached_tokens;
+        if (!rp->num_prefill)
+            s->cached_tokens += rec->cached_tokens;
     }
     return 0;
 }

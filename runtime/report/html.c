@@ -677,25 +677,31 @@ static void engine_table(FILE *f, const struct kvsim_report *r)
     if (r->per_engine == NULL || r->num_per_engine == 0)
         return;
     fputs("<div class=\"scroll\"><table id=\"table-engines\" class=\"stats\">\n<thead><tr>", f);
-    static const char *const cols[] = {"engine", "completed", "input tok", "output tok", "reuse",
-                                       "busy s", "KV mean",   "KV peak",   "preempt"};
+    static const char *const cols[] = {"engine",     "role",    "completed", "input tok",
+                                       "output tok", "reuse",   "busy s",    "KV mean",
+                                       "KV peak",    "preempt", "rejected"};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
         fprintf(f, "<th scope=\"col\">%s</th>", cols[i]);
     fputs("</tr></thead>\n<tbody>\n", f);
     for (uint32_t e = 0; e < r->num_per_engine; e++) {
         const struct kvsim_engine_summary *s = &r->per_engine[e];
         fprintf(f,
-                "<tr><th scope=\"row\">%" PRIu32 "</th><td>%" PRIu64 "</td><td>%" PRIu64
+                "<tr><th scope=\"row\">%" PRIu32 "</th><td>%s</td><td>%" PRIu64 "</td><td>%" PRIu64
                 "</td><td>%" PRIu64 "</td><td>%.1f %%</td><td>%.2f</td><td>%.1f %%</td>"
-                "<td>%.1f %%</td><td>%" PRIu64 "</td></tr>\n",
-                e, s->completed, s->input_tokens, s->output_tokens,
+                "<td>%.1f %%</td><td>%" PRIu64 "</td><td>%" PRIu64 "</td></tr>\n",
+                e,
+                s->role == KVSIM_TS_PREFILL  ? "prefill"
+                : s->role == KVSIM_TS_DECODE ? "decode"
+                                             : "aggregated",
+                s->completed, s->input_tokens, s->output_tokens,
                 100.0 * ratio((double)s->cached_tokens, (double)s->input_tokens), fin(s->busy_s),
-                100.0 * fin(s->mean_kv_usage), 100.0 * fin(s->peak_kv_usage), s->preemptions);
+                100.0 * fin(s->mean_kv_usage), 100.0 * fin(s->peak_kv_usage), s->preemptions,
+                s->rejected);
     }
     fputs("</tbody>\n</table></div>\n", f);
 }
 
-static void engine_bars(FILE *f, const struct kvsim_report *r, const struct kvsim_timeseries *ts)
+static void engine_bars(FILE *f, const struct kvsim_report *r)
 {
     uint32_t n = r->per_engine ? r->num_per_engine : 0;
     const int row = 40, top = 30, x0 = 110, bar_w = 330;
@@ -723,11 +729,9 @@ static void engine_bars(FILE *f, const struct kvsim_report *r, const struct kvsi
     for (uint32_t e = 0; e < n; e++) {
         const struct kvsim_engine_summary *s = &r->per_engine[e];
         int y = top + (int)e * row;
-        const char *role = "";
-        if (ts && ts->roles && e < ts->num_engines)
-            role = ts->roles[e] == KVSIM_TS_PREFILL  ? " prefill"
-                   : ts->roles[e] == KVSIM_TS_DECODE ? " decode"
-                                                     : "";
+        const char *role = s->role == KVSIM_TS_PREFILL  ? " prefill"
+                           : s->role == KVSIM_TS_DECODE ? " decode"
+                                                        : "";
         double wd = bar_w * ratio((double)s->completed, max_done);
         double wb = bar_w * ratio(fin(s->busy_s), max_busy);
         fprintf(f, "<text x=\"8\" y=\"%d\">engine %" PRIu32 "%s</text>\n", y + 17, e, role);
@@ -899,7 +903,7 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
         return rc;
 
     fputs("<section>\n<h2>Engine load</h2>\n<div class=\"charts\">\n", f);
-    engine_bars(f, r, ts);
+    engine_bars(f, r);
     engine_table(f, r);
     fputs("</div>\n</section>\n", f);
 

@@ -352,9 +352,13 @@ struct kvsim_offload_summary {
 
 /* One engine over the run (the report's per-engine part). */
 struct kvsim_engine_summary {
-    uint64_t completed;                   /* requests whose last admission was here */
-    uint64_t input_tokens, output_tokens; /* theirs */
-    uint64_t cached_tokens;               /* their first-admission prefix hits */
+    uint8_t role; /* enum kvsim_ts_role: aggregated, prefill or decode */
+    /* requests served here: completed with their last admission here (aggregated, decode), or
+     * prefilled here (prefill: their records' prefill_engine) */
+    uint64_t completed;
+    uint64_t input_tokens, output_tokens; /* theirs (a prefill engine's outputs: 0) */
+    uint64_t cached_tokens;               /* their first-admission prefix hits (the prefill's) */
+    uint64_t rejected;                    /* requests this engine refused at admission */
     uint64_t preemptions, steps;
     double busy_s;        /* virtual seconds with a step running (engine-seconds) */
     double mean_kv_usage; /* KV usage at each step's start, weighted by the step's duration */

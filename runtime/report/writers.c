@@ -32,6 +32,41 @@ static void print_latency_row(FILE *f, const char *name, const struct kvsim_late
 
 #define ROW "  %-24s "
 
+static const char *ts_role_name(uint8_t role)
+{
+    return role == KVSIM_TS_PREFILL ? "prefill" : role == KVSIM_TS_DECODE ? "decode" : "aggregated";
+}
+
+/* The engines of one role summed into *sum (mean KV usage weighted by busy time, the peak the
+ * largest). Returns how many there are. */
+static uint32_t pool_sum(const struct kvsim_report *r, uint8_t role,
+                         struct kvsim_engine_summary *sum)
+{
+    memset(sum, 0, sizeof *sum);
+    sum->role = role;
+    uint32_t n = 0;
+    double kv_busy = 0;
+    for (uint32_t e = 0; e < r->num_per_engine; e++) {
+        const struct kvsim_engine_summary *s = &r->per_engine[e];
+        if (s->role != role)
+            continue;
+        n++;
+        sum->completed += s->completed;
+        sum->input_tokens += s->input_tokens;
+        sum->output_tokens += s->output_tokens;
+        sum->cached_tokens += s->cached_tokens;
+        sum->rejected += s->rejected;
+        sum->preemptions += s->preemptions;
+        sum->steps += s->steps;
+        sum->busy_s += s->busy_s;
+        kv_busy += s->mean_kv_usage * s->busy_s;
+        if (s->peak_kv_usage > sum->peak_kv_usage)
+            sum->peak_kv_usage = s->peak_kv_usage;
+    }
+    sum->mean_kv_usage = sum->busy_s > 0 ? kv_busy / sum->busy_s : 0.0;
+    return n;
+}
+
 void kvsim_report_print(FILE *f, const struct kvsim_report *r)
 {
     fprintf(f, "kvsim replay report\n");
@@ -154,20 +189,40 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     }
 
     if (r->per_engine && r->num_per_engine <= 16) { /* beyond, the JSON has them */
-        fprintf(f, "\n  %-6s %10s %12s %12s %7s %9s %8s %8s %8s\n", "engine", "completed",
-                "input tok", "output tok", "reuse", "busy s", "kv mean", "kv peak", "preempt");
+        fprintf(f, "\n  %-8s %10s %12s %12s %7s %9s %8s %8s %8s %8s\n", "engine", "completed",
+                "input tok", "output tok", "reuse", "busy s", "kv mean", "kv peak", "preempt",
+                "rejected");
         for (uint32_t e = 0; e < r->num_per_engine; e++) {
             const struct kvsim_engine_summary *s = &r->per_engine[e];
+            char name[16];
+            snprintf(name, sizeof name, "%s%" PRIu32,
+                     s->role == KVSIM_TS_PREFILL  ? "P"
+                     : s->role == KVSIM_TS_DECODE ? "D"
+                                                  : "",
+                     e);
             fprintf(f,
-                    "  %-6" PRIu32 " %10" PRIu64 " %12" PRIu64 " %12" PRIu64
-                    " %6.1f%% %9.1f %7.1f%% %7.1f%% %8" PRIu64 "\n",
-                    e, s->completed, s->input_tokens, s->output_tokens,
+                    "  %-8s %10" PRIu64 " %12" PRIu64 " %12" PRIu64
+                    " %6.1f%% %9.1f %7.1f%% %7.1f%% %8" PRIu64 " %8" PRIu64 "\n",
+                    name, s->completed, s->input_tokens, s->output_tokens,
                     s->input_tokens ? 100.0 * (double)s->cached_tokens / (double)s->input_tokens
                                     : 0.0,
-                    s->busy_s, 100.0 * s->mean_kv_usage, 100.0 * s->peak_kv_usage, s->preemptions);
+                    s->busy_s, 100.0 * s->mean_kv_usage, 100.0 * s->peak_kv_usage, s->preemptions,
+                    s->rejected);
         }
-        fprintf(f, ROW "%.1f engine-seconds busy\n", "engines, summed", r->busy_engine_s);
     }
+    for (uint8_t role = KVSIM_TS_PREFILL; r->per_engine && role <= KVSIM_TS_DECODE; role++) {
+        struct kvsim_engine_summary p;
+        uint32_t n = pool_sum(r, role, &p);
+        if (n)
+            fprintf(f,
+                    ROW "%" PRIu32 " engines, %" PRIu64 " served, %.1f busy s, KV %.1f %% mean "
+                        "%.1f %% peak, %" PRIu64 " preemptions, %" PRIu64 " rejected\n",
+                    role == KVSIM_TS_PREFILL ? "prefill pool" : "decode pool", n, p.completed,
+                    p.busy_s, 100.0 * p.mean_kv_usage, 100.0 * p.peak_kv_usage, p.preemptions,
+                    p.rejected);
+    }
+    if (r->per_engine)
+        fprintf(f, ROW "%.1f engine-seconds busy\n", "engines, summed", r->busy_engine_s);
 
     fprintf(f, "\n  %-6s %10s%11s%11s%11s%11s%11s%11s%11s\n", "(ms)", "count", "mean", "min", "p50",
             "p90", "p95", "p99", "max");
@@ -301,6 +356,20 @@ static json_t *slo_json(const struct kvsim_slo_summary *s)
 }
 
 /* Builds the report object; NULL when out of memory. */
+/* One engine's figures (id >= 0), or a pool's (id = -engines). */
+static json_t *engine_json(const struct kvsim_engine_summary *s, int id)
+{
+    return json_pack("{s:i,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f}",
+                     id >= 0 ? "engine" : "engines", id >= 0 ? id : -id, "role",
+                     ts_role_name(s->role), "completed", (json_int_t)s->completed, "input_tokens",
+                     (json_int_t)s->input_tokens, "output_tokens", (json_int_t)s->output_tokens,
+                     "cached_tokens", (json_int_t)s->cached_tokens, "rejected",
+                     (json_int_t)s->rejected, "preemptions", (json_int_t)s->preemptions, "steps",
+                     (json_int_t)s->steps, "busy_s", s->busy_s, "prefix_cache_reuse_ratio",
+                     s->input_tokens ? (double)s->cached_tokens / (double)s->input_tokens : 0.0,
+                     "mean_kv_usage", s->mean_kv_usage, "peak_kv_usage", s->peak_kv_usage);
+}
+
 static json_t *report_json(const struct kvsim_report *r)
 {
     json_t *root = json_object();
@@ -388,19 +457,19 @@ static json_t *report_json(const struct kvsim_report *r)
     if (r->per_engine) {
         json_t *arr = json_array();
         ok = arr != NULL && ok;
-        for (uint32_t e = 0; arr && e < r->num_per_engine; e++) {
-            const struct kvsim_engine_summary *s = &r->per_engine[e];
-            json_t *o = json_pack(
-                "{s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:f,s:f,s:f,s:f}", "engine", (int)e, "completed",
-                (json_int_t)s->completed, "input_tokens", (json_int_t)s->input_tokens,
-                "output_tokens", (json_int_t)s->output_tokens, "cached_tokens",
-                (json_int_t)s->cached_tokens, "preemptions", (json_int_t)s->preemptions, "steps",
-                (json_int_t)s->steps, "busy_s", s->busy_s, "prefix_cache_reuse_ratio",
-                s->input_tokens ? (double)s->cached_tokens / (double)s->input_tokens : 0.0,
-                "mean_kv_usage", s->mean_kv_usage, "peak_kv_usage", s->peak_kv_usage);
-            ok = o && json_array_append_new(arr, o) == 0 && ok;
-        }
+        for (uint32_t e = 0; arr && e < r->num_per_engine; e++)
+            ok = json_array_append_new(arr, engine_json(&r->per_engine[e], (int)e)) == 0 && ok;
         ok = put(root, "engines", arr) && ok;
+        /* Per pool: the engines of each role summed (means weighted by busy time). */
+        json_t *pools = json_object();
+        ok = pools != NULL && ok;
+        for (uint8_t role = KVSIM_TS_AGGREGATED; pools && role <= KVSIM_TS_DECODE; role++) {
+            struct kvsim_engine_summary sum;
+            uint32_t n = pool_sum(r, role, &sum);
+            if (n)
+                ok = put(pools, ts_role_name(role), engine_json(&sum, -(int)n)) && ok;
+        }
+        ok = put(root, "pools", pools) && ok;
         ok = put(root, "busy_engine_s", json_real(r->busy_engine_s)) && ok;
     }
 
@@ -640,11 +709,6 @@ void kvsim_timeseries_fini(struct kvsim_timeseries *ts)
     free(ts->roles);
     free(ts->samples);
     memset(ts, 0, sizeof *ts);
-}
-
-static const char *ts_role_name(uint8_t role)
-{
-    return role == KVSIM_TS_PREFILL ? "prefill" : role == KVSIM_TS_DECODE ? "decode" : "aggregated";
 }
 
 static void write_ts_row(FILE *f, double t_s, double interval_s, const char *engine,

@@ -97,6 +97,8 @@ static void make_run(struct run *x, uint32_t n, bool disagg, bool completed)
         struct kvsim_disagg_summary *d = &x->r.disagg;
         d->enabled = true;
         d->prefill_engines = d->decode_engines = 1;
+        x->r.per_engine[0].role = KVSIM_TS_PREFILL;
+        x->r.per_engine[1].role = KVSIM_TS_DECODE;
         double *pins = malloc(n * sizeof *pins);
         cr_assert_not_null(pins);
         size_t np = 0;

@@ -586,6 +586,22 @@ int main(int argc, char **argv)
     }
     json_object_set_new(ratios, "executor", exj);
 
+    /* ---- issue #14's targets ---- */
+    printf("\ntargets (issue #14), measured on this run\n");
+    bench_print_rule(100);
+    json_t *t14 = json_object();
+    const struct bench_rep *g1 = bench_best(find_config(runs, TIERS_G1, false, 1));
+    const struct bench_rep *inl = bench_best(find_config(runs, TIERS_G2G3, false, 1));
+    const struct bench_rep *pool = bench_best(find_config(runs, TIERS_G2G3, true, 1));
+    bool have_i = g1 && inl && g1->msg.wall_ns > 0, have_p = inl && pool && inl->msg.wall_ns > 0;
+    bench_target(t14, "g1_g2_g3_inline_vs_g1_only", "G1+G2+G3 inline vs G1 only (wall), 1 thread",
+                 have_i, have_i ? (double)inl->msg.wall_ns / (double)g1->msg.wall_ns : 0, true, 2.0,
+                 "x");
+    bench_target(t14, "pool_vs_inline", "pool executor vs inline (wall), G1+G2+G3, 1 thread",
+                 have_p, have_p ? (double)pool->msg.wall_ns / (double)inl->msg.wall_ns : 0, true,
+                 1.3, "x");
+    json_object_set_new(ratios, "targets_issue_14", t14);
+
     /* ---- identity ---- */
     bool identical = true;
     uint64_t ref = 0;

@@ -36,23 +36,30 @@
 #error "KVSIM_SOURCE_DIR must be defined (the source tree, to find ../shared/traces)"
 #endif
 
-#define DEFAULT_TRACE      KVSIM_SOURCE_DIR "/../shared/traces/conversation_trace.jsonl"
-#define PROG               "bench_replay"
-#define DEFAULT_JSON       "bench/results/bench_replay.json"
-#define NUM_ENGINES        8u
-#define QUICK_MAX_REQUESTS BENCH_QUICK_MAX_REQUESTS
-#define MAX_REPS           100u
-#define SMALL_BLOCK        16u
-#define SMALL_BLOCK_BLOCKS 16384u /* the replay default; null block included */
-#define LARGE_BLOCK        512u
-#define LARGE_BLOCK_BLOCKS 513u /* 512 usable + the null block */
-#define DISAGG_PREFILL     4u   /* the disaggregated runs: 4 prefill + 4 decode engines */
-#define DISAGG_DECODE      (NUM_ENGINES - DISAGG_PREFILL)
+#define DEFAULT_TRACE         KVSIM_SOURCE_DIR "/../shared/traces/conversation_trace.jsonl"
+#define PROG                  "bench_replay"
+#define DEFAULT_JSON          "bench/results/bench_replay.json"
+#define NUM_ENGINES           8u
+#define QUICK_MAX_REQUESTS    BENCH_QUICK_MAX_REQUESTS
+#define MAX_REPS              100u
+#define SMALL_BLOCK           16u
+#define SMALL_BLOCK_BLOCKS    16384u /* the replay default; null block included */
+#define LARGE_BLOCK           512u
+#define LARGE_BLOCK_BLOCKS    513u /* 512 usable + the null block */
+#define DISAGG_PREFILL        4u   /* the disaggregated runs: 4 prefill + 4 decode engines */
+#define DISAGG_DECODE         (NUM_ENGINES - DISAGG_PREFILL)
 /* The profile step model's run (docs/fidelity/timing.md): the shared Llama-3.1-8B profile. */
-#define PROFILE_ROOT       KVSIM_SOURCE_DIR "/../shared/profiles/llmservingsim"
-#define PROFILE_HARDWARE   "RTXPRO6000"
-#define PROFILE_MODEL      "meta-llama/Llama-3.1-8B"
-#define GOAL_PROFILE_RATIO 1.3 /* issue #12: at most 1.3x the polynomial's wall time */
+#define PROFILE_ROOT          KVSIM_SOURCE_DIR "/../shared/profiles/llmservingsim"
+#define PROFILE_HARDWARE      "RTXPRO6000"
+#define PROFILE_MODEL         "meta-llama/Llama-3.1-8B"
+#define GOAL_PROFILE_RATIO    1.3 /* issue #12: at most 1.3x the polynomial's wall time */
+/* Issue #14's targets (the conversation trace, 8 engines, kv router; Azure conv for tokens). */
+#define AZURE_TRACE           KVSIM_SOURCE_DIR "/../shared/traces/AzureLLMInferenceTrace_conv.csv"
+#define GOAL14_REQ_PER_S_1T   50000.0
+#define GOAL14_BLOCK_RATIO    1.5
+#define GOAL14_DISAGG_RATIO   1.3
+#define GOAL14_PARSE_MS       15.0
+#define GOAL14_AZURE_NS_TOKEN 40.0
 
 /* DESIGN.md, "Performance targets". */
 #define GOAL_REQ_PER_S_1T   100000.0
@@ -82,6 +89,7 @@ struct run_cfg {
     uint32_t num_blocks; /* null block included */
     bool disagg;         /* DISAGG_PREFILL + DISAGG_DECODE engines instead of NUM_ENGINES */
     bool profile;        /* the profile step model instead of the polynomial */
+    bool azure;          /* the Azure conversation trace instead of --trace (issue #14) */
 };
 
 #define MAX_CONFIGS 16
@@ -126,6 +134,8 @@ static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
     }
     struct kvsim_replay_config cfg;
     bench_trace_replay_config(x->o, &cfg);
+    if (c->azure)
+        cfg.trace_path = AZURE_TRACE;
     cfg.num_engines = NUM_ENGINES;
     cfg.num_threads = c->threads;
     cfg.router = c->router;
@@ -160,6 +170,9 @@ static void describe(const void *ctx, size_t i, struct bench_config *bc)
                  DISAGG_PREFILL, DISAGG_DECODE);
     else if (c->profile)
         snprintf(bc->label, sizeof bc->label, "%s, profile", kvsim_router_policy_name(c->router));
+    else if (c->azure)
+        snprintf(bc->label, sizeof bc->label, "%s, Azure conv",
+                 kvsim_router_policy_name(c->router));
     else if (c->block_size != SMALL_BLOCK)
         snprintf(bc->label, sizeof bc->label, "%s, block %u", kvsim_router_policy_name(c->router),
                  c->block_size);
@@ -256,6 +269,13 @@ static size_t build_configs(const struct bench_trace_opts *o, struct run_cfg *cf
                                      .block_size = SMALL_BLOCK,
                                      .num_blocks = SMALL_BLOCK_BLOCKS,
                                      .disagg = true};
+    if (!o->quick && access(AZURE_TRACE, R_OK) == 0)
+        cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
+                                     .router = KVSIM_ROUTER_KV,
+                                     .threads = 1,
+                                     .block_size = SMALL_BLOCK,
+                                     .num_blocks = SMALL_BLOCK_BLOCKS,
+                                     .azure = true};
     if (access(PROFILE_ROOT, R_OK) == 0)
         cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
                                      .router = KVSIM_ROUTER_KV,
@@ -274,7 +294,7 @@ static const struct bench_config *find_run(const struct bench_suite *s,
     for (size_t i = 0; i < s->num_configs; i++) {
         const struct run_cfg *c = &cfgs[i];
         if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
-            c->block_size == block_size && c->disagg == disagg && !c->profile)
+            c->block_size == block_size && c->disagg == disagg && !c->profile && !c->azure)
             return &s->configs[i];
     }
     return NULL;
@@ -332,6 +352,58 @@ static json_t *disagg_cost(const struct bench_suite *s, bool *identical)
     return json_pack("{s:I, s:I, s:o, s:b}", "prefill_engines", (json_int_t)DISAGG_PREFILL,
                      "decode_engines", (json_int_t)DISAGG_DECODE, "runs", rows, "identical",
                      *identical);
+}
+
+/* The wall ratio of two runs' best repetitions (have: both measured). */
+static double wall_ratio(const struct bench_config *a, const struct bench_config *b, bool *have)
+{
+    const struct bench_rep *ra = a ? bench_best(a) : NULL, *rb = b ? bench_best(b) : NULL;
+    *have = ra && rb && rb->msg.wall_ns > 0;
+    return *have ? (double)ra->msg.wall_ns / (double)rb->msg.wall_ns : 0.0;
+}
+
+/*
+ * Issue #14's targets, each figure beside its goal: requests per wall second on 1 thread and
+ * the 2-thread speedup (kv router), block size 16 against 512 at equal capacity, 4P+4D against
+ * 8 aggregated engines, parsing the trace, and CPU ns per output token on the Azure
+ * conversation trace. Prints the table, returns the JSON. (The offload targets are
+ * bench_offload's.)
+ */
+static json_t *issue14_targets(const struct bench_suite *s, const struct bench_config *runs,
+                               size_t ncfg, const struct run_cfg *cfgs)
+{
+    json_t *t = json_object();
+    printf("\ntargets (issue #14), measured on this run\n");
+    bench_print_rule(100);
+    const struct bench_config *kv1 = find_config(s, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
+    const struct bench_config *kv2 = find_config(s, KVSIM_ROUTER_KV, 2, SMALL_BLOCK);
+    const struct bench_rep *b1 = kv1 ? bench_best(kv1) : NULL;
+    bench_target(t, "requests_per_wall_s_1_thread", "requests per wall s, kv, 1 thread", b1 != NULL,
+                 b1 ? bench_figures_of(b1).req_per_wall_s : 0, false, GOAL14_REQ_PER_S_1T, "req/s");
+    bool have;
+    double sp = wall_ratio(kv1, kv2, &have);
+    bench_target(t, "speedup_2_threads", "2 threads vs 1 (wall), kv", have, sp, false,
+                 GOAL_SPEEDUP_2T, "x");
+    double bs = wall_ratio(kv1, find_config(s, KVSIM_ROUTER_KV, 1, LARGE_BLOCK), &have);
+    bench_target(t, "block_16_vs_512", "block size 16 vs 512 (wall), equal capacity", have, bs,
+                 true, GOAL14_BLOCK_RATIO, "x");
+    double dg = wall_ratio(find_run(s, KVSIM_ROUTER_KV, 1, SMALL_BLOCK, true), kv1, &have);
+    bench_target(t, "disagg_vs_aggregated", "4P+4D vs 8 aggregated engines (wall), 1 thread", have,
+                 dg, true, GOAL14_DISAGG_RATIO, "x");
+    const struct bench_rep *load = bench_best(&runs[0]);
+    bench_target(t, "parse_ms", "parsing the trace (kvsim_trace_load)", load != NULL,
+                 load ? (double)load->msg.wall_ns / 1e6 : 0, true, GOAL14_PARSE_MS, "ms");
+    const struct bench_rep *az = NULL;
+    for (size_t i = 0; i < ncfg; i++)
+        if (cfgs[i].azure)
+            az = bench_best(&runs[i]);
+    bench_target(t, "azure_cpu_ns_per_output_token",
+                 "CPU ns per output token, Azure conv, kv, 1 thread", az != NULL,
+                 az ? bench_figures_of(az).cpu_ns_per_out_tok : 0, true, GOAL14_AZURE_NS_TOKEN,
+                 "ns");
+    printf("  (offload targets: bench_offload; peak RSS per in-flight request and growth with a "
+           "4x longer trace: not measured yet)\n");
+    return t;
 }
 
 /* The profile step model's run against the polynomial's (kv, 1 thread): wall time, and wall time
@@ -555,6 +627,7 @@ int main(int argc, char **argv)
     json_t *pcj = profile_cost(&suite);
 
     /* ---- targets ---- */
+    json_t *t14 = issue14_targets(&suite, runs, ncfg, cfgs);
     printf("\ntargets (DESIGN.md); cells: measured (measured/goal)\n");
     printf("%-34s %-12s", "figure", "goal");
     for (size_t i = 0; i < NUM_ROUTERS; i++)
@@ -636,5 +709,6 @@ int main(int argc, char **argv)
     json_object_set_new(targets, "identical_results",
                         json_pack("{s:b, s:b}", "goal", 1, "measured", all_identical));
     json_object_set_new(root, "targets", targets);
+    json_object_set_new(root, "targets_issue_14", t14);
     return bench_suite_finish(&suite, root, all_ok, all_identical, "thread counts or repetitions");
 }

@@ -871,3 +871,19 @@ int bench_suite_finish(struct bench_suite *s, json_t *root, bool all_ok, bool id
                 identical ? "" : differ, identical ? "" : ")");
     return ok ? 0 : 1;
 }
+
+bool bench_target(json_t *targets, const char *key, const char *what, bool have, double measured,
+                  bool at_most, double goal, const char *unit)
+{
+    bool met = have && (at_most ? measured <= goal : measured >= goal);
+    char m[32] = "not measured", g[32];
+    if (have)
+        snprintf(m, sizeof m, "%.6g %s", measured, unit);
+    snprintf(g, sizeof g, "%s %.6g %s", at_most ? "<=" : ">=", goal, unit);
+    printf("  %-52s %18s %18s  %s\n", what, m, g, !have ? "-" : met ? "met" : "NOT MET");
+    json_t *o = json_pack("{s:f, s:s, s:s, s:b}", "goal", goal, "comparison",
+                          at_most ? "<=" : ">=", "unit", unit, "met", met);
+    json_object_set_new(o, "measured", have ? json_real(measured) : json_null());
+    json_object_set_new(targets, key, o);
+    return met;
+}

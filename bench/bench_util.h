@@ -51,6 +51,15 @@ const char *bench_grouped(double v, char *buf, size_t len);
 /* A line of width dashes (at most 160) on stdout: the rule under a table's header. */
 void bench_print_rule(int width);
 
+/*
+ * bench_target - one row of a targets table: what, the measured figure (have false: not
+ * measured), the goal as "<= g" or ">= g" (at_most) in unit, and whether it is met; recorded
+ * in targets (a JSON object) under key as {measured, goal, comparison, unit, met}. Returns
+ * whether it is met (false when not measured).
+ */
+bool bench_target(struct json_t *targets, const char *key, const char *what, bool have,
+                  double measured, bool at_most, double goal, const char *unit);
+
 /* ---- deterministic workloads ----------------------------------------------------------------- */
 
 /* The splitmix64 finaliser of x + 0x9e3779b97f4a7c15. Seeds and pinned figures depend on it. */

@@ -37,6 +37,9 @@ struct loader {
     size_t cap_last;
     char *err;
     size_t errlen;
+    bool jansson_only; /* tests: every Mooncake line through jansson, none through the scanner */
+    int64_t *scan;     /* the Mooncake scanner's hash ids of the current line */
+    size_t cap_scan;
 };
 
 struct azure_state {
@@ -81,10 +84,27 @@ int input__session_lookup(struct loader *ld, const char *key, size_t len, int32_
  * a required integer field in [min, UINT32_MAX] (0 or -EINVAL); one line parsed as a JSON object
  * and handed to row (an error names the line and the column). */
 const char *input__json_kind(const json_t *v);
+const char *input__type_kind(json_type type);
 int input__get_u32(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t min,
                    uint32_t *out);
 int input__json_line(struct loader *ld, uint32_t line, const char *s, size_t n,
                      int (*row)(struct loader *ld, uint32_t line, json_t *o));
+
+/* A field's value as the checks see it, whether jansson or a scanner read it (json_int_t is
+ * 64 bits): the checks and their messages are then the same for both. */
+struct input_val {
+    bool present; /* false: the key is absent */
+    json_type type;
+    int64_t i;     /* JSON_INTEGER */
+    double d;      /* JSON_REAL */
+    const char *s; /* JSON_STRING: n bytes, not NUL-terminated for a scanner's */
+    size_t n;
+};
+/* v (NULL: absent) as an input_val; strings stay owned by v. */
+void input__val_of(const json_t *v, struct input_val *out);
+/* input__get_u32 on a value already read. */
+int input__val_u32(struct loader *ld, uint32_t line, const char *name, const struct input_val *v,
+                   uint32_t min, uint32_t *out);
 
 /* One Mooncake JSONL line (not blank). Returns 0 or a negative errno. */
 int input__mooncake_line(struct loader *ld, uint32_t line, const char *s, size_t n);
@@ -95,6 +115,10 @@ int input__azure_line(struct loader *ld, struct azure_state *st, uint32_t line, 
 int input__azure_header(struct loader *ld, const char *s, size_t n);
 /* One line of a recorded vLLM run's requests.jsonl (not blank). Returns 0 or a negative errno. */
 int input__vllm_run_line(struct loader *ld, uint32_t line, const char *s, size_t n);
+
+/* kvsim_trace_load, with jansson_only for the tests: they compare it with the scanner. */
+int input__trace_load(const char *path, const struct kvsim_trace_opts *opts, bool jansson_only,
+                      struct kvsim_trace *out, char *err, size_t errlen);
 
 /* Shared with workload.c. */
 

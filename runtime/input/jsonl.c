@@ -7,9 +7,11 @@
 #include <errno.h>
 #include <inttypes.h>
 
-const char *input__json_kind(const json_t *v)
+_Static_assert(sizeof(json_int_t) == sizeof(int64_t), "input_val holds a json_int_t");
+
+const char *input__type_kind(json_type type)
 {
-    switch (json_typeof(v)) {
+    switch (type) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
     case JSON_STRING: return "a string";
@@ -22,25 +24,45 @@ const char *input__json_kind(const json_t *v)
     return "?";
 }
 
-int input__get_u32(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t min,
-                   uint32_t *out)
+const char *input__json_kind(const json_t *v) { return input__type_kind(json_typeof(v)); }
+
+void input__val_of(const json_t *v, struct input_val *out)
 {
-    json_t *v = json_object_get(o, name);
-    if (!v)
+    *out = (struct input_val){.present = v != NULL, .type = v ? json_typeof(v) : JSON_NULL};
+    if (json_is_integer(v))
+        out->i = json_integer_value(v);
+    else if (json_is_real(v))
+        out->d = json_real_value(v);
+    else if (json_is_string(v)) {
+        out->s = json_string_value(v);
+        out->n = json_string_length(v);
+    }
+}
+
+int input__val_u32(struct loader *ld, uint32_t line, const char *name, const struct input_val *v,
+                   uint32_t min, uint32_t *out)
+{
+    if (!v->present)
         return input__fail_field(ld, line, name, "missing");
-    if (!json_is_integer(v))
+    if (v->type != JSON_INTEGER)
         return input__fail_field(ld, line, name, "expected an integer, got %s",
-                                 input__json_kind(v));
-    json_int_t x = json_integer_value(v);
-    if (x < (json_int_t)min)
-        return input__fail_field(ld, line, name,
-                                 "must be >= %" PRIu32 ", got %" JSON_INTEGER_FORMAT, min, x);
-    if (x > (json_int_t)UINT32_MAX)
-        return input__fail_field(ld, line, name,
-                                 "%" JSON_INTEGER_FORMAT " is too large (max %" PRIu32 ")", x,
+                                 input__type_kind(v->type));
+    int64_t x = v->i;
+    if (x < (int64_t)min)
+        return input__fail_field(ld, line, name, "must be >= %" PRIu32 ", got %" PRId64, min, x);
+    if (x > (int64_t)UINT32_MAX)
+        return input__fail_field(ld, line, name, "%" PRId64 " is too large (max %" PRIu32 ")", x,
                                  UINT32_MAX);
     *out = (uint32_t)x;
     return 0;
+}
+
+int input__get_u32(struct loader *ld, uint32_t line, json_t *o, const char *name, uint32_t min,
+                   uint32_t *out)
+{
+    struct input_val v;
+    input__val_of(json_object_get(o, name), &v);
+    return input__val_u32(ld, line, name, &v, min, out);
 }
 
 int input__json_line(struct loader *ld, uint32_t line, const char *s, size_t n,

@@ -257,6 +257,7 @@ static void loader_fini(struct loader *ld)
     free(ld->last_turn);
     free(ld->raw_ts);
     free(ld->raw_delay);
+    free(ld->scan);
 }
 
 /* Divides a non-negative duration by arrival_speedup. Returns false if it overflows int64. */
@@ -408,6 +409,12 @@ static int read_rows(struct loader *ld, FILE *f, const struct input_source *src,
 int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, struct kvsim_trace *out,
                      char *err, size_t errlen)
 {
+    return input__trace_load(path, opts, false, out, err, errlen);
+}
+
+int input__trace_load(const char *path, const struct kvsim_trace_opts *opts, bool jansson_only,
+                      struct kvsim_trace *out, char *err, size_t errlen)
+{
     struct kvsim_trace_opts defaults;
     if (!opts) {
         kvsim_trace_opts_default(&defaults);
@@ -421,7 +428,8 @@ int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts, stru
                         .opts = opts,
                         .t = out,
                         .err = err,
-                        .errlen = errlen};
+                        .errlen = errlen,
+                        .jansson_only = jansson_only};
 
     enum kvsim_trace_format format = opts->format;
     if (format == KVSIM_TRACE_AUTO) {

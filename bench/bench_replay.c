@@ -21,10 +21,12 @@
  * repetition). The exit status is 1 if a run fails or if results differ between thread counts
  * (or repetitions), 2 for a usage error or a missing trace; missed targets do not fail it.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -60,6 +62,7 @@
 #define GOAL14_DISAGG_RATIO   1.3
 #define GOAL14_PARSE_MS       15.0
 #define GOAL14_AZURE_NS_TOKEN 40.0
+#define MEMORY_COPIES         4u
 
 /* DESIGN.md, "Performance targets". */
 #define GOAL_REQ_PER_S_1T   100000.0
@@ -90,6 +93,8 @@ struct run_cfg {
     bool disagg;         /* DISAGG_PREFILL + DISAGG_DECODE engines instead of NUM_ENGINES */
     bool profile;        /* the profile step model instead of the polynomial */
     bool azure;          /* the Azure conversation trace instead of --trace (issue #14) */
+    uint32_t copies;     /* > 0: the trace repeated this many times, each copy after the
+                            last (memory growth with trace length, issue #14) */
 };
 
 #define MAX_CONFIGS 16
@@ -124,6 +129,59 @@ static void child_load(const struct bench_trace_opts *o, struct bench_msg *msg)
     kvsim_trace_free(&t);
 }
 
+/*
+ * The trace of o repeated copies times in memory, each copy starting 1 s after the previous
+ * one's last arrival, with its own sessions and hash ids (so that nothing of a copy is cached
+ * for the next: the replay's state can only grow with the requests). *bytes: its arrays.
+ */
+static int repeat_trace(const struct bench_trace_opts *o, uint32_t copies, struct kvsim_trace *out,
+                        uint64_t *bytes, char *err, size_t errlen)
+{
+    struct kvsim_trace_opts topts;
+    kvsim_trace_opts_default(&topts);
+    struct kvsim_trace t;
+    int rc = kvsim_trace_load(o->trace_path, &topts, &t, err, errlen);
+    if (rc)
+        return rc;
+    *out = t;
+    size_t R = t.num_reqs, H = t.num_hash_ids;
+    out->reqs = malloc(R * copies * sizeof *out->reqs);
+    out->hash_ids = malloc((H ? H : 1) * copies * sizeof *out->hash_ids);
+    if (!out->reqs || !out->hash_ids) {
+        free(out->reqs);
+        free(out->hash_ids);
+        kvsim_trace_free(&t);
+        snprintf(err, errlen, "out of memory repeating the trace");
+        return -ENOMEM;
+    }
+    uint64_t max_id = 0;
+    for (size_t h = 0; h < H; h++)
+        if (t.hash_ids[h] > max_id)
+            max_id = t.hash_ids[h];
+    int64_t span = t.reqs[R - 1].arrival_ns - t.reqs[0].arrival_ns + 1000000000;
+    for (uint32_t k = 0; k < copies; k++) {
+        for (size_t i = 0; i < R; i++) {
+            struct kvsim_req_spec *r = &out->reqs[k * R + i];
+            *r = t.reqs[i];
+            r->arrival_ns += (int64_t)k * span;
+            r->hash_off += (uint32_t)(k * H);
+            if (r->session >= 0)
+                r->session += (int32_t)(k * t.num_sessions);
+            if (r->prev_turn >= 0)
+                r->prev_turn += (int32_t)(k * R);
+        }
+        for (size_t h = 0; h < H; h++) /* ids stay below KVSIM_MAX_HASH_ID for these traces */
+            out->hash_ids[k * H + h] = t.hash_ids[h] + k * (max_id + 1);
+    }
+    out->num_reqs = R * copies;
+    out->num_hash_ids = H * copies;
+    out->num_sessions = t.num_sessions * copies;
+    out->num_clamped = t.num_clamped * copies;
+    *bytes = out->num_reqs * sizeof *out->reqs + out->num_hash_ids * sizeof *out->hash_ids;
+    kvsim_trace_free(&t);
+    return 0;
+}
+
 static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
 {
     const struct replay_ctx *x = ctx;
@@ -147,6 +205,15 @@ static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
         cfg.disagg.prefill_sched = cfg.disagg.decode_sched = cfg.sched;
         cfg.disagg.prefill_router = cfg.disagg.decode_router = c->router;
     }
+    struct kvsim_trace many = {0};
+    if (c->copies) { /* built before the clock starts, like a trace the caller holds */
+        msg->rc =
+            repeat_trace(x->o, c->copies, &many, &msg->trace_bytes, msg->err, sizeof msg->err);
+        if (msg->rc)
+            return;
+        cfg.trace_path = NULL;
+        cfg.requests = &many;
+    }
     struct kvsim_profile *prof = NULL;
     if (c->profile) { /* loaded before the clock starts: the replay's cost is what is compared */
         struct kvsim_profile_config pc = {
@@ -158,6 +225,7 @@ static void child_main(const void *ctx, size_t i, struct bench_msg *msg)
     }
     bench_replay_child(&cfg, false, msg);
     kvsim_profile_free(prof);
+    kvsim_trace_free(&many);
 }
 
 static void describe(const void *ctx, size_t i, struct bench_config *bc)
@@ -269,6 +337,14 @@ static size_t build_configs(const struct bench_trace_opts *o, struct run_cfg *cf
                                      .block_size = SMALL_BLOCK,
                                      .num_blocks = SMALL_BLOCK_BLOCKS,
                                      .disagg = true};
+    if (!o->quick)
+        for (uint32_t k = 1; k <= MEMORY_COPIES; k += MEMORY_COPIES - 1)
+            cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
+                                         .router = KVSIM_ROUTER_KV,
+                                         .threads = 1,
+                                         .block_size = SMALL_BLOCK,
+                                         .num_blocks = SMALL_BLOCK_BLOCKS,
+                                         .copies = k};
     if (!o->quick && access(AZURE_TRACE, R_OK) == 0)
         cfgs[n++] = (struct run_cfg){.kind = RUN_REPLAY,
                                      .router = KVSIM_ROUTER_KV,
@@ -294,7 +370,8 @@ static const struct bench_config *find_run(const struct bench_suite *s,
     for (size_t i = 0; i < s->num_configs; i++) {
         const struct run_cfg *c = &cfgs[i];
         if (c->kind == RUN_REPLAY && c->router == router && c->threads == threads &&
-            c->block_size == block_size && c->disagg == disagg && !c->profile && !c->azure)
+            c->block_size == block_size && c->disagg == disagg && !c->profile && !c->azure &&
+            !c->copies)
             return &s->configs[i];
     }
     return NULL;
@@ -401,8 +478,47 @@ static json_t *issue14_targets(const struct bench_suite *s, const struct bench_c
                  "CPU ns per output token, Azure conv, kv, 1 thread", az != NULL,
                  az ? bench_figures_of(az).cpu_ns_per_out_tok : 0, true, GOAL14_AZURE_NS_TOKEN,
                  "ns");
-    printf("  (offload targets: bench_offload; peak RSS per in-flight request and growth with a "
-           "4x longer trace: not measured yet)\n");
+    /* Memory: the trace once and MEMORY_COPIES times (in memory, copies one after the other).
+     * Beyond the trace itself (the caller's copy, the replay's copy and one 96-byte record per
+     * request), the replay's memory must not grow with the trace's length: its in-flight state
+     * is the same for every copy. */
+    const struct bench_rep *m1 = NULL, *m4 = NULL;
+    for (size_t i = 0; i < ncfg; i++)
+        if (cfgs[i].copies == 1)
+            m1 = bench_best(&runs[i]);
+        else if (cfgs[i].copies == MEMORY_COPIES)
+            m4 = bench_best(&runs[i]);
+    bool have_m = m1 && m4 && m4->msg.num_requests > m1->msg.num_requests;
+    double per_req = 0, trace_per_req = 0;
+    if (have_m) {
+        double extra = ((double)m4->maxrss_kib - (double)m1->maxrss_kib) * 1024.0;
+        double added = (double)(m4->msg.num_requests - m1->msg.num_requests);
+        per_req = extra / added;
+        /* the trace's own bytes per request, twice (the caller's and the replay's copies) */
+        trace_per_req = 2.0 * (double)m4->msg.trace_bytes / (double)m4->msg.num_requests +
+                        (double)sizeof(struct kvsim_req_record);
+    }
+    bench_target(t, "memory_growth_per_request",
+                 "peak RSS growth per added request (trace x4 vs x1)", have_m, per_req, true,
+                 trace_per_req * 1.25, "bytes");
+    if (have_m)
+        printf("  (the goal: 1.25 x the trace's own %.0f bytes per request, its two copies and "
+               "its record; peak RSS %.1f MiB x1, %.1f MiB x%u)\n",
+               trace_per_req, (double)m1->maxrss_kib / 1024, (double)m4->maxrss_kib / 1024,
+               MEMORY_COPIES);
+    if (b1 && b1->msg.peak_in_flight)
+        printf("  peak RSS per in-flight request (kv, 1 thread): %.1f KiB (%" PRIu64
+               " in flight at most, %.1f MiB)\n",
+               (double)b1->maxrss_kib / (double)b1->msg.peak_in_flight, b1->msg.peak_in_flight,
+               (double)b1->maxrss_kib / 1024);
+    if (b1)
+        json_object_set_new(t, "peak_rss_per_in_flight_request_kib",
+                            json_pack("{s:f, s:I}", "measured",
+                                      b1->msg.peak_in_flight
+                                          ? (double)b1->maxrss_kib / (double)b1->msg.peak_in_flight
+                                          : 0.0,
+                                      "peak_in_flight", (json_int_t)b1->msg.peak_in_flight));
+    printf("  (offload targets: bench_offload)\n");
     return t;
 }
 

@@ -160,6 +160,8 @@ struct bench_msg {
     struct kvsim_offload_summary offload;
     uint64_t epochs, handoffs; /* a disaggregated replay's (0 otherwise) */
     uint64_t steps;            /* engine steps over all engines */
+    uint64_t peak_in_flight;   /* the report's: the most requests in flight at once */
+    uint64_t trace_bytes;      /* a copies run's: the caller's copy of the trace, in bytes */
     uint64_t digest;
     char err[256];
 };

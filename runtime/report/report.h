@@ -414,6 +414,9 @@ struct kvsim_report {
     uint64_t rejected;
     uint64_t incomplete; /* neither completed, rejected nor aborted (includes never arrived) */
     uint64_t aborted;    /* started, then dropped (an aborted disaggregated handoff) */
+    /* the most requests in flight at once (arrived, not yet finished: what the engines and the
+     * router held together) */
+    uint64_t peak_in_flight;
     uint32_t num_reject_reasons; /* entries of rejects[] */
     /* rejections by reason, sorted by reason ("other", if any, last) */
     struct kvsim_reject_count rejects[KVSIM_REPORT_MAX_REASONS];

@@ -168,6 +168,51 @@ static int itl_latency(const struct kvsim_metrics *m, struct kvsim_latency *l)
     return 0;
 }
 
+/* +1 at an arrival, -1 at a finish; at one instant finishes first (a slot freed and taken at
+ * once is one request in flight, not two). */
+static int cmp_event(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * The most requests in flight at once: arrived and not yet completed, rejected or aborted
+ * (an incomplete one stays in flight to the end). O(R log R) over the records; events are
+ * packed as 2 * t + (arrival ? 1 : 0) so that one sort orders them. Returns 0 or -ENOMEM.
+ */
+static int peak_in_flight(const struct kvsim_metrics *m, uint64_t *peak)
+{
+    *peak = 0;
+    int64_t *ev = malloc(2 * (size_t)(m->num_requests ? m->num_requests : 1) * sizeof *ev);
+    if (!ev)
+        return -ENOMEM;
+    size_t n = 0;
+    for (uint32_t i = 0; i < m->num_requests; i++) {
+        const struct kvsim_req_record *r = &m->recs[i];
+        if (r->arrival_ns == KVSIM_TIME_NONE || r->arrival_ns > INT64_MAX / 2 ||
+            r->arrival_ns < INT64_MIN / 2)
+            continue;
+        ev[n++] = 2 * r->arrival_ns + 1;
+        bool done = r->status == KVSIM_REQ_COMPLETED || r->status == KVSIM_REQ_REJECTED ||
+                    r->status == KVSIM_REQ_ABORTED;
+        if (done && r->finish_ns != KVSIM_TIME_NONE && r->finish_ns <= INT64_MAX / 2)
+            ev[n++] = 2 * r->finish_ns;
+    }
+    qsort(ev, n, sizeof *ev, cmp_event);
+    uint64_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i] & 1) {
+            if (++live > *peak)
+                *peak = live;
+        } else if (live) {
+            live--;
+        }
+    }
+    free(ev);
+    return 0;
+}
+
 int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_report_run *run,
                             struct kvsim_report *out)
 {
@@ -229,6 +274,9 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
 
     if (out->input_tokens > 0)
         out->prefix_cache_reuse = (double)out->cached_tokens / (double)out->input_tokens;
+    int rc = peak_in_flight(m, &out->peak_in_flight);
+    if (rc)
+        return rc;
     if (out->completed > 0)
         out->duration_ns = last_finish - first_arrival;
     if (out->duration_ns > 0) {

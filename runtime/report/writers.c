@@ -93,6 +93,7 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     if (r->disagg.enabled)
         fprintf(f, ROW "%" PRIu64 "\n", "  aborted", r->aborted);
     fprintf(f, ROW "%" PRIu64 "\n", "  incomplete", r->incomplete);
+    fprintf(f, ROW "%" PRIu64 "\n", "  peak in flight", r->peak_in_flight);
     fprintf(f, ROW "%" PRIu64 "\n", "preemptions", r->preemptions);
 
     fprintf(f, "\n" ROW "%" PRIu64 "\n", "input tokens", r->input_tokens);
@@ -411,6 +412,7 @@ static json_t *report_json(const struct kvsim_report *r)
     if (r->disagg.enabled)
         ok = put(req, "aborted", json_u64(r->aborted)) && ok;
     ok = put(req, "incomplete", json_u64(r->incomplete)) && ok;
+    ok = put(req, "peak_in_flight", json_u64(r->peak_in_flight)) && ok;
     ok = put(root, "requests", req) && ok;
     ok = put(root, "preemptions", json_u64(r->preemptions)) && ok;
 

@@ -47,6 +47,9 @@ for _, k in events:
     peak = max(peak, live)
 if peak != 8:
     sys.exit(f"concurrency: up to {peak} requests in flight, not 8")
+rep = json.load(open(f"{d}/r1.json"))
+if rep["requests"]["peak_in_flight"] != 8:
+    sys.exit(f"concurrency: the report's peak_in_flight is {rep['requests']['peak_in_flight']}, not 8")
 s = [json.loads(l) for l in open(f"{d}/s.jsonl")]
 spans = sorted((r["arrival_ms"], r["finish_ms"]) for r in s if r["status"] == "completed")
 overlap = sum(1 for (a0, f0), (a1, f1) in zip(spans, spans[1:]) if a1 < f0)

@@ -545,20 +545,64 @@ static int check_engines(struct replay *rp, char *err, size_t errlen)
     return 0;
 }
 
-/* Sums the engines' offload statistics (engine order: the result is thread-independent). */
+/*
+ * The set of hash ids seen so far, for unbounded_reuse: a bitmap over [0, max id] when that
+ * is no larger than a hash table would be (a trace's ids are usually dense, as Mooncake's
+ * remapped ones are: about an eighth of a byte per id), else an open-addressing table.
+ */
+struct id_set {
+    uint64_t *bits;  /* bitmap (cap 0) */
+    uint64_t *table; /* id + 1; 0 = empty */
+    size_t cap;
+};
+
+static int id_set_init(struct id_set *s, const struct kvsim_trace *t)
+{
+    memset(s, 0, sizeof *s);
+    uint64_t max = 0;
+    for (size_t i = 0; i < t->num_hash_ids; i++)
+        if (t->hash_ids[i] > max)
+            max = t->hash_ids[i];
+    size_t cap = 16;
+    while (cap < 2 * t->num_hash_ids)
+        cap *= 2;
+    if (max / 8 < cap * sizeof *s->table) {
+        s->bits = calloc(max / 64 + 1, sizeof *s->bits);
+        return s->bits ? 0 : -ENOMEM;
+    }
+    s->cap = cap;
+    s->table = calloc(cap, sizeof *s->table);
+    return s->table ? 0 : -ENOMEM;
+}
+
+/* Adds id; returns whether it was there already. */
+static bool id_set_add(struct id_set *s, uint64_t id)
+{
+    if (s->bits) {
+        uint64_t w = s->bits[id / 64], m = UINT64_C(1) << (id % 64);
+        s->bits[id / 64] = w | m;
+        return w & m;
+    }
+    uint64_t key = id + 1, h = key * UINT64_C(0x9e3779b97f4a7c15);
+    size_t j = (size_t)(h >> 20) & (s->cap - 1);
+    while (s->table[j] && s->table[j] != key)
+        j = (j + 1) & (s->cap - 1);
+    bool had = s->table[j] != 0;
+    s->table[j] = key;
+    return had;
+}
+
 /*
  * The reuse an unbounded prefix cache shared by every engine would give: requests in arrival
  * order, each hitting its leading hash ids seen before (a trace's ids name their whole prefix,
  * as Mooncake's do), as whole engine blocks and never the last prompt token (vLLM's lookup).
- * A request without hash ids is unique. O(hash ids). Returns 0 or -ENOMEM.
+ * A request without hash ids is unique. O(hash ids) time; memory: struct id_set. Returns 0 or
+ * -ENOMEM.
  */
 static int unbounded_reuse(const struct kvsim_trace *t, uint32_t block_size, struct kvsim_report *r)
 {
-    size_t cap = 16;
-    while (cap < 2 * t->num_hash_ids)
-        cap *= 2;
-    uint64_t *set = calloc(cap, sizeof *set); /* id + 1; 0 = empty */
-    if (!set)
+    struct id_set set;
+    if (id_set_init(&set, t))
         return -ENOMEM;
     uint64_t input = 0, hit = 0;
     for (size_t i = 0; i < t->num_reqs; i++) {
@@ -567,15 +611,11 @@ static int unbounded_reuse(const struct kvsim_trace *t, uint32_t block_size, str
         uint64_t lead = 0;
         bool leading = true;
         for (uint32_t k = 0; k < s->num_hashes; k++) {
-            uint64_t key = ids[k] + 1, h = key * UINT64_C(0x9e3779b97f4a7c15);
-            size_t j = (size_t)(h >> 20) & (cap - 1);
-            while (set[j] && set[j] != key)
-                j = (j + 1) & (cap - 1);
-            if (set[j] && leading)
+            bool seen = id_set_add(&set, ids[k]);
+            if (seen && leading)
                 lead++;
             else
                 leading = false;
-            set[j] = key;
         }
         uint64_t tokens = lead * t->block_size;
         uint64_t most = s->input_len > 0 ? s->input_len - 1 : 0;
@@ -583,7 +623,8 @@ static int unbounded_reuse(const struct kvsim_trace *t, uint32_t block_size, str
         hit += tokens - tokens % block_size;
         input += s->input_len;
     }
-    free(set);
+    free(set.bits);
+    free(set.table);
     r->has_unbounded_reuse = true;
     r->prefix_cache_reuse_unbounded = input ? (double)hit / (double)input : 0.0;
     return 0;
@@ -625,6 +666,7 @@ static int summarize_engines(struct replay *rp, struct kvsim_report *r)
     return 0;
 }
 
+/* Sums the engines' offload statistics (engine order: the result is thread-independent). */
 static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
 {
     memset(o, 0, sizeof *o);

@@ -555,3 +555,23 @@ Test(api, unbounded_cache_reuse_beside_the_achieved_one)
         kvsim_config_free(c);
     }
 }
+
+Test(api, unbounded_reuse_is_the_same_for_sparse_ids)
+{
+    /* The same two requests with ids far apart (the replay then counts them in a hash table,
+     * not a bitmap): the same 32 of 80 tokens. */
+    uint64_t a[2] = {1000000001, 2000000002}, b[3] = {1000000001, 2000000002, 7};
+    kvsim_request_t reqs[2] = {KVSIM_REQUEST_INIT, KVSIM_REQUEST_INIT};
+    reqs[0].id = 0, reqs[0].hash_ids = a, reqs[0].num_hash_ids = 2, reqs[0].hash_block_size = 16;
+    reqs[1].id = 1, reqs[1].hash_ids = b, reqs[1].num_hash_ids = 3, reqs[1].hash_block_size = 16;
+    reqs[1].arrival_ns = 1000000000;
+    kvsim_config_t *c = config("{\"engines\": 1}");
+    char *text = NULL;
+    cr_assert_eq(kvsim_replay_requests(c, reqs, 2, NULL, &text), 0, "%s", kvsim_config_error(c));
+    json_t *root = json_loads(text, 0, NULL);
+    cr_assert_float_eq(json_real_value(json_object_get(root, "prefix_cache_reuse_unbounded_ratio")),
+                       32.0 / 80.0, 1e-12);
+    json_decref(root);
+    kvsim_free(text);
+    kvsim_config_free(c);
+}

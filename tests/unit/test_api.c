@@ -531,47 +531,34 @@ Test(api, contract_2_knobs_reach_the_engine_and_the_report)
 Test(api, unbounded_cache_reuse_beside_the_achieved_one)
 {
     /* r1 repeats r0's two blocks: an unbounded shared cache gives 32 of 80 prompt tokens. On
-     * two round-robin engines r1 lands beside an empty cache (0 %); on one engine it hits. */
-    uint64_t a[2] = {1, 2}, b[3] = {1, 2, 3};
-    kvsim_request_t reqs[2] = {KVSIM_REQUEST_INIT, KVSIM_REQUEST_INIT};
-    reqs[0].id = 0, reqs[0].hash_ids = a, reqs[0].num_hash_ids = 2, reqs[0].hash_block_size = 16;
-    reqs[1].id = 1, reqs[1].hash_ids = b, reqs[1].num_hash_ids = 3, reqs[1].hash_block_size = 16;
-    reqs[1].arrival_ns = 1000000000;
-    for (int engines = 1; engines <= 2; engines++) {
-        char cfg[128];
-        snprintf(cfg, sizeof cfg, "{\"engines\": %d, \"router\": \"round-robin\"}", engines);
-        kvsim_config_t *c = config(cfg);
-        char *text = NULL;
-        cr_assert_eq(kvsim_replay_requests(c, reqs, 2, NULL, &text), 0, "%s",
-                     kvsim_config_error(c));
-        json_t *root = json_loads(text, 0, NULL);
-        double possible =
-            json_real_value(json_object_get(root, "prefix_cache_reuse_unbounded_ratio"));
-        double got = json_real_value(json_object_get(root, "prefix_cache_reuse_ratio"));
-        cr_assert_float_eq(possible, 32.0 / 80.0, 1e-12);
-        cr_assert_float_eq(got, engines == 1 ? 32.0 / 80.0 : 0.0, 1e-12, "%d engines", engines);
-        json_decref(root);
-        kvsim_free(text);
-        kvsim_config_free(c);
+     * two round-robin engines r1 lands beside an empty cache (0 %); on one engine it hits. The
+     * same with ids far apart (the replay then counts them in a hash table, not a bitmap). */
+    const uint64_t ids[2][3] = {{1, 2, 3}, {1000000001, 2000000002, 7}};
+    for (int sparse = 0; sparse < 2; sparse++) {
+        kvsim_request_t reqs[2] = {KVSIM_REQUEST_INIT, KVSIM_REQUEST_INIT};
+        for (int r = 0; r < 2; r++) {
+            reqs[r].id = (uint64_t)r;
+            reqs[r].hash_ids = ids[sparse];
+            reqs[r].num_hash_ids = (uint32_t)(2 + r);
+            reqs[r].hash_block_size = 16;
+        }
+        reqs[1].arrival_ns = 1000000000;
+        for (int engines = 1; engines <= 2; engines++) {
+            char cfg[128];
+            snprintf(cfg, sizeof cfg, "{\"engines\": %d, \"router\": \"round-robin\"}", engines);
+            kvsim_config_t *c = config(cfg);
+            char *text = NULL;
+            cr_assert_eq(kvsim_replay_requests(c, reqs, 2, NULL, &text), 0, "%s",
+                         kvsim_config_error(c));
+            json_t *root = json_loads(text, 0, NULL);
+            double possible =
+                json_real_value(json_object_get(root, "prefix_cache_reuse_unbounded_ratio"));
+            double got = json_real_value(json_object_get(root, "prefix_cache_reuse_ratio"));
+            cr_assert_float_eq(possible, 32.0 / 80.0, 1e-12, "sparse %d", sparse);
+            cr_assert_float_eq(got, engines == 1 ? 32.0 / 80.0 : 0.0, 1e-12, "%d engines", engines);
+            json_decref(root);
+            kvsim_free(text);
+            kvsim_config_free(c);
+        }
     }
-}
-
-Test(api, unbounded_reuse_is_the_same_for_sparse_ids)
-{
-    /* The same two requests with ids far apart (the replay then counts them in a hash table,
-     * not a bitmap): the same 32 of 80 tokens. */
-    uint64_t a[2] = {1000000001, 2000000002}, b[3] = {1000000001, 2000000002, 7};
-    kvsim_request_t reqs[2] = {KVSIM_REQUEST_INIT, KVSIM_REQUEST_INIT};
-    reqs[0].id = 0, reqs[0].hash_ids = a, reqs[0].num_hash_ids = 2, reqs[0].hash_block_size = 16;
-    reqs[1].id = 1, reqs[1].hash_ids = b, reqs[1].num_hash_ids = 3, reqs[1].hash_block_size = 16;
-    reqs[1].arrival_ns = 1000000000;
-    kvsim_config_t *c = config("{\"engines\": 1}");
-    char *text = NULL;
-    cr_assert_eq(kvsim_replay_requests(c, reqs, 2, NULL, &text), 0, "%s", kvsim_config_error(c));
-    json_t *root = json_loads(text, 0, NULL);
-    cr_assert_float_eq(json_real_value(json_object_get(root, "prefix_cache_reuse_unbounded_ratio")),
-                       32.0 / 80.0, 1e-12);
-    json_decref(root);
-    kvsim_free(text);
-    kvsim_config_free(c);
 }

@@ -873,18 +873,15 @@ static int collect_timeseries(struct replay *rp, struct kvsim_timeseries *ts)
     ts->origin_ns = rp->trace.reqs[0].arrival_ns;
     ts->interval_ns = cfg->timeseries_interval_ns;
     ts->num_engines = rp->num_engines;
-    int64_t end = ts->origin_ns;
     uint32_t n = 0;
     for (uint32_t e = 0; e < rp->num_engines; e++) {
-        int64_t c = kvsim_engine_clock(rp->engines[e]);
         uint32_t k;
         kvsim_engine_samples(rp->engines[e], &k);
-        if (c > end)
-            end = c;
         if (k > n)
             n = k;
     }
-    uint64_t span = (uint64_t)(end - ts->origin_ns) / (uint64_t)ts->interval_ns + 1;
+    uint64_t span =
+        (uint64_t)(replay_last_instant(rp) - ts->origin_ns) / (uint64_t)ts->interval_ns + 1;
     if (span > n)
         n = span > UINT32_MAX ? UINT32_MAX : (uint32_t)span;
     ts->num_intervals = n;

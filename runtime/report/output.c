@@ -45,6 +45,18 @@ static int temp_name(const char *path, char *buf, size_t len)
     return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
+/* A directory is refused (-EISDIR); *direct: path exists and is not a regular file (a device,
+ * a FIFO, or a symbolic link such as /dev/stdout -> /proc/self/fd/1, found by lstat), so it is
+ * written through, never renamed over. */
+static int classify(const char *path, bool *direct, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(EISDIR, path, "cannot open for writing", err, errlen);
+    *direct = lstat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    return 0;
+}
+
 int kvsim_output_open(struct kvsim_output *o, const char *path, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
@@ -56,18 +68,17 @@ int kvsim_output_open(struct kvsim_output *o, const char *path, char *err, size_
         o->is_stdout = true;
         return 0;
     }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return fail(EISDIR, path, "cannot open for writing", err, errlen);
-    /* lstat: a symbolic link (/dev/stdout -> /proc/self/fd/1) is written through, never
-     * renamed over. */
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+    bool direct;
+    int rc = classify(path, &direct, err, errlen);
+    if (rc)
+        return rc;
+    if (direct) {
         errno = 0;
         o->f = fopen(path, "w");
         return o->f ? 0 : fail(errno, path, "cannot open for writing", err, errlen);
     }
     pthread_once(&umask_once, read_umask);
-    int rc = temp_name(path, o->tmp, sizeof o->tmp);
+    rc = temp_name(path, o->tmp, sizeof o->tmp);
     if (rc)
         return fail(-rc, path, "cannot open for writing", err, errlen);
     int fd = mkstemp(o->tmp);
@@ -133,14 +144,15 @@ void kvsim_output_discard(struct kvsim_output *o)
 
 int kvsim_output_check(const char *path, char *err, size_t errlen)
 {
-    struct stat st;
-    if (path && strcmp(path, "-") != 0 && lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        /* Written directly later: opening it now would truncate what a link points to. */
-        if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            return fail(EISDIR, path, "cannot open for writing", err, errlen);
+    bool direct = false;
+    if (path && *path && strcmp(path, "-") != 0) {
+        int rc = classify(path, &direct, err, errlen);
+        if (rc)
+            return rc;
+    }
+    if (direct) /* written directly later: opening it now would truncate what a link names */
         return access(path, W_OK) == 0 ? 0
                                        : fail(errno, path, "cannot open for writing", err, errlen);
-    }
     struct kvsim_output o;
     int rc = kvsim_output_open(&o, path, err, errlen);
     if (rc == 0)

@@ -1179,7 +1179,9 @@ int sched_abort(struct sched *s, struct sched_request *req)
 
 int sched_release(struct sched *s, struct sched_request *r)
 {
-    if (!sched_status_is_finished(r->status) || r->free_delayed || r->kv.num_blocks)
+    /* Still listed by an outstanding step (async scheduling): its update reads r. */
+    if (!sched_status_is_finished(r->status) || r->free_delayed || r->kv.num_blocks ||
+        r->num_in_flight_tokens)
         return -EBUSY;
     if (r->prev_live)
         r->prev_live->next_live = r->next_live;

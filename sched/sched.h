@@ -359,7 +359,8 @@ KVSIM_EXTERN void sched_offload_counters(const struct sched *s, struct sched_off
 
 /* Client abort from any state (FINISHED_ABORTED). Returns 0, or -EALREADY if finished. */
 KVSIM_EXTERN int sched_abort(struct sched *s, struct sched_request *req);
-/* Forgets a finished request whose blocks are released. Returns 0, -EBUSY otherwise. */
+/* Forgets a finished request whose blocks are released and that no outstanding step lists.
+ * Returns 0, -EBUSY otherwise. */
 KVSIM_EXTERN int sched_release(struct sched *s, struct sched_request *req);
 
 /*

@@ -266,6 +266,7 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     struct kvsim_step_model m;
     model_of(&f, x, &m);
     printf("run          %s (%zu requests)\n", dir, run.real.n);
+    printf("scheduling   %s\n", run.scheduling);
     if (f.profile)
         printf("fitted       speedup_ratio %.6g, step_overhead_ms %.4g on profile %s\n",
                m.speedup_ratio, m.step_overhead_ms, kvsim_profile_dir(a->timing.r.profile));

@@ -20,6 +20,8 @@ struct run_info {
     uint32_t tp;
     uint32_t max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
     bool prefix_caching;
+    bool async_scheduling;
+    char scheduling[96];     /* where async_scheduling came from, for the table */
     uint64_t num_gpu_blocks; /* 0: derive */
     double mem_gib, mem_util, link_gbps, link_latency_ns;
 };
@@ -60,6 +62,42 @@ static int get_num(const struct cli_parser *p, const char *path, json_t *o, cons
     if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
         return cli_error(p, "%s: field '%s' must be a number >= 0", path, name);
     *out = json_number_value(v);
+    return 0;
+}
+
+/* First release whose engine turns async scheduling on when it is left unset
+ * (vllm-project/vllm#27614, in 0.14). */
+#define FID_ASYNC_DEFAULT_MAJOR 0
+#define FID_ASYNC_DEFAULT_MINOR 14
+
+/* engine_kwargs.async_scheduling: true or false as given; unset or null, vLLM's default for
+ * the run's vllm_version (on from 0.14; off when the version is not recorded). */
+static int read_async_scheduling(const struct cli_parser *p, const char *path, json_t *m,
+                                 json_t *kw, struct run_info *ri)
+{
+    json_t *a = json_object_get(kw, "async_scheduling");
+    if (a && !json_is_null(a)) {
+        if (!json_is_boolean(a))
+            return cli_error(p, "%s: field 'engine_kwargs.async_scheduling' must be a boolean",
+                             path);
+        ri->async_scheduling = json_is_true(a);
+        snprintf(ri->scheduling, sizeof ri->scheduling, "%s (engine_kwargs.async_scheduling)",
+                 ri->async_scheduling ? "async" : "sync");
+        return 0;
+    }
+    json_t *v = json_object_get(m, "vllm_version");
+    if (!v || json_is_null(v)) {
+        snprintf(ri->scheduling, sizeof ri->scheduling,
+                 "sync (no vllm_version recorded: assumed older than 0.14)");
+        return 0;
+    }
+    unsigned major, minor;
+    if (!json_is_string(v) || sscanf(json_string_value(v), "%u.%u", &major, &minor) != 2)
+        return cli_error(p, "%s: field 'vllm_version' must be a string MAJOR.MINOR[.PATCH]", path);
+    ri->async_scheduling = major > FID_ASYNC_DEFAULT_MAJOR ||
+                           (major == FID_ASYNC_DEFAULT_MAJOR && minor >= FID_ASYNC_DEFAULT_MINOR);
+    snprintf(ri->scheduling, sizeof ri->scheduling, "%s (vLLM %.32s's default)",
+             ri->async_scheduling ? "async" : "sync", json_string_value(v));
     return 0;
 }
 
@@ -117,6 +155,8 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
                            path);
         ri->prefix_caching = json_is_true(pc);
     }
+    if (!rc)
+        rc = read_async_scheduling(p, path, m, kw, ri);
     json_t *kv = json_object_get(m, "kv_cache");
     if (!rc && kv) {
         uint32_t b = 0;
@@ -399,6 +439,8 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     cfg->sched.max_num_seqs = ri.max_num_seqs;
     cfg->sched.max_num_batched_tokens = ri.max_num_batched_tokens;
     cfg->sched.enable_prefix_caching = ri.prefix_caching;
+    cfg->sched.async_scheduling = ri.async_scheduling;
+    snprintf(run->scheduling, sizeof run->scheduling, "%s", ri.scheduling);
     if (o->blocks || ri.num_gpu_blocks) {
         cfg->sched.num_blocks = o->blocks ? o->blocks : (uint32_t)ri.num_gpu_blocks;
         t->o.blocks_given = true;

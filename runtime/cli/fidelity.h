@@ -37,6 +37,7 @@ struct fid_opts {
 };
 struct fid_run {
     char dir[1024], trace[1100], model[128];
+    char scheduling[96];            /* async or sync, and why */
     struct kvsim_replay_config cfg; /* one engine, the run's arguments, cfg.model the chosen one */
     struct fid_side real;
     char records[1100];

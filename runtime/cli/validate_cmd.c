@@ -47,13 +47,16 @@ static const struct option validate_opts[] = {
     {NULL, 0, NULL, 0},
 };
 
-static int write_report(const struct cli_parser *p, const char *path, const char *dir,
+static int write_report(const struct cli_parser *p, const char *path, const struct fid_run *run,
                         const struct kvsim_report *rep, const double *real, const double *sim,
                         double worst)
 {
     const struct kvsim_timing_summary *t = &rep->timing;
     json_t *root = json_object(), *rows = json_array();
-    json_object_set_new(root, "run", json_string(dir));
+    json_object_set_new(root, "run", json_string(run->dir));
+    json_object_set_new(
+        root, "scheduling",
+        json_pack("{s:b, s:s}", "async", run->cfg.sched.async_scheduling, "why", run->scheduling));
     json_object_set_new(
         root, "timing",
         json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "step_model", t->step_model,
@@ -109,6 +112,7 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
                        a->fo.config_path ? " (speedup_ratio from --config)" : "");
             else
                 printf("step model   polynomial (%s)\n", a->fo.config_path);
+            printf("scheduling   %s\n", run.scheduling);
             printf("KV blocks    %u%s\n", run.cfg.sched.num_blocks,
                    t->o.blocks_given              ? " (the run's or --num-gpu-blocks)"
                    : t->r.capacity.num_gpu_blocks ? " (derived from the model and the GPU)"
@@ -118,7 +122,7 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
                    (unsigned long long)rep.timing.steps_outside);
         }
         double worst = fid_print(out, rv, sv);
-        if (a->report_path && write_report(p, a->report_path, dir, &rep, rv, sv, worst))
+        if (a->report_path && write_report(p, a->report_path, &run, &rep, rv, sv, worst))
             status = CLI_EXIT_FAILED;
     }
     if (!rc)

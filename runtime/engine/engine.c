@@ -101,11 +101,13 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->shape_chunk);
     free(e->shape_prefix);
     free(e->shape_context);
+    free(e->out_before);
     free(e->tok_ptr);
     free(e->tok_count);
     free(e->runs);
     free(e->waiting_scratch);
     free(e->aborts);
+    free(e->later);
     free(e->samples);
     engine__disagg_free(e);
     free(e);
@@ -424,43 +426,148 @@ static int grow_scratch(struct kvsim_engine *e, uint32_t n)
     uint64_t *ctx = realloc(e->shape_context, nc * sizeof *ctx);
     if (ctx)
         e->shape_context = ctx;
-    if (!t || !p || !c || !ch || !pre || !ctx)
+    uint32_t *ob = realloc(e->out_before, nc * sizeof *ob);
+    if (ob)
+        e->out_before = ob;
+    if (!t || !p || !c || !ch || !pre || !ctx || !ob)
         return -ENOMEM;
     e->cap_tok = nc;
+    return 0;
+}
+
+/* One schedule() call at e->now: preemption and admission metrics, the batch's shape and its
+ * duration (*dur, *prompt_tokens). Returns the step (it may be empty) or NULL with *rc set. */
+static struct sched_step *schedule_step(struct kvsim_engine *e, int64_t *dur,
+                                        uint64_t *prompt_tokens, int *rc_out)
+{
+    struct kvsim_metrics *m = e->cfg.metrics;
+    int rc;
+    struct sched_step *st = sched_schedule(e->s, &rc);
+    if (!st)
+        goto fail;
+    if (e->cfg.role == KVSIM_ENGINE_DECODE && (rc = engine__reservations_made(e, st)) != 0) {
+        *rc_out = rc;
+        return NULL;
+    }
+    for (uint32_t i = 0; i < st->num_preempted; i++)
+        if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
+            goto fail;
+        else
+            observe(e, KVSIM_OBS_PREEMPTED, (uint32_t)st->preempted[i]->id, e->now, 0, 0);
+    e->cur.preemptions += st->num_preempted;
+    if (e->tiers) {
+        struct sched_offload_status os;
+        sched_offload_status(e->s, &os);
+        if (os.blocked && e->blocked_since < 0)
+            e->blocked_since = e->now;
+        else if (!os.blocked && e->blocked_since >= 0) {
+            e->blocked_ns += e->now - e->blocked_since;
+            e->blocked_since = -1;
+        }
+        if ((rc = kvsim_tiers_flush(e->tiers)) != 0)
+            goto fail;
+    }
+    *dur = 0;
+    *prompt_tokens = 0;
+    if (st->total_tokens == 0)
+        return st;
+    for (uint32_t i = 0; i < st->num_new; i++) {
+        const struct sched_request *r = st->new_reqs[i];
+        uint32_t cached = r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0;
+        rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, cached, (int32_t)e->cfg.id);
+        if (rc)
+            goto fail;
+        observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, cached, 0);
+        if (e->cfg.role != KVSIM_ENGINE_DECODE) /* a decode leaves the queue when reserved */
+            e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
+    }
+    for (uint32_t i = 0; i < st->num_resumed; i++) {
+        const struct sched_request *r = st->resumed[i];
+        rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
+        if (rc)
+            goto fail;
+        observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, 0, 0);
+    }
+    struct kvsim_step_batch b = {0};
+    bool shape = e->cfg.model.profile != NULL; /* only the profile model reads the shape */
+    if (shape && (rc = grow_scratch(e, st->num_scheduled)))
+        goto fail;
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        const struct sched_scheduled *x = &st->scheduled[i];
+        const struct sched_request *r = x->req;
+        uint64_t before = r->num_computed_tokens - x->num_tokens;
+        /* Placeholders count the outputs still in flight (async scheduling): this step's own
+         * one, if it samples, is not part of its context. */
+        uint64_t pending =
+            r->num_output_placeholders - (x->samples && e->cfg.sched.async_scheduling);
+        if (x->num_tokens == 1 && r->num_output + pending > 0 &&
+            before + 1 == sched_request_num_tokens(r) + pending) {
+            if (shape)
+                e->shape_context[b.num_decode_reqs] = before;
+            b.num_decode_reqs++;
+        } else {
+            if (shape) {
+                e->shape_chunk[b.num_prefill_reqs] = x->num_tokens;
+                e->shape_prefix[b.num_prefill_reqs] = before;
+            }
+            b.num_prefill_reqs++;
+            b.prefill_tokens += x->num_tokens;
+        }
+    }
+    b.kv_usage = kvpool_usage(sched_pool(e->s));
+    b.prefill_chunk = e->shape_chunk;
+    b.prefill_prefix = e->shape_prefix;
+    b.decode_context = e->shape_context;
+    e->prefill_tokens += b.prefill_tokens;
+    *prompt_tokens = b.prefill_tokens;
+    unsigned outside = 0;
+    *dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
+    e->busy_ns += *dur;
+    e->kv_usage_ns += b.kv_usage * (double)*dur;
+    if (b.kv_usage > e->peak_kv_usage)
+        e->peak_kv_usage = b.kv_usage;
+    e->steps++;
+    if (outside) {
+        e->steps_outside++;
+        for (int k = 0; k < 3; k++)
+            e->steps_outside_axis[k] += (outside >> k) & 1;
+    }
+    return st;
+fail:
+    *rc_out = engine__fail(e, rc);
+    return NULL;
+}
+
+/* vLLM's batch queue (async scheduling): the next step is scheduled as soon as the running one is
+ * launched, against output placeholders, and runs when it ends. */
+static bool engine_pipelined(const struct kvsim_engine *e)
+{
+    return e->cfg.sched.async_scheduling && e->cfg.role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
+}
+
+/* Schedules the step that runs after e->step (pipelined engines). */
+static int schedule_ahead(struct kvsim_engine *e)
+{
+    int rc = 0;
+    struct sched_step *st = schedule_step(e, &e->ahead_dur, &e->ahead_prompt_tokens, &rc);
+    if (!st)
+        return rc;
+    e->ahead = st;
     return 0;
 }
 
 /* Starts a step at e->now. Leaves e->step NULL when nothing can be scheduled. */
 static int start_step(struct kvsim_engine *e)
 {
-    struct kvsim_metrics *m = e->cfg.metrics;
     /* An empty step that preempted someone changed state: schedule again at the same instant.
      * The running set shrinks each time, so this ends. */
     for (;;) {
-        int rc;
-        struct sched_step *st = sched_schedule(e->s, &rc);
+        int rc = 0;
+        int64_t dur;
+        uint64_t prompt;
+        struct sched_step *st = schedule_step(e, &dur, &prompt, &rc);
         if (!st)
-            return engine__fail(e, rc);
-        if (e->cfg.role == KVSIM_ENGINE_DECODE && (rc = engine__reservations_made(e, st)) != 0)
             return rc;
-        for (uint32_t i = 0; i < st->num_preempted; i++)
-            if ((rc = kvsim_metrics_on_preempt(m, (uint32_t)st->preempted[i]->id)) != 0)
-                return engine__fail(e, rc);
-            else
-                observe(e, KVSIM_OBS_PREEMPTED, (uint32_t)st->preempted[i]->id, e->now, 0, 0);
-        e->cur.preemptions += st->num_preempted;
-        if (e->tiers) {
-            struct sched_offload_status os;
-            sched_offload_status(e->s, &os);
-            if (os.blocked && e->blocked_since < 0)
-                e->blocked_since = e->now;
-            else if (!os.blocked && e->blocked_since >= 0) {
-                e->blocked_ns += e->now - e->blocked_since;
-                e->blocked_since = -1;
-            }
-            if ((rc = kvsim_tiers_flush(e->tiers)) != 0)
-                return engine__fail(e, rc);
-        }
         if (st->total_tokens == 0) {
             rc = sched_update(e->s, st, NULL);
             if (rc)
@@ -469,67 +576,61 @@ static int start_step(struct kvsim_engine *e)
                 continue;
             return 0; /* idle: the caller decides whether anything can wake it */
         }
-        for (uint32_t i = 0; i < st->num_new; i++) {
-            const struct sched_request *r = st->new_reqs[i];
-            uint32_t cached = r->num_cached_tokens > 0 ? (uint32_t)r->num_cached_tokens : 0;
-            rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, cached, (int32_t)e->cfg.id);
-            if (rc)
-                return engine__fail(e, rc);
-            observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, cached, 0);
-            if (e->cfg.role != KVSIM_ENGINE_DECODE) /* a decode leaves the queue when reserved */
-                e->pub.queued_tokens -= e->cfg.trace->reqs[r->id].input_len;
-        }
-        for (uint32_t i = 0; i < st->num_resumed; i++) {
-            const struct sched_request *r = st->resumed[i];
-            rc = kvsim_metrics_on_schedule(m, (uint32_t)r->id, e->now, 0, (int32_t)e->cfg.id);
-            if (rc)
-                return engine__fail(e, rc);
-            observe(e, KVSIM_OBS_SCHEDULED, (uint32_t)r->id, e->now, 0, 0);
-        }
-        struct kvsim_step_batch b = {0};
-        bool shape = e->cfg.model.profile != NULL; /* only the profile model reads the shape */
-        if (shape && (rc = grow_scratch(e, st->num_scheduled)))
-            return engine__fail(e, rc);
-        for (uint32_t i = 0; i < st->num_scheduled; i++) {
-            const struct sched_scheduled *x = &st->scheduled[i];
-            const struct sched_request *r = x->req;
-            uint64_t before = r->num_computed_tokens - x->num_tokens;
-            if (x->num_tokens == 1 && r->num_output > 0 &&
-                before + 1 == sched_request_num_tokens(r)) {
-                if (shape)
-                    e->shape_context[b.num_decode_reqs] = before;
-                b.num_decode_reqs++;
-            } else {
-                if (shape) {
-                    e->shape_chunk[b.num_prefill_reqs] = x->num_tokens;
-                    e->shape_prefix[b.num_prefill_reqs] = before;
-                }
-                b.num_prefill_reqs++;
-                b.prefill_tokens += x->num_tokens;
-            }
-        }
-        b.kv_usage = kvpool_usage(sched_pool(e->s));
-        b.prefill_chunk = e->shape_chunk;
-        b.prefill_prefix = e->shape_prefix;
-        b.decode_context = e->shape_context;
-        e->prefill_tokens += b.prefill_tokens;
-        e->step_prompt_tokens = b.prefill_tokens;
         e->step = st;
-        unsigned outside = 0;
-        int64_t dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
         e->step_end = e->now + dur;
-        e->busy_ns += dur;
-        e->kv_usage_ns += b.kv_usage * (double)dur;
-        if (b.kv_usage > e->peak_kv_usage)
-            e->peak_kv_usage = b.kv_usage;
-        e->steps++;
-        if (outside) {
-            e->steps_outside++;
-            for (int k = 0; k < 3; k++)
-                e->steps_outside_axis[k] += (outside >> k) & 1;
+        e->step_prompt_tokens = prompt;
+        return engine_pipelined(e) ? schedule_ahead(e) : 0;
+    }
+}
+
+/* A pipelined engine at the end of its running step: the step scheduled ahead starts now, and
+ * the one after it is scheduled. An empty one is consumed and the engine schedules afresh. */
+static int promote_ahead(struct kvsim_engine *e)
+{
+    struct sched_step *a = e->ahead;
+    e->ahead = NULL;
+    if (a->total_tokens == 0) {
+        int rc = sched_update(e->s, a, NULL);
+        return rc ? engine__fail(e, rc) : 0;
+    }
+    e->step = a;
+    e->step_end = e->now + e->ahead_dur;
+    e->step_prompt_tokens = e->ahead_prompt_tokens;
+    return schedule_ahead(e);
+}
+
+/* Forgets finished request r, or (pipelined) keeps it until the step scheduled ahead of its
+ * finish, which may still list it, has been applied. Returns 0 or a negative errno. */
+static int release_finished(struct kvsim_engine *e, struct sched_request *r)
+{
+    if (r->num_in_flight_tokens > 0) {
+        if (e->num_later == e->cap_later) {
+            uint32_t nc = e->cap_later ? 2 * e->cap_later : 8;
+            struct sched_request **nl = realloc(e->later, nc * sizeof *nl);
+            if (!nl)
+                return engine__fail(e, -ENOMEM);
+            e->later = nl;
+            e->cap_later = nc;
         }
+        e->later[e->num_later++] = r;
         return 0;
     }
+    return sched_release(e->s, r) != 0 ? engine__fail(e, -EBUSY) : 0;
+}
+
+/* Releases the finished requests no outstanding step lists any more. */
+static int release_later(struct kvsim_engine *e)
+{
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < e->num_later; i++) {
+        struct sched_request *r = e->later[i];
+        if (r->num_in_flight_tokens > 0)
+            e->later[kept++] = r;
+        else if (sched_release(e->s, r) != 0)
+            return engine__fail(e, -EBUSY);
+    }
+    e->num_later = kept;
+    return 0;
 }
 
 /* Applies the running step's output at its end time. */
@@ -549,12 +650,7 @@ static int complete_step(struct kvsim_engine *e)
         if (e->cfg.stops && e->cfg.trace->reqs[r->id].stop_after == r->num_output + 1)
             e->tok[i] = ENGINE_EOS_TOKEN;
         e->tok_ptr[i] = &e->tok[i];
-        if (st->scheduled[i].samples && !prefill) {
-            e->cur.generation_tokens++;
-            if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
-                return engine__fail(e, rc);
-            observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, r->num_output, 0);
-        }
+        e->out_before[i] = r->num_output;
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
     e->cur.prompt_tokens += e->step_prompt_tokens;
@@ -562,6 +658,19 @@ static int complete_step(struct kvsim_engine *e)
     rc = sched_update(e->s, st, &out);
     if (rc)
         return engine__fail(e, rc);
+    /* The tokens the update kept: under async scheduling, a request that finished or was
+     * preempted after this step was scheduled drops its output. */
+    for (uint32_t i = 0; i < st->num_scheduled && !prefill; i++) {
+        const struct sched_request *r = st->scheduled[i].req;
+        if (r->num_output == e->out_before[i])
+            continue;
+        e->cur.generation_tokens++;
+        if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
+            return engine__fail(e, rc);
+        observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, e->out_before[i], 0);
+    }
+    if (e->num_later && (rc = release_later(e)) != 0)
+        return rc;
     uint32_t nf;
     struct sched_request *const *fin = sched_last_finished(e->s, &nf);
     for (uint32_t i = 0; i < nf && !prefill; i++) {
@@ -577,8 +686,8 @@ static int complete_step(struct kvsim_engine *e)
         return rc;
     /* Release finished requests: memory is bounded by the in-flight set. */
     for (uint32_t i = 0; i < nf; i++)
-        if (sched_release(e->s, fin[i]) != 0)
-            return engine__fail(e, -EBUSY);
+        if ((rc = release_finished(e, fin[i])) != 0)
+            return rc;
     e->unfinished -= nf;
     if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0) /* blocks cached by the update */
         return engine__fail(e, rc);
@@ -625,8 +734,8 @@ static int abort_now(struct kvsim_engine *e, uint32_t req)
         (rc = engine__push_done(e, req, e->now)) != 0)
         return engine__fail(e, rc);
     observe(e, KVSIM_OBS_FINISHED, req, e->now, KVSIM_OBS_ABORT, outputs);
-    if (sched_release(e->s, r) != 0)
-        return engine__fail(e, -EBUSY);
+    if ((rc = release_finished(e, r)) != 0)
+        return rc;
     e->unfinished--;
     if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0)
         return engine__fail(e, rc);
@@ -753,7 +862,8 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
         /* vLLM checks pin deadlines once per step (get_finished): at its end. */
         if ((rc = tiers_advance(e, e->now)) != 0 || (rc = complete_step(e)) != 0 ||
             (rc = engine__apply_messages(e, e->now, true)) != 0 ||
-            (e->num_aborts && (rc = apply_aborts(e)) != 0))
+            (e->num_aborts && (rc = apply_aborts(e)) != 0) ||
+            (e->ahead && (rc = promote_ahead(e)) != 0))
             return rc;
         engine__pin_account(e, e->now);
         if (e->tiers && e->cfg.sched.check_invariants) {

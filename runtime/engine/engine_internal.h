@@ -29,6 +29,11 @@ struct kvsim_engine {
     struct sched *s;
     struct sched_step *step; /* in flight, or NULL when idle */
     int64_t step_end;
+    struct sched_step *ahead; /* pipelined: scheduled to run after step, or NULL */
+    int64_t ahead_dur;
+    uint64_t ahead_prompt_tokens;
+    struct sched_request **later; /* finished, released once no outstanding step lists them */
+    uint32_t num_later, cap_later;
     int64_t now;         /* the engine's clock: last completion or arrival instant */
     int64_t advanced_to; /* the last kvsim_engine_advance's until (INT64_MIN before any) */
     struct kvsim_engine_pub pub;
@@ -40,6 +45,7 @@ struct kvsim_engine {
     uint32_t *tok_count;
     uint32_t *shape_chunk; /* the step's shape for the profile model, sized as tok */
     uint64_t *shape_prefix, *shape_context;
+    uint32_t *out_before; /* complete_step: each scheduled request's outputs before the update */
     uint32_t cap_tok;
     struct kvpool_token_run *runs;
     uint32_t cap_runs;

@@ -28,9 +28,9 @@ struct rig {
 };
 
 /* An engine with 16-token blocks, num_blocks blocks and max_model_len tokens over the trace
- * file, with the step model of model_path (NULL: the default). */
-static void rig_init(struct rig *g, const char *trace_path, uint32_t num_blocks,
-                     uint32_t max_model_len, const char *model_path)
+ * file, with the step model of model_path (NULL: the default), async scheduling on or off. */
+static void rig_init_async(struct rig *g, const char *trace_path, uint32_t num_blocks,
+                           uint32_t max_model_len, const char *model_path, bool async_scheduling)
 {
     memset(g, 0, sizeof *g);
     char err[512];
@@ -41,10 +41,17 @@ static void rig_init(struct rig *g, const char *trace_path, uint32_t num_blocks,
     c.sched.num_blocks = num_blocks;
     c.sched.max_model_len = max_model_len;
     c.sched.check_invariants = true;
+    c.sched.async_scheduling = async_scheduling;
     kvsim_step_model_default(&c.model);
     if (model_path)
         cr_assert_eq(kvsim_step_model_load(model_path, &c.model, err, sizeof err), 0, "%s", err);
     cr_assert_eq(kvsim_engine_create(&c, &g->e), 0, "kvsim_engine_create");
+}
+
+static void rig_init(struct rig *g, const char *trace_path, uint32_t num_blocks,
+                     uint32_t max_model_len, const char *model_path)
+{
+    rig_init_async(g, trace_path, num_blocks, max_model_len, model_path, false);
 }
 
 static void rig_fini(struct rig *g)
@@ -166,5 +173,90 @@ Test(engine, preemptions_count_every_preempted_request)
      * next, except the last. */
     cr_assert_eq(kvsim_engine_steps(g.e), advances - 1, "%" PRIu64 " steps in %" PRIu64 " advances",
                  kvsim_engine_steps(g.e), advances);
+    rig_fini(&g);
+}
+
+/* Runs the rig's engine to its end, one event at a time. */
+static void run_to_end(struct rig *g)
+{
+    int64_t t;
+    for (int k = 0; (t = kvsim_engine_next_event(g->e)) != INT64_MAX; k++) {
+        cr_assert_lt(k, 1000, "the engine never finishes");
+        advance(g, t);
+    }
+}
+
+/*
+ * vLLM's batch queue under async scheduling: a step is scheduled when the one before it is
+ * launched, so a request arriving while a step runs waits for the step already scheduled behind
+ * it. Request A (100 prompt, 3 output tokens) arrives at 0, B (the same) at 1 ms; a prefill
+ * step takes 3 ms, a decode 1 ms, both together 4 ms.
+ *   sync:  [0,3] A prefill | [3,7] A decode + B prefill | [7,8] A, B | [8,9] B
+ *   async: [0,3] A prefill | [3,4] A decode (scheduled at 0, before B) | [4,8] A decode +
+ *          B prefill (scheduled at 3) | [8,9] B | [9,10] B
+ * B's first token comes one step later (8 ms instead of 7), and so does its finish.
+ */
+Test(engine, async_scheduling_runs_the_step_scheduled_ahead_first)
+{
+    static const struct {
+        bool async_scheduling;
+        int64_t a_first, a_finish, b_first, b_finish;
+        uint64_t steps;
+    } cases[] = {
+        {false, 3 * MS, 8 * MS, 7 * MS, 9 * MS, 4},
+        {true, 3 * MS, 8 * MS, 8 * MS, 10 * MS, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct rig g;
+        rig_init_async(&g, INPUTS "engine_two_requests.jsonl", 64, 4096, INPUTS "step_model.json",
+                       cases[i].async_scheduling);
+        cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+        advance(&g, 0);
+        advance(&g, 1 * MS);
+        cr_assert_eq(kvsim_engine_admit(g.e, 1, 1 * MS), 0);
+        run_to_end(&g);
+        const struct kvsim_req_record *a = kvsim_metrics_record(g.metrics, 0);
+        const struct kvsim_req_record *b = kvsim_metrics_record(g.metrics, 1);
+        const char *mode = cases[i].async_scheduling ? "async" : "sync";
+        cr_assert_eq(a->first_token_ns, cases[i].a_first, "%s: A's first token at %" PRId64, mode,
+                     a->first_token_ns);
+        cr_assert_eq(a->finish_ns, cases[i].a_finish, "%s: A finishes at %" PRId64, mode,
+                     a->finish_ns);
+        cr_assert_eq(b->first_token_ns, cases[i].b_first, "%s: B's first token at %" PRId64, mode,
+                     b->first_token_ns);
+        cr_assert_eq(b->finish_ns, cases[i].b_finish, "%s: B finishes at %" PRId64, mode,
+                     b->finish_ns);
+        cr_assert_eq(a->num_output_tokens, 3);
+        cr_assert_eq(b->num_output_tokens, 3);
+        cr_assert_eq(kvsim_engine_steps(g.e), cases[i].steps, "%s: %" PRIu64 " steps", mode,
+                     kvsim_engine_steps(g.e));
+        cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
+        rig_fini(&g);
+    }
+}
+
+/* An abort under async scheduling while the step scheduled ahead still lists the request: B is
+ * aborted at 5 ms (during [4,8]); it leaves at that step's end, and the step behind it, which
+ * scheduled B's decode, runs without it. Nothing reads the released request (ASan checks). */
+Test(engine, async_scheduling_abort_while_a_step_ahead_lists_the_request)
+{
+    struct rig g;
+    rig_init_async(&g, INPUTS "engine_two_requests.jsonl", 64, 4096, INPUTS "step_model.json",
+                   true);
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    advance(&g, 0);
+    advance(&g, 1 * MS);
+    cr_assert_eq(kvsim_engine_admit(g.e, 1, 1 * MS), 0);
+    advance(&g, 5 * MS);
+    cr_assert_eq(kvsim_engine_abort_req(g.e, 1), 0);
+    run_to_end(&g);
+    const struct kvsim_req_record *a = kvsim_metrics_record(g.metrics, 0);
+    const struct kvsim_req_record *b = kvsim_metrics_record(g.metrics, 1);
+    cr_assert_eq(b->finish_ns, 8 * MS, "B leaves at the running step's end, not %" PRId64,
+                 b->finish_ns);
+    cr_assert_eq(b->num_output_tokens, 1, "the step that ended gave B its first token");
+    cr_assert_eq(a->finish_ns, 8 * MS);
+    cr_assert_eq(a->num_output_tokens, 3);
+    cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
     rig_fini(&g);
 }

@@ -74,6 +74,7 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     }
     if (e->tiers)
         kvsim_tiers_bind(e->tiers, e->s);
+    e->pipelined = cfg->sched.async_scheduling && cfg->role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
     *out = e;
     return 0;
 }
@@ -435,10 +436,12 @@ static int grow_scratch(struct kvsim_engine *e, uint32_t n)
     return 0;
 }
 
-/* One schedule() call at e->now: preemption and admission metrics, the batch's shape and its
- * duration (*dur, *prompt_tokens). Returns the step (it may be empty) or NULL with *rc set. */
-static struct sched_step *schedule_step(struct kvsim_engine *e, int64_t *dur,
-                                        uint64_t *prompt_tokens, int *rc_out)
+/* Inlined into both callers: it runs once per step, and the call cost 1.5 % of a decode-heavy
+ * replay's instructions (bench/gate). One schedule() call at e->now: preemption and admission
+ * metrics, the batch's shape and its duration (*dur, *prompt_tokens). Returns the step (it may be
+ * empty) or NULL with *rc set. */
+static inline __attribute__((always_inline)) struct sched_step *
+schedule_step(struct kvsim_engine *e, int64_t *dur, uint64_t *prompt_tokens, int *rc_out)
 {
     struct kvsim_metrics *m = e->cfg.metrics;
     int rc;
@@ -492,14 +495,14 @@ static struct sched_step *schedule_step(struct kvsim_engine *e, int64_t *dur,
     bool shape = e->cfg.model.profile != NULL; /* only the profile model reads the shape */
     if (shape && (rc = grow_scratch(e, st->num_scheduled)))
         goto fail;
+    bool async = e->cfg.sched.async_scheduling;
     for (uint32_t i = 0; i < st->num_scheduled; i++) {
         const struct sched_scheduled *x = &st->scheduled[i];
         const struct sched_request *r = x->req;
         uint64_t before = r->num_computed_tokens - x->num_tokens;
         /* Placeholders count the outputs still in flight (async scheduling): this step's own
          * one, if it samples, is not part of its context. */
-        uint64_t pending =
-            r->num_output_placeholders - (x->samples && e->cfg.sched.async_scheduling);
+        uint64_t pending = async ? r->num_output_placeholders - x->samples : 0;
         if (x->num_tokens == 1 && r->num_output + pending > 0 &&
             before + 1 == sched_request_num_tokens(r) + pending) {
             if (shape)
@@ -538,13 +541,6 @@ fail:
     return NULL;
 }
 
-/* vLLM's batch queue (async scheduling): the next step is scheduled as soon as the running one is
- * launched, against output placeholders, and runs when it ends. */
-static bool engine_pipelined(const struct kvsim_engine *e)
-{
-    return e->cfg.sched.async_scheduling && e->cfg.role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
-}
-
 /* Schedules the step that runs after e->step (pipelined engines). */
 static int schedule_ahead(struct kvsim_engine *e)
 {
@@ -579,7 +575,7 @@ static int start_step(struct kvsim_engine *e)
         e->step = st;
         e->step_end = e->now + dur;
         e->step_prompt_tokens = prompt;
-        return engine_pipelined(e) ? schedule_ahead(e) : 0;
+        return e->pipelined ? schedule_ahead(e) : 0;
     }
 }
 
@@ -633,6 +629,17 @@ static int release_later(struct kvsim_engine *e)
     return 0;
 }
 
+/* Counts output token number index of r at e->now (metrics, time series, observer). */
+static inline int count_token(struct kvsim_engine *e, const struct sched_request *r, uint32_t index)
+{
+    e->cur.generation_tokens++;
+    int rc = kvsim_metrics_on_token(e->cfg.metrics, e->cfg.thread, (uint32_t)r->id, e->now);
+    if (rc)
+        return engine__fail(e, rc);
+    observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, index, 0);
+    return 0;
+}
+
 /* Applies the running step's output at its end time. */
 static int complete_step(struct kvsim_engine *e)
 {
@@ -640,6 +647,7 @@ static int complete_step(struct kvsim_engine *e)
     struct kvsim_metrics *m = e->cfg.metrics;
     /* A prefill's one token goes back to the proxy, not the client: the decode's count. */
     bool prefill = e->cfg.role == KVSIM_ENGINE_PREFILL;
+    bool pipelined = e->pipelined;
     int rc = grow_scratch(e, st->num_scheduled);
     if (rc)
         return engine__fail(e, rc);
@@ -650,7 +658,16 @@ static int complete_step(struct kvsim_engine *e)
         if (e->cfg.stops && e->cfg.trace->reqs[r->id].stop_after == r->num_output + 1)
             e->tok[i] = ENGINE_EOS_TOKEN;
         e->tok_ptr[i] = &e->tok[i];
-        e->out_before[i] = r->num_output;
+        if (pipelined)
+            e->out_before[i] = r->num_output;
+        /* One step in flight: every sampled token is kept, so it is counted here, while r is
+         * in cache. */
+        if (st->scheduled[i].samples && !prefill && !pipelined) {
+            e->cur.generation_tokens++;
+            if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
+                return engine__fail(e, rc);
+            observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, r->num_output, 0);
+        }
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
     e->cur.prompt_tokens += e->step_prompt_tokens;
@@ -658,17 +675,15 @@ static int complete_step(struct kvsim_engine *e)
     rc = sched_update(e->s, st, &out);
     if (rc)
         return engine__fail(e, rc);
-    /* The tokens the update kept: under async scheduling, a request that finished or was
-     * preempted after this step was scheduled drops its output. */
-    for (uint32_t i = 0; i < st->num_scheduled && !prefill; i++) {
-        const struct sched_request *r = st->scheduled[i].req;
-        if (r->num_output == e->out_before[i])
-            continue;
-        e->cur.generation_tokens++;
-        if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
-            return engine__fail(e, rc);
-        observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, e->out_before[i], 0);
-    }
+    /* Pipelined: the tokens the update kept. A request that finished or was aborted after this
+     * step was scheduled drops its output. */
+    if (pipelined && !prefill)
+        for (uint32_t i = 0; i < st->num_scheduled; i++) {
+            const struct sched_request *r = st->scheduled[i].req;
+            if (r->num_output != e->out_before[i] &&
+                (rc = count_token(e, r, e->out_before[i])) != 0)
+                return rc;
+        }
     if (e->num_later && (rc = release_later(e)) != 0)
         return rc;
     uint32_t nf;

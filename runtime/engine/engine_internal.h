@@ -29,6 +29,10 @@ struct kvsim_engine {
     struct sched *s;
     struct sched_step *step; /* in flight, or NULL when idle */
     int64_t step_end;
+    /* vLLM's batch queue (async scheduling, aggregated, no tiers): the next step is scheduled
+     * as soon as the running one is launched, against output placeholders, and runs when it
+     * ends. Prefill, decode and tiered engines keep the placeholders but run steps serially. */
+    bool pipelined;
     struct sched_step *ahead; /* pipelined: scheduled to run after step, or NULL */
     int64_t ahead_dur;
     uint64_t ahead_prompt_tokens;

@@ -633,8 +633,8 @@ static int seq_reserve_blocks(struct kvpool_seq *seq, uint64_t need)
     return grow_u32cap((void **)&seq->blocks, &seq->cap_blocks, need, sizeof *seq->blocks);
 }
 
-/* Pops a block from the free queue front, lazily evicting its cached hash. */
-/* Takes block b, the free queue's front, out of the queue and the prefix cache. */
+/* Takes block b, the free queue's front, out of the queue and the prefix cache (a lazy
+ * eviction: Removed event). */
 static inline kvpool_block_id take_front_block(struct kvpool *p, kvpool_block_id b)
 {
     kvpool__fq_remove(&p->fq, b);
@@ -647,6 +647,7 @@ static inline kvpool_block_id take_front_block(struct kvpool *p, kvpool_block_id
     return b;
 }
 
+/* Pops a block from the free queue front, lazily evicting its cached hash. */
 static kvpool_block_id take_free_block(struct kvpool *p)
 {
     return take_front_block(p, kvpool__fq_front(&p->fq));
@@ -716,6 +717,28 @@ int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_pla
     pool->generation++;
     plan->outcome = KVPOOL_CAPACITY_EXHAUSTED; /* a plan commits once */
     return 0;
+}
+
+bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
+                            uint64_t num_computed_tokens, uint64_t num_new_tokens)
+{
+    /* kvpool_prepare's arithmetic for these arguments, READY with no new block */
+    uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
+    uint64_t total = min_u64(num_computed_tokens, mml), slots;
+    if (num_new_tokens == 0 || __builtin_add_overflow(total, num_new_tokens, &slots))
+        return false;
+    slots = min_u64(slots, mml);
+    if (cdiv(slots, pool->bs) > seq->num_blocks)
+        return false;
+    /* kvpool_commit of that plan: nothing to touch or take, then cache_range */
+    if (pool->cfg.enable_prefix_caching) {
+        uint64_t upto = min_u64(total + num_new_tokens, seq->num_tokens) / pool->bs;
+        upto = min_u64(upto, seq->num_blocks);
+        upto = min_u64(upto, seq->num_hashes);
+        cache_range(pool, seq, (uint32_t)upto);
+    }
+    pool->generation++;
+    return true;
 }
 
 void kvpool_abort(struct kvpool_plan *plan) { plan->outcome = KVPOOL_CAPACITY_EXHAUSTED; }

@@ -221,6 +221,16 @@ KVSIM_EXTERN int kvpool_prepare(const struct kvpool *pool, const struct kvpool_s
  */
 KVSIM_EXTERN int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq,
                                struct kvpool_plan *plan);
+/*
+ * kvpool_extend_in_place - the common case of a running sequence's allocation, without a plan:
+ * when num_new_tokens more slots after num_computed_tokens fit in the blocks seq already holds,
+ * do exactly what kvpool_prepare + kvpool_commit would do for it (no hits, no external or
+ * lookahead tokens, no reservation, not an admission): cache the blocks it fills and advance the
+ * generation. Returns true if it applied; false (nothing changed) if blocks are needed or the
+ * arguments are ones prepare refuses: then prepare and commit.
+ */
+KVSIM_EXTERN bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
+                                         uint64_t num_computed_tokens, uint64_t num_new_tokens);
 /* kvpool_abort - drop a plan. Never changes the pool: prepare reserved nothing to give back. */
 KVSIM_EXTERN void kvpool_abort(struct kvpool_plan *plan);
 

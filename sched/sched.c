@@ -654,6 +654,11 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
         }
         bool scheduled = false, retried = false;
         for (;;) {
+            /* Most steps of a running request need no block: the same outcome, no plan. */
+            if (kvpool_extend_in_place(s->pool, &r->kv, nc, n)) {
+                scheduled = true;
+                break;
+            }
             struct kvpool_alloc_args args = {
                 .num_computed_tokens = nc,
                 .num_new_tokens = n,

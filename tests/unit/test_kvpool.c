@@ -1120,6 +1120,93 @@ Test(kvpool, running_allocation_caches_with_the_previous_block_as_parent)
     kvpool_destroy(pool);
 }
 
+/*
+ * kvpool_extend_in_place against prepare + commit, on two pools given the same history: a
+ * decode appends one token per step (20 -> 60 tokens, with a max_model_len cap on one pass).
+ * It applies exactly when the plan would take no block, and then leaves both pools identical
+ * (references, hashes, free queue, generations, the sequence's cached blocks, the events);
+ * when it declines, nothing changed.
+ */
+Test(kvpool, extend_in_place_equals_prepare_and_commit_when_no_block_is_needed)
+{
+    for (int caching = 0; caching < 2; caching++) {
+        struct kvpool *pa = kp_pool(16, caching, true, 0.0), *pb = kp_pool(16, caching, true, 0.0);
+        struct kvpool_seq a, b;
+        kp_seq(pa, &a, 1, 1000, 20);
+        kp_seq(pb, &b, 1, 1000, 20);
+        kp_admit(pa, &a);
+        kp_admit(pb, &b);
+        struct kp_evlog la, lb;
+        kp_drain(pa, &la);
+        kp_drain(pb, &lb);
+        uint32_t applied = 0;
+        for (uint64_t nc = 20; nc < 60; nc++) {
+            kp_append(pa, &a, (kvpool_token)(2000 + nc), 1);
+            kp_append(pb, &b, (kvpool_token)(2000 + nc), 1);
+            struct kvpool_alloc_args args = {.num_computed_tokens = nc, .num_new_tokens = 1};
+            struct kvpool_plan plan;
+            cr_assert_eq(kp_try(pb, &b, &args, &plan), KVPOOL_READY);
+            struct kp_state before, sa, sb;
+            kp_capture(pa, &before);
+            bool done = kvpool_extend_in_place(pa, &a, nc, 1);
+            cr_assert_eq(done, plan.num_new_blocks == 0,
+                         "caching %d, %" PRIu64 " computed: in place %d, plan takes %u blocks",
+                         caching, nc, done, plan.num_new_blocks);
+            if (!done) {
+                kp_capture(pa, &sa);
+                kp_assert_same_state(&before, &sa, "declined");
+                kp_extend(pa, &a, nc, 1);
+            }
+            applied += done;
+            cr_assert_eq(kvpool_commit(pb, &b, &plan), 0);
+            kp_capture(pa, &sa);
+            kp_capture(pb, &sb);
+            kp_assert_same_state(&sb, &sa, "after the step");
+            cr_assert_eq(a.num_cached_blocks, b.num_cached_blocks, "cached blocks at %" PRIu64, nc);
+            cr_assert_eq(a.num_blocks, b.num_blocks);
+            cr_assert_eq(kp_drain(pa, &la), kp_drain(pb, &lb), "events at %" PRIu64, nc);
+            for (size_t k = 0; k < la.n; k++) {
+                cr_assert_eq(la.ev[k].type, lb.ev[k].type);
+                cr_assert_eq(la.ev[k].num_hashes, lb.ev[k].num_hashes);
+                cr_assert_eq(la.ev[k].hashes[0], lb.ev[k].hashes[0]);
+            }
+        }
+        cr_assert_eq(applied, 40 - 2, "all but the two block boundaries (32, 48) apply in place");
+        kvsim_test_assert_pool_ok(pa, "in place");
+        kp_done(pa, &a);
+        kp_done(pb, &b);
+        kvpool_destroy(pa);
+        kvpool_destroy(pb);
+    }
+}
+
+/* The max_model_len cap and arguments prepare refuses: in place declines them unchanged. */
+Test(kvpool, extend_in_place_follows_the_max_model_len_cap_and_declines_zero_tokens)
+{
+    struct kvpool_config cfg;
+    kvpool_config_default(&cfg);
+    cfg.num_blocks = 16;
+    cfg.block_size = KP_BS;
+    cfg.max_model_len = 40;
+    struct kvpool *pool = NULL;
+    cr_assert_eq(kvpool_create(&cfg, &pool), 0);
+    struct kvpool_seq a;
+    kp_seq(pool, &a, 1, 1000, 40);
+    kp_admit(pool, &a); /* 40 tokens: 3 blocks */
+    uint64_t g = kvpool_generation(pool);
+    cr_assert(!kvpool_extend_in_place(pool, &a, 40, 0), "0 new tokens: prepare says -EINVAL");
+    cr_assert_eq(kvpool_generation(pool), g);
+    /* 60 slots capped at 40 fit in the 3 blocks held, as prepare computes it */
+    struct kvpool_alloc_args args = {.num_computed_tokens = 40, .num_new_tokens = 20};
+    struct kvpool_plan plan;
+    cr_assert_eq(kp_try(pool, &a, &args, &plan), KVPOOL_READY);
+    cr_assert_eq(plan.num_new_blocks, 0);
+    cr_assert(kvpool_extend_in_place(pool, &a, 40, 20));
+    cr_assert_eq(kvpool_generation(pool), g + 1);
+    kp_done(pool, &a);
+    kvpool_destroy(pool);
+}
+
 Test(kvpool, prepare_reports_capacity_exhausted_when_more_blocks_are_needed_than_free)
 {
     struct kvpool *pool = kp_pool(5, true, false, 0.0);

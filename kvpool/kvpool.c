@@ -471,6 +471,21 @@ int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
                              const kvpool_token *tokens, size_t n)
 {
     uint32_t bs = pool->bs;
+    if (n == 1) { /* a decode's token: the same effect as the general path, in fewer steps */
+        uint32_t fill = (uint32_t)(seq->num_tokens % bs);
+        if (fill + 1 == bs) {
+            if (seq->num_hashes == UINT32_MAX)
+                return -EOVERFLOW;
+            if (grow_u32cap((void **)&seq->hashes, &seq->cap_hashes, seq->num_hashes + 1ull,
+                            sizeof *seq->hashes))
+                return -ENOMEM;
+        }
+        seq->partial[fill] = tokens[0];
+        if (fill + 1 == bs)
+            seq_hash_full_block(seq, seq->partial, bs);
+        seq->num_tokens++;
+        return 0;
+    }
     uint64_t total = seq->num_tokens + n;
     if (total / bs > UINT32_MAX)
         return -EOVERFLOW;
@@ -735,7 +750,8 @@ bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
         uint64_t upto = min_u64(total + num_new_tokens, seq->num_tokens) / pool->bs;
         upto = min_u64(upto, seq->num_blocks);
         upto = min_u64(upto, seq->num_hashes);
-        cache_range(pool, seq, (uint32_t)upto);
+        if (upto > seq->num_cached_blocks)
+            cache_range(pool, seq, (uint32_t)upto);
     }
     pool->generation++;
     return true;

@@ -743,11 +743,13 @@ bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
     if (num_new_tokens == 0 || __builtin_add_overflow(total, num_new_tokens, &slots))
         return false;
     slots = min_u64(slots, mml);
-    if (cdiv(slots, pool->bs) > seq->num_blocks)
+    if (slots > (uint64_t)seq->num_blocks * pool->bs) /* cdiv(slots, bs) > num_blocks */
         return false;
     /* kvpool_commit of that plan: nothing to touch or take, then cache_range */
-    if (pool->cfg.enable_prefix_caching) {
-        uint64_t upto = min_u64(total + num_new_tokens, seq->num_tokens) / pool->bs;
+    uint64_t filled = min_u64(total + num_new_tokens, seq->num_tokens);
+    if (pool->cfg.enable_prefix_caching &&
+        filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs) { /* a block fills */
+        uint64_t upto = filled / pool->bs;
         upto = min_u64(upto, seq->num_blocks);
         upto = min_u64(upto, seq->num_hashes);
         if (upto > seq->num_cached_blocks)

@@ -662,12 +662,9 @@ static int complete_step(struct kvsim_engine *e)
             e->out_before[i] = r->num_output;
         /* One step in flight: every sampled token is kept, so it is counted here, while r is
          * in cache. */
-        if (st->scheduled[i].samples && !prefill && !pipelined) {
-            e->cur.generation_tokens++;
-            if ((rc = kvsim_metrics_on_token(m, e->cfg.thread, (uint32_t)r->id, e->now)) != 0)
-                return engine__fail(e, rc);
-            observe(e, KVSIM_OBS_TOKEN, (uint32_t)r->id, e->now, r->num_output, 0);
-        }
+        if (st->scheduled[i].samples && !prefill && !pipelined &&
+            (rc = count_token(e, r, r->num_output)) != 0)
+            return rc;
     }
     struct sched_model_output out = {.tokens = e->tok_ptr, .num_tokens = e->tok_count};
     e->cur.prompt_tokens += e->step_prompt_tokens;

@@ -6,11 +6,13 @@
  * finite bandwidth, offload_advance_to its deadline in between). Measured for:
  *   - inline executor, instant lane:     enqueue + settle (the bookkeeping floor);
  *   - inline executor, 14 GB/s lane:     enqueue + advance_to + settle (adds the bandwidth model);
- *   - pool executor (1 worker), instant: enqueue + settle, i.e. owner -> worker -> owner through
- *     the SPSC rings, with the owner's bounded spin and futex sleep;
- *   - pool executor (1 worker), 14 GB/s: enqueue + advance_to + settle;
- *   - pool executor (2 workers), 4 permits, instant: 4 enqueues, then settle on the last
- *     (batches per second with 4 batches in flight).
+ *   - pool executor (1 worker), eager hand-off, instant: enqueue + settle, i.e. owner -> worker
+ *     -> owner through the rings, with the owner's bounded spin and futex sleep;
+ *   - pool executor (1 worker), eager hand-off, 14 GB/s: enqueue + advance_to + settle;
+ *   - pool executor (2 workers), eager hand-off, 4 permits, instant: 4 enqueues, then settle on
+ *     the last (batches per second with 4 batches in flight);
+ *   - the adaptive hand-off (the default), instant and 4 in flight: work this cheap never wakes a
+ *     worker, the owner takes each batch back and runs it (the pool's floor).
  * Work functions do nothing: this measures the pipeline, not copies. Each figure does a fixed
  * number of round trips per repetition, timed with CLOCK_MONOTONIC; the figure is the best of 3
  * repetitions (after one untimed warm-up). Every settle must return 0 and every batch must
@@ -60,6 +62,8 @@ enum shape {
     POOL_INSTANT,
     POOL_BANDWIDTH,
     POOL_PIPELINED,
+    POOL_ADAPTIVE_INSTANT,
+    POOL_ADAPTIVE_PIPELINED,
 };
 
 struct shape_desc {
@@ -70,18 +74,24 @@ struct shape_desc {
     uint32_t permits;
     int64_t bandwidth;
     uint32_t per_settle; /* batches enqueued per settle */
+    bool adaptive;       /* the pool's default hand-off (else eager: wake_work_ns 0) */
 };
 
 static const struct shape_desc shapes[] = {
-    {INLINE_INSTANT, "inline_instant", "inline, instant lane", "round trips/s", false, 0, 1, 0, 1},
+    {INLINE_INSTANT, "inline_instant", "inline, instant lane", "round trips/s", false, 0, 1, 0, 1,
+     false},
     {INLINE_BANDWIDTH, "inline_bandwidth", "inline, 14 GB/s lane (+advance_to)", "round trips/s",
-     false, 0, 1, INT64_C(14000000000), 1},
-    {POOL_INSTANT, "pool_instant", "pool (1 worker), instant lane", "round trips/s", true, 1, 1, 0,
-     1},
-    {POOL_BANDWIDTH, "pool_bandwidth", "pool (1 worker), 14 GB/s (+advance_to)", "round trips/s",
-     true, 1, 1, INT64_C(14000000000), 1},
-    {POOL_PIPELINED, "pool_pipelined", "pool (2 workers), 4 in flight", "batches/s", true, 2, 4, 0,
-     4},
+     false, 0, 1, INT64_C(14000000000), 1, false},
+    {POOL_INSTANT, "pool_instant", "pool eager (1 worker), instant lane", "round trips/s", true, 1,
+     1, 0, 1, false},
+    {POOL_BANDWIDTH, "pool_bandwidth", "pool eager (1 worker), 14 GB/s (+advance_to)",
+     "round trips/s", true, 1, 1, INT64_C(14000000000), 1, false},
+    {POOL_PIPELINED, "pool_pipelined", "pool eager (2 workers), 4 in flight", "batches/s", true, 2,
+     4, 0, 4, false},
+    {POOL_ADAPTIVE_INSTANT, "pool_adaptive_instant", "pool adaptive (1 worker), instant lane",
+     "round trips/s", true, 1, 1, 0, 1, true},
+    {POOL_ADAPTIVE_PIPELINED, "pool_adaptive_pipelined", "pool adaptive (2 workers), 4 in flight",
+     "batches/s", true, 2, 4, 0, 4, true},
 };
 #define NUM_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -124,6 +134,8 @@ static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *
         struct offload_pool_config pc;
         offload_pool_config_default(&pc);
         pc.threads = d->threads;
+        if (!d->adaptive)
+            pc.wake_work_ns = 0;
         int rc = offload_pool_create(&pc, &pool);
         if (rc) {
             fail("offload_pool_create", rc);
@@ -172,11 +184,14 @@ static void measure(const struct shape_desc *d, uint64_t rounds, struct figure *
 static json_t *fig_json(const struct figure *f)
 {
     json_t *j = bench_fig_json(&f->f);
-    json_object_set_new(j, "last_repetition",
-                        json_pack("{s:I, s:I, s:I, s:I}", "settles", (json_int_t)f->stats.settles,
-                                  "settle_waits", (json_int_t)f->stats.settle_waits, "owner_sleeps",
-                                  (json_int_t)f->stats.owner_sleeps, "timeouts",
-                                  (json_int_t)f->stats.timeouts));
+    json_object_set_new(
+        j, "last_repetition",
+        json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "settles", (json_int_t)f->stats.settles,
+                  "settle_waits", (json_int_t)f->stats.settle_waits, "owner_sleeps",
+                  (json_int_t)f->stats.owner_sleeps, "timeouts", (json_int_t)f->stats.timeouts,
+                  "dispatched", (json_int_t)f->stats.dispatched, "taken_back",
+                  (json_int_t)f->stats.taken_back, "worker_wakes",
+                  (json_int_t)f->stats.worker_wakes));
     return j;
 }
 
@@ -235,7 +250,7 @@ int main(int argc, char **argv)
     json_object_set_new(root, "options",
                         json_pack("{s:b, s:i}", "quick", opt.quick, "repetitions", REPS));
 
-    printf("%-42s %16s %12s %14s\n", "measurement", "throughput", "per op", "sleeps/settle");
+    printf("%-46s %16s %12s %14s\n", "measurement", "throughput", "per op", "sleeps/settle");
     json_t *figs = json_object();
     for (size_t i = 0; i < NUM_SHAPES; i++) {
         const struct shape_desc *d = &shapes[i];
@@ -246,7 +261,7 @@ int main(int argc, char **argv)
         double per = f.f.best > 0 ? 1e9 / f.f.best : 0.0;
         double sleeps =
             f.stats.settles ? (double)f.stats.owner_sleeps / (double)f.stats.settles : 0.0;
-        printf("%-42s %10.0f %-5s %9.1f ns %14.3f\n", d->label, f.f.best,
+        printf("%-46s %10.0f %-5s %9.1f ns %14.3f\n", d->label, f.f.best,
                d->per_settle == 1 ? "rt/s" : "b/s", per, sleeps);
         if (f.stats.timeouts) {
             fprintf(stderr, "bench_settle: %s: %" PRIu64 " guard timeouts\n", d->key,

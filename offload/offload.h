@@ -17,15 +17,19 @@
  * reentrant except as stated for the completion callback. Executors decide only where a batch's
  * work runs, never what happens:
  *  - inline (pool == NULL): the work runs on the owner, when the batch starts;
- *  - pool: the owner hands the batch to a pool worker through a single-producer single-consumer
- *    ring (one ck_ring per (pipeline, worker) pair each way); the worker acknowledges it
- *    ("started"), runs the work and reports the result back through the other ring.
+ *  - pool: the owner hands the batch to a pool worker through a ring (one ck_ring per
+ *    (pipeline, worker) pair each way); the worker acknowledges it ("started"), runs the work
+ *    and reports the result back through the other ring. With the adaptive hand-off (the
+ *    default, offload_pool_config.wake_work_ns) a sleeping worker is woken for a batch only
+ *    while the pipeline's work costs more than a wake-up, and an owner that needs a batch still
+ *    in a ring takes it back and runs it itself instead of waiting for a worker.
  * In both cases completions are ordered by the bandwidth model (virtual time, then lane, then
  * batch sequence number), failures are decided by a seeded hash of (seed, generation, lane,
  * sequence), and every state change, handoff and callback happens on the owner. A pool executor
  * therefore produces exactly the completions, times and failures of the inline executor; it only
  * adds waiting: when virtual time reaches a batch's completion before its work has finished, the
- * owner blocks (bounded spin, then a futex sleep, with a wall-clock guard) until it has.
+ * owner takes back what is still queued (adaptive hand-off), then blocks (bounded spin, then a
+ * futex sleep, with a wall-clock guard) until the workers have finished the rest.
  *
  * Time. Virtual time is an int64_t count of nanoseconds that never runs backwards: the owner
  * moves it with offload_advance_to(); batches start at the pipeline's current time.
@@ -232,11 +236,18 @@ struct offload_pool_config {
                                    * 2 * (sum of its permits) < ring_size */
     uint32_t spin;                /* pause iterations before sleeping; forced to 0 for workers when
                                    * threads >= online CPUs (never more spinners than cores) */
+    uint32_t wake_work_ns;        /* adaptive hand-off: a batch wakes a sleeping worker only while
+                                   * its pipeline's mean work time (a running mean over recent
+                                   * batches) is at least this many ns, and an owner about to wait
+                                   * takes back the batches still queued and runs them itself.
+                                   * 0: the eager hand-off, every batch wakes its worker and the
+                                   * owner only waits. Outcomes never depend on it. */
     offload_yield_fn debug_yield; /* worker-side hook (NULL in production) */
     void *debug_yield_arg;
 };
 
-/* Fills cfg: 2 threads, 32 pipelines, 256-slot rings, 200 spins, no hook. */
+/* Fills cfg: 2 threads, 32 pipelines, 256-slot rings, 200 spins, the adaptive hand-off with
+ * wake_work_ns 10,000 (a futex wake and the worker's wake-up cost a few microseconds), no hook. */
 KVSIM_EXTERN void offload_pool_config_default(struct offload_pool_config *cfg);
 
 /*
@@ -432,6 +443,8 @@ struct offload_stats {
     uint64_t timeouts;     /* blocking waits that hit the guard */
     uint64_t owner_sleeps; /* futex sleeps of the owner */
     uint64_t dispatched;   /* batches handed to pool workers */
+    uint64_t taken_back;   /* of which the owner took back from the ring and ran itself */
+    uint64_t worker_wakes; /* futex wakes the owner issued to sleeping workers */
 };
 KVSIM_EXTERN void offload_stats(const struct offload_pipeline *p, struct offload_stats *out);
 

@@ -71,6 +71,7 @@ struct spsc {
     ck_ring_buffer_t *buf;
     char hb_prod;
     char hb_cons;
+    _Atomic bool popping; /* a consumer is in spsc_pop_shared */
 };
 
 static inline int spsc_init(struct spsc *q, uint32_t size)
@@ -79,6 +80,7 @@ static inline int spsc_init(struct spsc *q, uint32_t size)
     if (!q->buf)
         return -ENOMEM;
     ck_ring_init(&q->ring, size);
+    atomic_init(&q->popping, false);
     return 0;
 }
 
@@ -103,6 +105,24 @@ static inline bool spsc_pop(struct spsc *q, void **v)
     HB_ACQUIRE(&q->hb_prod);
     bool ok = ck_ring_dequeue_spsc(&q->ring, q->buf, v);
     HB_RELEASE(&q->hb_cons);
+    return ok;
+}
+
+/*
+ * Context: one of the consumers of a ring that has two (a submission ring: its worker, and its
+ * owner taking a batch back). A C11 exchange on q->popping admits one consumer at a time, so
+ * ck's single-consumer dequeue stays correct and ThreadSanitizer sees each hand-over from one
+ * consumer to the next. A consumer that finds the other one popping does not wait (that one may
+ * be preempted): it returns false, and the entries go to the other. Returns true with *v set,
+ * or false (empty, or busy). Never mix with spsc_pop on the same ring.
+ */
+static inline bool spsc_pop_shared(struct spsc *q, void **v)
+{
+    if (ck_ring_size(&q->ring) == 0 ||
+        atomic_exchange_explicit(&q->popping, true, memory_order_acquire))
+        return false;
+    bool ok = spsc_pop(q, v);
+    atomic_store_explicit(&q->popping, false, memory_order_release);
     return ok;
 }
 
@@ -148,6 +168,7 @@ struct rec {
     uint32_t lane;
     /* written by the executor before "done" */
     int work_result;
+    uint32_t work_ns; /* how long the work took on the worker (saturated) */
     /* owner only */
     uint8_t state;    /* enum rec_state */
     bool work_done;   /* the executor has finished the work */
@@ -186,7 +207,8 @@ struct slot {
     _Alignas(CACHE_LINE) _Atomic int state;
     _Atomic uint32_t owner_wake_seq; /* futex word of the attached owner */
     _Atomic uint32_t owner_waiting;  /* the owner is (about to be) asleep on it */
-    struct spsc *sub; /* [threads]: owner -> worker (set once, before the first ACTIVE) */
+    struct spsc *sub; /* [threads]: owner -> worker (set once, before the first ACTIVE); the
+                       * owner may pop from it too (spsc_pop_shared), taking a batch back */
     struct spsc *cmp; /* [threads]: worker -> owner */
 };
 
@@ -224,6 +246,7 @@ struct offload_pipeline {
     uint32_t starting;    /* records in STARTING */
     uint32_t outstanding; /* records at workers ("done" not yet taken in) */
     uint32_t rr;          /* worker choice rotation */
+    uint32_t work_ns;     /* running mean of the work's wall time per batch (adaptive hand-off) */
     bool closed;          /* offload_shutdown ran (until reset) */
     bool in_callback;
     bool waited; /* the current settle blocked */
@@ -270,8 +293,9 @@ static inline int run_work(const struct rec *r, uint32_t worker)
 
 /* ---- pool.c, for the owner side ------------------------------------------------------------- */
 
-/* Wakes worker w if it sleeps (after the owner pushed it work). Context: the owner. */
-void offload__wake_worker(struct worker *w);
+/* Wakes worker w if it sleeps (after the owner pushed it work). Context: the owner. Returns
+ * true if it issued a futex wake. */
+bool offload__wake_worker(struct worker *w);
 /* Attaches pipeline p to the pool: its slot and rings. Context: p's creator. Returns 0,
  * -ENOSPC (max_pipelines attached) or -ENOMEM. */
 int offload__pool_attach(struct offload_pool *pool, struct offload_pipeline *p);

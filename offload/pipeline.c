@@ -62,6 +62,20 @@ static bool inject_failure(const struct offload_pipeline *p, uint32_t lane, uint
     return (double)(h >> 11) * 0x1.0p-53 < rate;
 }
 
+/* Folds one batch's work time into the pipeline's running mean (weight 1/8). */
+static void note_work_ns(struct offload_pipeline *p, uint32_t ns)
+{
+    int64_t d = (int64_t)ns - (int64_t)p->work_ns;
+    p->work_ns = (uint32_t)((int64_t)p->work_ns + d / 8);
+}
+
+/* The wall-clock deadline of a call's blocking waits. Inline never waits: no clock read (an
+ * engine settles its pipeline at every advance). */
+static int64_t wait_guard(const struct offload_pipeline *p)
+{
+    return p->pool ? base_monotonic_ns() + p->cfg.settle_timeout_ns : INT64_MAX;
+}
+
 /* Takes in every report the workers have pushed. Returns how many. */
 static uint32_t ingest(struct offload_pipeline *p)
 {
@@ -76,6 +90,7 @@ static uint32_t ingest(struct offload_pipeline *p)
             if (u & 1u) {
                 r->work_done = true;
                 p->outstanding--;
+                note_work_ns(p, r->work_ns);
             } else if (r->state == REC_STARTING) {
                 r->state = REC_IN_FLIGHT;
                 p->starting--;
@@ -87,9 +102,47 @@ static uint32_t ingest(struct offload_pipeline *p)
 }
 
 /*
- * Waits for worker reports: bounded spin, then an eventcount sleep. Returns 0 when something
- * may have changed (the caller re-checks its condition), -ESHUTDOWN (closing, unless
- * ignore_close), -ETIMEDOUT (guard passed).
+ * Adaptive hand-off: takes back every batch of p still in a submission ring (no worker has
+ * popped it; spsc_pop_shared gives each entry to one side) and runs its work here, as the
+ * inline executor would; while closing, the work is not run and the batch reports -ESHUTDOWN,
+ * as a worker of a shut-down pool does. The batch is then as if a worker had acknowledged it and
+ * reported "done". Context: the owner. Returns how many it took back.
+ */
+static uint32_t take_back(struct offload_pipeline *p)
+{
+    struct offload_pool *pool = p->pool;
+    if (pool->cfg.wake_work_ns == 0 || p->starting == 0) /* only STARTING ones can be queued */
+        return 0;
+    bool closing = is_closing(p);
+    int64_t t0 = 0;
+    uint32_t n = 0;
+    for (uint32_t w = 0; w < pool->cfg.threads; w++) {
+        void *v;
+        while (spsc_pop_shared(&p->slot->sub[w], &v)) {
+            struct rec *r = v;
+            if (n == 0)
+                t0 = base_monotonic_ns();
+            r->work_result = closing ? -ESHUTDOWN : run_work(r, INLINE_WORKER);
+            r->work_done = true;
+            r->state = REC_IN_FLIGHT; /* it was STARTING: no worker acknowledged it */
+            p->starting--;
+            p->outstanding--;
+            atomic_fetch_sub_explicit(&pool->workers[w].load, 1, memory_order_relaxed);
+            n++;
+        }
+    }
+    if (n > 0) {
+        if (!closing)
+            note_work_ns(p, (uint32_t)((uint64_t)(base_monotonic_ns() - t0) / n));
+        p->stats.taken_back += n;
+    }
+    return n;
+}
+
+/*
+ * Waits for worker reports: takes back what is still queued (adaptive hand-off), else a bounded
+ * spin, then an eventcount sleep. Returns 0 when something may have changed (the caller
+ * re-checks its condition), -ESHUTDOWN (closing, unless ignore_close), -ETIMEDOUT (guard passed).
  */
 static int owner_wait(struct offload_pipeline *p, int64_t guard, bool ignore_close)
 {
@@ -97,6 +150,8 @@ static int owner_wait(struct offload_pipeline *p, int64_t guard, bool ignore_clo
         return -EDEADLK; /* inline: nothing to wait for (unreachable) */
     struct slot *sl = p->slot;
     p->waited = true;
+    if (take_back(p) > 0)
+        return 0;
     for (uint32_t i = 0; i < p->pool->owner_spin; i++) {
         base_cpu_relax();
         if (ingest(p) > 0)
@@ -147,7 +202,12 @@ static void dispatch(struct offload_pipeline *p, struct rec *r)
     p->outstanding++;
     p->stats.dispatched++;
     spsc_push_wait(&p->slot->sub[best], r);
-    offload__wake_worker(&pool->workers[best]);
+    /* Adaptive: a worker asleep is worth a futex wake only for work that costs more than the
+     * wake-up; otherwise the batch waits in the ring for a worker that is awake anyway, or for
+     * the owner to take it back when it needs it (owner_wait). */
+    uint32_t wake = pool->cfg.wake_work_ns;
+    if ((wake == 0 || p->work_ns >= wake) && offload__wake_worker(&pool->workers[best]))
+        p->stats.worker_wakes++;
 }
 
 /* Starts r (QUEUED) on its lane at the current virtual time, with one of the lane's permits. */
@@ -379,7 +439,7 @@ static int enter_owner(struct offload_pipeline *p)
 static int settle_wait(struct offload_pipeline *p, const struct offload_token *t,
                        const uint64_t *targets)
 {
-    int64_t guard = base_monotonic_ns() + p->cfg.settle_timeout_ns;
+    int64_t guard = wait_guard(p);
     p->stats.settles++;
     p->waited = false;
     int rc = run_until(p, p->now, true, guard);
@@ -637,8 +697,7 @@ int offload_advance_to(struct offload_pipeline *p, int64_t now)
     int rc = enter_owner(p);
     if (rc)
         return rc;
-    return run_until(p, now > p->now ? now : p->now, true,
-                     base_monotonic_ns() + p->cfg.settle_timeout_ns);
+    return run_until(p, now > p->now ? now : p->now, true, wait_guard(p));
 }
 
 int offload_poll(struct offload_pipeline *p)

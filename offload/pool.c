@@ -3,11 +3,13 @@
  * pipelines' submission rings, run the batches' work and answer on the completion rings.
  *
  * Workers scan the attached slots' submission rings (one ck_ring per (slot, worker), owner
- * produces, worker consumes) and answer on the completion rings (worker produces, owner
- * consumes). Both sides spin a bounded number of times, then sleep on a futex word guarded by a
- * "waiting" flag (an eventcount): waiter sets waiting, reads the word, re-checks, sleeps on the
- * read value; the waker publishes, increments the word, and wakes if waiting is set. All these
- * words are seq_cst C11 atomics, so the Dekker pattern holds and ThreadSanitizer sees it.
+ * produces, worker consumes; the owner consumes too when it takes a batch back, one consumer at
+ * a time: spsc_pop_shared) and answer on the completion rings (worker produces, owner consumes).
+ * Both sides spin a bounded number of times, then sleep on a futex word guarded by a "waiting"
+ * flag (an eventcount): waiter sets waiting, reads the word, re-checks, sleeps on the read value;
+ * the waker publishes, increments the word, and wakes if waiting is set. All these words are
+ * seq_cst C11 atomics, so the Dekker pattern holds and ThreadSanitizer sees it. A worker is woken
+ * for a batch only as the owner's hand-off decides (pipeline.c, dispatch).
  */
 #include "offload/offload_internal.h"
 
@@ -31,11 +33,19 @@ static void wake_owner(struct slot *sl)
         base_futex_wake(&sl->owner_wake_seq, INT_MAX);
 }
 
-void offload__wake_worker(struct worker *w)
+bool offload__wake_worker(struct worker *w)
 {
     atomic_fetch_add(&w->wake_seq, 1);
-    if (atomic_load(&w->waiting))
-        base_futex_wake(&w->wake_seq, 1);
+    if (!atomic_load(&w->waiting))
+        return false;
+    base_futex_wake(&w->wake_seq, 1);
+    return true;
+}
+
+static uint32_t elapsed_ns(int64_t t0)
+{
+    int64_t d = base_monotonic_ns() - t0;
+    return d < 0 ? 0 : d > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
 /* Context: worker w. Runs one batch: acknowledge, work, report. Never touches r after "done". */
@@ -45,8 +55,10 @@ static void run_item(struct offload_pool *pool, struct worker *w, struct slot *s
     pool_yield(pool, OFFLOAD_YIELD_WORKER_TAKEN);
     spsc_push_wait(out, r); /* "started" */
     wake_owner(sl);
+    int64_t t0 = base_monotonic_ns();
     int rc = atomic_load(&pool->shutdown) ? -ESHUTDOWN : run_work(r, w->index);
     r->work_result = rc;
+    r->work_ns = elapsed_ns(t0);
     atomic_fetch_sub_explicit(&w->load, 1, memory_order_relaxed);
     pool_yield(pool, OFFLOAD_YIELD_WORKER_DONE);
     spsc_push_wait(out, (void *)((uintptr_t)r | 1u)); /* "done" */
@@ -78,7 +90,7 @@ static void *worker_main(void *arg)
             if (atomic_load_explicit(&sl->state, memory_order_acquire) != SLOT_ACTIVE)
                 continue;
             void *v;
-            if (spsc_pop(&sl->sub[w->index], &v)) {
+            if (spsc_pop_shared(&sl->sub[w->index], &v)) {
                 run_item(pool, w, sl, v);
                 found = true;
             }
@@ -111,6 +123,7 @@ void offload_pool_config_default(struct offload_pool_config *cfg)
     cfg->max_pipelines = 32;
     cfg->ring_size = 256;
     cfg->spin = 200;
+    cfg->wake_work_ns = 10000;
 }
 
 static void pool_free(struct offload_pool *pool)

@@ -30,6 +30,7 @@ enum {
     O_SEED,
     O_YIELD,
     O_POOL_SHUTDOWN,
+    O_EAGER,
     O_GUARD_MS,
     O_READERS,
     O_WRITERS,
@@ -48,6 +49,7 @@ static const struct option longopts[] = {
     {"seed", required_argument, NULL, O_SEED},
     {"yield", no_argument, NULL, O_YIELD},
     {"pool-shutdown", no_argument, NULL, O_POOL_SHUTDOWN},
+    {"eager", no_argument, NULL, O_EAGER},
     {"guard-ms", required_argument, NULL, O_GUARD_MS},
     {"readers", required_argument, NULL, O_READERS},
     {"writers", required_argument, NULL, O_WRITERS},
@@ -58,10 +60,10 @@ static const struct option longopts[] = {
 
 /* The parts each option applies to (indexed like longopts). */
 static const int option_parts[] = {
-    KVSIM_STRESS_ALL,      KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD, KVSIM_STRESS_OFFLOAD,
-    KVSIM_STRESS_ALL,      KVSIM_STRESS_ALL,      KVSIM_STRESS_OFFLOAD, KVSIM_STRESS_ALL,
-    KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD, KVSIM_STRESS_REGISTRY,
-    KVSIM_STRESS_REGISTRY, KVSIM_STRESS_REGISTRY, KVSIM_STRESS_ALL,
+    KVSIM_STRESS_ALL,      KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,
+    KVSIM_STRESS_ALL,      KVSIM_STRESS_ALL,      KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_ALL,
+    KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,  KVSIM_STRESS_OFFLOAD,
+    KVSIM_STRESS_REGISTRY, KVSIM_STRESS_REGISTRY, KVSIM_STRESS_REGISTRY, KVSIM_STRESS_ALL,
 };
 _Static_assert(sizeof option_parts / sizeof option_parts[0] ==
                    sizeof longopts / sizeof longopts[0] - 1,
@@ -90,15 +92,18 @@ static void usage(FILE *f, const char *prog, int parts)
                                              : "run for S seconds instead");
     fprintf(f, "  --seed S         seed (default 1)\n");
     if (parts & KVSIM_STRESS_OFFLOAD)
-        fprintf(f, "pipeline:\n"
-                   "  --lanes L        lanes used per pipeline, 1..4 (default 4)\n"
-                   "  --permits P      permits per lane (default 2)\n"
-                   "  --workers W      pool worker threads (default 2)\n"
-                   "  --fail-rate F    injected failure probability (default 0.1)\n"
-                   "  --yield          yield at the pipeline's debug_yield points\n"
-                   "  --pool-shutdown  end by shutting the whole pool down (default: each "
-                   "pipeline)\n"
-                   "  --guard-ms MS    wall-clock guard of every wait (default 10000)\n");
+        fprintf(f,
+                "pipeline:\n"
+                "  --lanes L        lanes used per pipeline, 1..4 (default 4)\n"
+                "  --permits P      permits per lane (default 2)\n"
+                "  --workers W      pool worker threads (default 2)\n"
+                "  --fail-rate F    injected failure probability (default 0.1)\n"
+                "  --yield          yield at the pipeline's debug_yield points\n"
+                "  --pool-shutdown  end by shutting the whole pool down (default: each "
+                "pipeline)\n"
+                "  --eager          the pool's eager hand-off: every batch wakes its worker and\n"
+                "                   owners never take a batch back (default: adaptive)\n"
+                "  --guard-ms MS    wall-clock guard of every wait (default 10000)\n");
     if (parts & KVSIM_STRESS_REGISTRY)
         fprintf(f,
                 "registry:\n"
@@ -143,6 +148,7 @@ static int parse_stress_option(struct cli_parser *p, int c, struct kvsim_stress_
     case O_SEED: return cli_u64(p, 0, UINT64_MAX, &o->seed);
     case O_YIELD: o->yield = true; return 0;
     case O_POOL_SHUTDOWN: o->pool_shutdown = true; return 0;
+    case O_EAGER: o->eager = true; return 0;
     case O_GUARD_MS: {
         uint64_t v = 0;
         int rc = cli_u64(p, 1, 3600000, &v);

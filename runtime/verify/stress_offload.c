@@ -8,10 +8,13 @@
  * enqueue, cancel, settle, settle_after, advance_to and poll; even lanes have infinite
  * bandwidth (batches drain as soon as their work is done), odd lanes a finite one (batches stay
  * in flight until virtual time passes their completion). Work functions spin a little, and can
- * be made to yield at the pipeline's debug_yield points (--yield). Then a shutdown phase: every
- * owner blocks in settle behind work held by a gate, and the calling thread shuts the pipelines
- * down from outside (offload_shutdown_any, or offload_pool_shutdown_any with --pool-shutdown)
- * before opening the gate.
+ * be made to yield at the pipeline's debug_yield points (--yield). The pool uses the adaptive
+ * hand-off (owners take queued batches back and run them; workers are woken for costly work:
+ * every 16th batch is) unless --eager. Then a shutdown phase: every owner blocks in settle behind
+ * work held by a gate on a worker, and the calling thread shuts the pipelines down from outside
+ * (offload_shutdown_any, or offload_pool_shutdown_any with --pool-shutdown) before opening the
+ * gate. With the adaptive hand-off an owner may instead take its gated batches back, run them
+ * (the gate holds workers only) and return 0.
  *
  * Checked, with a message on stderr and a result of 1 on any violation:
  *  - permits: the work functions in flight on a lane never exceed its permits (C11 atomics),
@@ -108,6 +111,7 @@ struct owner {
     uint64_t cancels[OFFLOAD_NUM_LANES];
     uint64_t ops, enqueues, settles, settle_ok, settle_again, settle_after_ok, advances;
     uint64_t shutdown_released;
+    uint64_t shutdown_drained; /* adaptive: the shutdown-phase settle ran the batches itself */
     bool in_shutdown_phase;
 };
 
@@ -128,12 +132,18 @@ static int stress_work(void *arg, const struct offload_work *w)
             violation("owner %u lane %u batch %" PRIu64 ": work invoked twice", o->index, l,
                       w->seq);
     }
-    if (w->cookie == 1) { /* shutdown phase: hold the worker until the gate opens */
+    /* Shutdown phase: hold the worker until the gate opens. An owner that took the batch back
+     * (adaptive hand-off) runs it at once: it cannot wait for a gate opened after it returns. */
+    if (w->cookie == 1 && w->worker != UINT32_MAX) {
         for (int i = 0; i < 100000 && !atomic_load(&gates_open); i++)
             usleep(100);
     } else {
         volatile uint64_t sink = 0;
+        /* Mostly cheap work, and every 16th batch some 10-50 us, so the adaptive hand-off's
+         * running mean crosses its wake threshold both ways during a run. */
         uint64_t spins = (w->seq * 2654435761u) % 2000;
+        if (w->seq % 16 == 5 && w->cookie != 1)
+            spins += 40000;
         for (uint64_t i = 0; i < spins; i++)
             sink += i;
     }
@@ -331,8 +341,11 @@ static void *owner_main(void *arg)
         rc = offload_settle(o->p, &last);
         if (rc == -ESHUTDOWN)
             o->shutdown_released++;
+        else if (rc == 0 && !opt.eager)
+            o->shutdown_drained++; /* it took every gated batch back from the rings */
         else
-            violation("owner %u: blocked settle returned %d, expected -ESHUTDOWN", o->index, rc);
+            violation("owner %u: blocked settle returned %d, expected -ESHUTDOWN%s", o->index, rc,
+                      opt.eager ? "" : " or 0");
     }
     return NULL;
 }
@@ -450,6 +463,8 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     offload_pool_config_default(&pc);
     pc.threads = opt.workers;
     pc.max_pipelines = opt.threads;
+    if (opt.eager)
+        pc.wake_work_ns = 0;
     if (opt.yield) {
         pc.debug_yield = stress_yield;
         pc.debug_yield_arg = NULL;
@@ -528,7 +543,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     atomic_store(&gates_open, true);
 
     uint64_t ops = 0, enq = 0, settles = 0, ok = 0, again = 0, after_ok = 0, adv = 0;
-    uint64_t released = 0, failed = 0, completed = 0;
+    uint64_t released = 0, drained = 0, failed = 0, completed = 0;
     struct offload_stats total = {0};
     for (uint32_t i = 0; i < opt.threads; i++) {
         struct owner *o = &owners[i];
@@ -544,6 +559,8 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
         total.timeouts += st.timeouts;
         total.owner_sleeps += st.owner_sleeps;
         total.dispatched += st.dispatched;
+        total.taken_back += st.taken_back;
+        total.worker_wakes += st.worker_wakes;
         ops += o->ops;
         enq += o->enqueues;
         settles += o->settles;
@@ -552,6 +569,7 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
         after_ok += o->settle_after_ok;
         adv += o->advances;
         released += o->shutdown_released;
+        drained += o->shutdown_drained;
         for (uint32_t l = 0; l < OFFLOAD_NUM_LANES; l++) {
             completed += o->callbacks[l][0];
             failed += o->callbacks[l][1];
@@ -563,9 +581,10 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
     }
     if (total.timeouts)
         violation("%" PRIu64 " waits hit the %" PRId64 " ms guard", total.timeouts, opt.guard_ms);
-    if (released != opt.threads)
-        violation("%" PRIu64 " of %u blocked owners were released by shutdown", released,
-                  opt.threads);
+    if (released + drained != opt.threads)
+        violation("%" PRIu64 " of %u blocked owners were released by shutdown (%" PRIu64
+                  " drained their batches themselves)",
+                  released, opt.threads, drained);
     rc = offload_pool_destroy(pool);
     if (rc)
         violation("offload_pool_destroy returned %d", rc);
@@ -581,9 +600,14 @@ int kvsim_stress_offload_run(const struct kvsim_stress_opts *opts, FILE *out,
             " guard timeouts\n",
             settles, ok, again, after_ok, total.settle_waits, total.owner_sleeps, total.timeouts);
     fprintf(out,
-            "  %" PRIu64 " advances, %" PRIu64 " batches dispatched to workers, shutdown "
-            "released %" PRIu64 "/%u blocked owners\n",
-            adv, total.dispatched, released, opt.threads);
+            "  %" PRIu64 " advances, %" PRIu64 " batches dispatched to workers (%" PRIu64
+            " taken back by their owner, %" PRIu64 " worker wakes; %s hand-off), shutdown "
+            "released %" PRIu64 "/%u blocked owners",
+            adv, total.dispatched, total.taken_back, total.worker_wakes,
+            opt.eager ? "eager" : "adaptive", released, opt.threads);
+    if (drained)
+        fprintf(out, " (%" PRIu64 " drained theirs: no worker held a gated batch)", drained);
+    fprintf(out, "\n");
     fprintf(out, "  %" PRIu64 " operations in %.3f s: %.0f ops/s, %.0f batches/s\n", ops, t_main,
             t_main > 0 ? (double)ops / t_main : 0.0, t_main > 0 ? (double)enq / t_main : 0.0);
     uint64_t v = atomic_load(&violations);

@@ -375,6 +375,7 @@ struct kvsim_stress_opts {
     double fail_rate;   /* injected failure probability */
     bool yield;         /* yield at the pipeline's debug_yield points */
     bool pool_shutdown; /* end with offload_pool_shutdown_any instead of per pipeline */
+    bool eager;         /* the pool's eager hand-off (wake_work_ns 0); default adaptive */
     int64_t guard_ms;   /* wall-clock guard of every settle wait */
     /* registry */
     uint32_t readers, writers;

@@ -36,11 +36,18 @@ TestSuite(offload_exec, .timeout = 60);
 #define GBPS       INT64_C(1000000000)
 #define MB         UINT64_C(1000000)
 #define GATED      (UINT64_C(1) << 32) /* cookie flag: the work waits for the gate */
+#define SLOW       (UINT64_C(1) << 33) /* cookie flag: the work takes 2 ms */
 #define MAX_LOG    8192
 #define MAX_COOKIE 256
 
-enum exec_kind { EXEC_INLINE = 0, EXEC_POOL = 1 };
-static const char *kind_name(int k) { return k == EXEC_POOL ? "pool" : "inline"; }
+/* EXEC_POOL is the eager hand-off (every batch wakes its worker, the owner only waits): the
+ * tests that hold work on a worker with a gate need a worker to take it. EXEC_POOL_ADAPTIVE is
+ * the default hand-off, where the owner may take a queued batch back and run it itself. */
+enum exec_kind { EXEC_INLINE = 0, EXEC_POOL = 1, EXEC_POOL_ADAPTIVE = 2 };
+static const char *kind_name(int k)
+{
+    return k == EXEC_POOL ? "pool" : k == EXEC_POOL_ADAPTIVE ? "pool (adaptive)" : "inline";
+}
 
 /* ---- bandwidth model ------------------------------------------------------------------------ */
 
@@ -292,6 +299,7 @@ struct harness {
     size_t nlog;
     _Atomic int gate_open;
     _Atomic int invoked[MAX_COOKIE];
+    _Atomic int on_worker[MAX_COOKIE]; /* invocations on a pool worker (not the owner) */
     _Atomic int work_fail[MAX_COOKIE]; /* the work returns this (negative) if set */
     int callback_rc;                   /* what a callback-side settle returned */
     bool callback_chain;               /* completed G1->G2 batches enqueue a G2->G3 batch */
@@ -311,6 +319,10 @@ static int harness_work(void *arg, const struct offload_work *w)
     struct harness *h = arg;
     uint64_t c = w->cookie & (MAX_COOKIE - 1);
     atomic_fetch_add(&h->invoked[c], 1);
+    if (w->worker != UINT32_MAX)
+        atomic_fetch_add(&h->on_worker[c], 1);
+    if (w->cookie & SLOW)
+        sleep_ms(2);
     /* Gates hold pool workers only: inline, the work runs on the owner, which opens them. */
     if ((w->cookie & GATED) && w->worker != UINT32_MAX) {
         for (int i = 0; i < 20000 && !atomic_load(&h->gate_open); i++)
@@ -382,10 +394,12 @@ static struct harness *harness_new(int kind, struct offload_config *cfg, uint32_
 {
     struct harness *h = calloc(1, sizeof *h);
     cr_assert_not_null(h);
-    if (kind == EXEC_POOL) {
+    if (kind != EXEC_INLINE) {
         struct offload_pool_config pc;
         offload_pool_config_default(&pc);
         pc.threads = threads;
+        if (kind == EXEC_POOL)
+            pc.wake_work_ns = 0;
         pc.debug_yield = harness_pool_hook;
         pc.debug_yield_arg = h;
         cr_assert_eq(offload_pool_create(&pc, &h->pool), 0);
@@ -441,8 +455,8 @@ static void wait_invoked(struct harness *h, uint64_t cookie)
 /* Permits limit the batches in flight; the rest wait in FIFO order. */
 ParameterizedTestParameters(offload_lane, permits_limit_in_flight_fifo)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, permits_limit_in_flight_fifo)
 {
@@ -561,8 +575,8 @@ ParameterizedTest(int *kind, offload_lane, simultaneous_completions_fill_every_s
 
 ParameterizedTestParameters(offload_lane, completion_without_successor_settles)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, completion_without_successor_settles)
 {
@@ -619,8 +633,8 @@ Test(offload_lane, progress_between_subscription_and_first_check_is_observed)
 
 ParameterizedTestParameters(offload_lane, cancellation)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, cancellation)
 {
@@ -654,8 +668,8 @@ ParameterizedTest(int *kind, offload_lane, cancellation)
 /* Shutdown of an inline pipeline: every undrained batch fails once with -ESHUTDOWN. */
 ParameterizedTestParameters(offload_lane, shutdown_reports_undrained_once)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, shutdown_reports_undrained_once)
 {
@@ -839,8 +853,8 @@ Test(offload_lane, argument_errors)
 /* A callback may enqueue (a G1->G2 completion chains a G2->G3 write-through) but not settle. */
 ParameterizedTestParameters(offload_lane, callbacks_chain_but_never_block)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, callbacks_chain_but_never_block)
 {
@@ -865,8 +879,8 @@ ParameterizedTest(int *kind, offload_lane, callbacks_chain_but_never_block)
  * error fails its batch with the work's result. */
 ParameterizedTestParameters(offload_lane, failure_injection_exactly_once)
 {
-    static int kinds[] = {EXEC_INLINE, EXEC_POOL};
-    return cr_make_param_array(int, kinds, 2);
+    static int kinds[] = {EXEC_INLINE, EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 3);
 }
 ParameterizedTest(int *kind, offload_lane, failure_injection_exactly_once)
 {
@@ -972,10 +986,15 @@ static struct harness *scripted_run(int kind, uint32_t threads)
     return h;
 }
 
-Test(offload_exec, inline_and_pool_produce_the_same_completions)
+ParameterizedTestParameters(offload_exec, inline_and_pool_produce_the_same_completions)
+{
+    static int kinds[] = {EXEC_POOL, EXEC_POOL_ADAPTIVE};
+    return cr_make_param_array(int, kinds, 2);
+}
+ParameterizedTest(int *kind, offload_exec, inline_and_pool_produce_the_same_completions)
 {
     struct harness *a = scripted_run(EXEC_INLINE, 1);
-    struct harness *b = scripted_run(EXEC_POOL, 2);
+    struct harness *b = scripted_run(*kind, 2);
     cr_assert_gt(a->nlog, 300);
     cr_assert_eq(a->nlog, b->nlog, "inline drained %zu, pool %zu", a->nlog, b->nlog);
     size_t failures = 0;
@@ -999,6 +1018,89 @@ Test(offload_exec, inline_and_pool_produce_the_same_completions)
     }
     harness_free(a);
     harness_free(b);
+}
+
+/* The adaptive hand-off with work far cheaper than a wake-up: no batch wakes a worker, the owner
+ * takes the queued batches back and runs them itself, and every batch still runs exactly once
+ * with the inline executor's outcome. */
+Test(offload_exec, adaptive_handoff_runs_cheap_work_on_the_owner)
+{
+    enum { N = 200 };
+    struct offload_config cfg;
+    test_config(&cfg, NULL, 2);
+    cfg.lanes[OFFLOAD_LANE_G1_G2].bandwidth = 0; /* due at once: every settle needs the work */
+    cfg.lanes[OFFLOAD_LANE_G1_G2].capacity = 256;
+    struct harness *h = harness_new(EXEC_POOL_ADAPTIVE, &cfg, 2);
+    for (uint64_t i = 0; i < N; i++) {
+        struct offload_token t = enq(h, OFFLOAD_LANE_G1_G2, 1, i);
+        cr_assert_eq(offload_settle(h->p, &t), 0);
+        cr_assert_eq(state_of(h, &t), OFFLOAD_BATCH_COMPLETED);
+    }
+    struct offload_stats st;
+    offload_stats(h->p, &st);
+    cr_assert_eq(st.dispatched, N);
+    /* A worker may take a batch while it is awake (it starts awake); the owner never wakes one
+     * for work this cheap (a preempted measurement could, rarely, lift the mean past 10 us). */
+    cr_assert_leq(st.worker_wakes, N / 10, "%llu wakes for %d cheap batches",
+                  (unsigned long long)st.worker_wakes, N);
+    cr_assert_geq(st.taken_back, N / 2, "the owner took back %llu of %d batches",
+                  (unsigned long long)st.taken_back, N);
+    cr_assert_eq(st.timeouts, 0);
+    cr_assert_eq(h->nlog, N);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(atomic_load(&h->invoked[i]), 1, "work %d invoked %d times", i,
+                     atomic_load(&h->invoked[i]));
+        cr_assert_eq(h->log[i].result, 0);
+    }
+    harness_free(h);
+}
+
+/* The adaptive hand-off with work costlier than a wake-up: once the pipeline has seen such a
+ * batch, a new batch wakes the sleeping worker, which runs it while the owner does nothing. */
+Test(offload_exec, adaptive_handoff_wakes_a_worker_for_costly_work)
+{
+    struct offload_config cfg;
+    test_config(&cfg, NULL, 1);
+    cfg.lanes[OFFLOAD_LANE_G1_G2].bandwidth = 0;
+    struct harness *h = harness_new(EXEC_POOL_ADAPTIVE, &cfg, 1);
+    struct offload_token a = enq(h, OFFLOAD_LANE_G1_G2, 1, 1 | SLOW);
+    cr_assert_eq(offload_settle(h->p, &a), 0, "A ran (2 ms), on the owner or the worker");
+    sleep_ms(50); /* the worker is asleep by now */
+    struct offload_stats before;
+    offload_stats(h->p, &before);
+    struct offload_token b = enq(h, OFFLOAD_LANE_G1_G2, 1, 2 | SLOW);
+    wait_invoked(h, 2); /* the owner makes no call: only the worker can run B */
+    cr_assert_eq(atomic_load(&h->on_worker[2]), 1);
+    struct offload_stats st;
+    offload_stats(h->p, &st);
+    cr_assert_eq(st.worker_wakes, before.worker_wakes + 1, "B woke the worker");
+    cr_assert_eq(offload_settle(h->p, &b), 0);
+    cr_assert_eq(atomic_load(&h->invoked[2]), 1);
+    cr_assert_eq(h->log[1].result, 0);
+    harness_free(h);
+}
+
+/* Shutdown of an adaptive pipeline whose batches still sit in the rings: the owner takes them
+ * back without running their work, and each reports -ESHUTDOWN exactly once. */
+Test(offload_exec, adaptive_handoff_shutdown_takes_back_without_running)
+{
+    struct offload_config cfg;
+    test_config(&cfg, NULL, 4);
+    struct harness *h = harness_new(EXEC_POOL_ADAPTIVE, &cfg, 2);
+    sleep_ms(50); /* the workers are asleep: no cheap batch wakes them */
+    for (uint64_t i = 0; i < 4; i++)
+        enq(h, OFFLOAD_LANE_G1_G2, 1, i);
+    cr_assert_eq(offload_shutdown(h->p), 0);
+    cr_assert_eq(h->nlog, 4);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(h->log[i].result, -ESHUTDOWN);
+        cr_assert_eq(atomic_load(&h->invoked[i]), 0, "work %d ran at shutdown", i);
+    }
+    struct offload_stats st;
+    offload_stats(h->p, &st);
+    cr_assert_eq(st.taken_back, 4);
+    cr_assert_eq(st.worker_wakes, 0);
+    harness_free(h);
 }
 
 Test(offload_exec, pool_attach_limits)
@@ -1067,6 +1169,7 @@ Test(offload_exec, pool_threads_is_the_number_of_workers)
         long before = num_tasks();
         offload_pool_config_default(&pc);
         pc.threads = threads;
+        pc.wake_work_ns = 0; /* eager: every batch runs on a worker (adaptive, the owner may) */
         cr_assert_eq(offload_pool_create(&pc, &pool), 0);
         cr_assert_eq(offload_pool_threads(pool), threads);
         cr_assert_eq(num_tasks() - before, (long)threads, "%u workers started %ld threads", threads,

@@ -32,6 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Loops over many hashes ask for the tier-table home of the hash this many entries ahead, so
+ * consecutive cache misses overlap; asking for all of a long list up front (a long prefill stores
+ * hundreds of blocks in one step) overflows the core's outstanding misses, and the first lines
+ * are gone again before the loop reaches them. */
+#define TIER_PREFETCH_AHEAD 8u
+
 enum tb_kind { TB_G1_G2, TB_G2_G3, TB_G3_G2, TB_G2_G1 };
 static const enum offload_lane tb_lane[] = {OFFLOAD_LANE_G1_G2, OFFLOAD_LANE_G2_G3,
                                             OFFLOAD_LANE_G3_G2, OFFLOAD_LANE_G2_G1};
@@ -352,9 +358,11 @@ int kvsim_tiers_flush(struct kvsim_tiers *t)
     uint32_t mb = t->cfg.pipe.lanes[OFFLOAD_LANE_G1_G2].max_blocks;
     uint32_t cur = UINT32_MAX;
     int rc = 0;
-    for (uint32_t k = 0; k < t->nst; k++)
+    for (uint32_t k = 0; k < t->nst && k < TIER_PREFETCH_AHEAD; k++)
         offload_tier_prefetch(t->g2, t->st_h[k]);
     for (uint32_t k = 0; k < t->nst && rc == 0; k++) {
+        if (k + TIER_PREFETCH_AHEAD < t->nst)
+            offload_tier_prefetch(t->g2, t->st_h[k + TIER_PREFETCH_AHEAD]);
         kvpool_hash h;
         kvpool_block_id blk = t->st_b[k];
         /* The block may have been evicted and reused since it was stored (same step). */
@@ -448,9 +456,11 @@ static int flush_g3(struct kvsim_tiers *t)
         filter_g3_shared(t);
     if (t->g3) { /* presence filtering against the per-engine G3 */
         uint32_t keep = 0;
-        for (uint32_t j = 0; j < t->npg3; j++)
+        for (uint32_t j = 0; j < t->npg3 && j < TIER_PREFETCH_AHEAD; j++)
             offload_tier_prefetch(t->g3, t->pg3[j].hash);
         for (uint32_t j = 0; j < t->npg3; j++) {
+            if (j + TIER_PREFETCH_AHEAD < t->npg3)
+                offload_tier_prefetch(t->g3, t->pg3[j + TIER_PREFETCH_AHEAD].hash);
             struct pending_g3 p = t->pg3[j];
             if (offload_tier_contains(t->g3, p.hash)) {
                 if (p.pinned)

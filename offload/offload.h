@@ -12,7 +12,9 @@
  * drained and the pipeline is stable (nothing starting or settling; every lane's queue is empty
  * or all its permits are in flight), so the owner never runs ahead of effects not yet published.
  *
- * Threads. A pipeline belongs to one thread, its owner (an engine's worker thread). Every
+ * Threads. A pipeline belongs to one thread, its owner (an engine's worker thread; ownership
+ * may pass to another thread across a happens-before edge, as the replay's epoch barrier
+ * provides when its threads take engines dynamically). Every
  * function taking a pipeline is owner-only unless its name ends in _any; none of them is
  * reentrant except as stated for the completion callback. Executors decide only where a batch's
  * work runs, never what happens:

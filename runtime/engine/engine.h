@@ -497,10 +497,10 @@ struct kvsim_engine_config {
     uint32_t id;
     struct sched_config sched;
     struct kvsim_step_model model;
-    const struct kvsim_trace *trace;        /* request specs (read-only, shared) */
-    struct kvsim_metrics *metrics;          /* records (each written by the request's owner) */
-    uint32_t thread;                        /* owning worker thread (metrics sketch index) */
-    bool kv_events;                         /* keep Stored/Removed events for the router */
+    const struct kvsim_trace *trace; /* request specs (read-only, shared) */
+    struct kvsim_metrics *metrics;   /* records (each written by the request's owner) */
+    uint32_t thread; /* metrics sketch index: no other engine advanced concurrently uses it */
+    bool kv_events;  /* keep Stored/Removed events for the router */
     const int32_t *next_turn;               /* per request: its session follow-up or -1 (or NULL) */
     const struct kvsim_tiers_config *tiers; /* G2/G3 offload tiers, or NULL for none */
     enum kvsim_engine_role role;

@@ -7,7 +7,8 @@
  * engine-id order, routes every arrival due at B, and picks the next boundary B' (the next
  * arrival, or earlier when a running session turn could complete and release its follow-up
  * before it). Then every worker admits its engines' new arrivals at B and advances them to B'
- * in parallel; engine i belongs to worker i mod T and nothing else touches it in between. Each
+ * in parallel; each engine is taken by one thread per phase (work: its own engines i mod T
+ * first, then any left) and nothing else touches it in between. Each
  * engine's evolution depends only on what it was given, and the router only on what engines
  * published at boundaries, so results are identical for any thread count.
  *
@@ -448,12 +449,48 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         rp->engine_rc[e] = rc;
 }
 
-/* The parallel part of an epoch for worker w: the engines w, w + T, ... */
+/* Whether this thread takes engine e in the current phase: the first to exchange the phase's
+ * number into e's claim word does. Relaxed: the barriers order the engines' state. */
+static bool claim_engine(struct replay *rp, uint32_t e)
+{
+    return atomic_exchange_explicit(&rp->claim[e], rp->phase_seq, memory_order_relaxed) !=
+           rp->phase_seq;
+}
+
+/*
+ * The parallel part of a phase for replay thread w. Engines are taken dynamically: w first takes
+ * its own engines w, w + T, ... (they were w's the last time too, so their state is in its
+ * caches), front to back, then helps with the others', back to front (their owners work from the
+ * front). Which thread advances an engine never changes what it does (engines are independent
+ * within a phase, and the barriers order each engine's state from one phase's thread to the
+ * next), so results are the same for any --threads; taking engines dynamically keeps every
+ * thread busy when an epoch's work sits on a few engines, as the kv router's prefix affinity
+ * makes it (with the static e mod T, one thread idled). Context: every replay thread inside a
+ * phase; the coordinator bumped rp->phase_seq before the phase's first barrier.
+ */
 static void work(struct replay *rp, uint32_t w, enum phase phase)
 {
-    for (uint32_t e = w; e < rp->num_engines; e += rp->num_threads)
-        if (works_in(rp, e, phase))
+    uint32_t T = rp->num_threads, N = rp->num_engines;
+    if (T == 1) {
+        for (uint32_t e = 0; e < N; e++)
+            if (works_in(rp, e, phase))
+                work_engine(rp, e, phase);
+        return;
+    }
+    for (uint32_t e = w; e < N; e += T)
+        if (works_in(rp, e, phase) && claim_engine(rp, e))
             work_engine(rp, e, phase);
+    for (uint32_t k = 1; k < T; k++) {
+        uint32_t v = (w + k) % T;
+        if (v >= N)
+            continue;
+        for (uint32_t e = v + (N - 1 - v) / T * T;; e -= T) { /* v's last engine, then back */
+            if (works_in(rp, e, phase) && claim_engine(rp, e))
+                work_engine(rp, e, phase);
+            if (e < T)
+                break;
+        }
+    }
 }
 
 struct worker_arg {
@@ -732,6 +769,7 @@ static void replay_free(struct replay *rp)
     free(rp->inbox_tail);
     free(rp->nodes);
     free(rp->engine_rc);
+    free(rp->claim);
     free(rp->next_turn);
     free(rp->releases);
     free(rp->slot_parent);
@@ -771,6 +809,7 @@ static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
 static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errlen)
 {
     rp->phase = phase;
+    rp->phase_seq++;
     if (rp->num_threads > 1 && engines_with_work(rp, phase) >= 2) {
         epoch_barrier(rp);
         work(rp, 0, phase);
@@ -990,7 +1029,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     }
     rp.num_threads = cfg->num_threads < rp.num_engines ? cfg->num_threads : rp.num_engines;
     size_t R = rp.trace.num_reqs;
-    rc = kvsim_metrics_create((uint32_t)R, rp.num_threads, &rp.metrics);
+    /* One ITL sketch per engine: any replay thread may advance any engine (work). */
+    rc = kvsim_metrics_create((uint32_t)R, rp.num_engines, &rp.metrics);
     if (rc == 0 && rp.num_prefill)
         rc = kvsim_router_create(cfg->disagg.prefill_router, rp.num_prefill, cfg->overlap_weight,
                                  &rp.router);
@@ -1007,6 +1047,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
     rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
     rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
+    rp.claim = calloc(rp.num_engines, sizeof *rp.claim); /* phase_seq starts at 0: unclaimed */
     rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
     rp.concurrency = cfg->replay_concurrency;
     rp.releases = malloc((R ? R : 1) * sizeof *rp.releases);
@@ -1014,7 +1055,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && (!rp.releases || !rp.slot_parent))
         rc = -ENOMEM;
     if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
-                    !rp.nodes || !rp.engine_rc || !rp.next_turn))
+                    !rp.nodes || !rp.engine_rc || !rp.claim || !rp.next_turn))
         rc = -ENOMEM;
     struct kvsim_tiers_config tiers = cfg->tiers;
     tiers.pool = NULL;
@@ -1049,7 +1090,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .model = cfg->model,
             .trace = &rp.trace,
             .metrics = rp.metrics,
-            .thread = e % rp.num_threads,
+            .thread = e,
             .kv_events = rp.drain_events,
             .next_turn = rp.releases,
             .tiers = cfg->offload ? &tiers : NULL,
@@ -1159,6 +1200,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 clamp_next(&rp);
             }
             rp.phase = phases[ph];
+            rp.phase_seq++;
             if (rp.num_threads > 1)
                 epoch_barrier(&rp);
             work(&rp, 0, rp.phase);

@@ -59,9 +59,11 @@ struct replay {
     struct cds_wfcq_tail *inbox_tail;
     struct cds_wfcq_node *nodes;
     int *engine_rc;
+    _Atomic uint64_t *claim; /* [engines]: the phase_seq of the phase that last took it */
     /* epoch */
     int64_t b_cur, b_next;
     enum phase phase;
+    uint64_t phase_seq; /* +1 per phase (coordinator, before the phase's first barrier) */
     bool finished;
     struct barrier barrier;
     /* arrivals */

@@ -13,7 +13,8 @@
  * the thread that currently owns request r may call an event function for r, so records need no
  * atomics. A request that moves to another thread (routing, a prefill -> decode handoff) must do
  * so across a happens-before edge (the epoch barrier). kvsim_metrics_on_token() also writes the
- * sketch of the thread index it is given, which must be the calling worker's own. Everything
+ * sketch of the index it is given, which no other thread may use meanwhile (the replay: the
+ * engine's id, since its threads take engines dynamically). Everything
  * else (create, destroy, mark_incomplete, summarize, the writers) runs while no worker is
  * feeding events, typically after they have been joined.
  *
@@ -164,10 +165,11 @@ enum kvsim_req_handoff {
 struct kvsim_metrics;
 
 /*
- * kvsim_metrics_create - a collector for requests 0..num_requests-1 and worker threads
- * 0..num_threads-1; every record starts PENDING with all times unset. Memory is one record per
- * request plus one (initially empty) sketch per thread. Returns 0 and sets *out, -EINVAL if
- * num_threads is 0, or -ENOMEM.
+ * kvsim_metrics_create - a collector for requests 0..num_requests-1 and ITL sketches
+ * 0..num_threads-1 (one per writer that may run concurrently with the others: the replay gives
+ * each engine its own, since any thread may advance any engine); every record starts PENDING
+ * with all times unset. Memory is one record per request plus one (initially empty) sketch per
+ * writer. Returns 0 and sets *out, -EINVAL if num_threads is 0, or -ENOMEM.
  */
 KVSIM_EXTERN int kvsim_metrics_create(uint32_t num_requests, uint32_t num_threads,
                                       struct kvsim_metrics **out);
@@ -206,8 +208,8 @@ KVSIM_EXTERN int kvsim_metrics_on_preempt(struct kvsim_metrics *m, uint32_t req)
 /*
  * One output token of req at t; called in time order for each request. From the second token
  * on, the gap to the previous token goes into the record's ITL max/sum and into the sketch of
- * worker thread `thread` (the caller's). May also return -ENOMEM (sketch growth) or
- * -EOVERFLOW (a request at UINT32_MAX tokens).
+ * `thread` (the caller's: no other thread uses it meanwhile). May also return -ENOMEM (sketch
+ * growth) or -EOVERFLOW (a request at UINT32_MAX tokens).
  */
 KVSIM_EXTERN int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t req,
                                         int64_t t);

@@ -25,6 +25,9 @@
 enum { K_TS, K_INPUT, K_OUTPUT, K_HASHES, K_SESSION, K_DELAY, K_COUNT };
 static const char *const MOONCAKE_KEYS[K_COUNT] = {"timestamp", "input_length", "output_length",
                                                    "hash_ids",  "session_id",   "delay"};
+static const uint8_t MOONCAKE_KEY_LEN[K_COUNT] = {
+    sizeof "timestamp" - 1, sizeof "input_length" - 1, sizeof "output_length" - 1,
+    sizeof "hash_ids" - 1,  sizeof "session_id" - 1,   sizeof "delay" - 1}; /* their strlen */
 
 /* One row's values, from either reader. */
 struct mc_row {
@@ -324,7 +327,7 @@ static const char *scan_hashes(struct loader *ld, const char *p, const char *end
 static int key_index(const char *k, size_t n)
 {
     for (int i = 0; i < K_COUNT; i++)
-        if (strlen(MOONCAKE_KEYS[i]) == n && memcmp(MOONCAKE_KEYS[i], k, n) == 0)
+        if (MOONCAKE_KEY_LEN[i] == n && memcmp(MOONCAKE_KEYS[i], k, n) == 0)
             return i;
     return -1;
 }

@@ -24,15 +24,18 @@ enum { BLOCK_HASHED = 1u };
  * and freeing each touch one block's record and its neighbours', instead of one line per field
  * array (the working set of 8 engines of 16k blocks no longer fits in cache otherwise).
  */
+/* The free-queue links are not in the record but in the queue's own array (8 bytes per block,
+ * pool->fq): popping the front, unlinking a hit and appending a freed block walk and rewrite the
+ * neighbours' links, and in a compact array those stay in the caches where records scattered
+ * over the pool did not (every pop waited on a memory load). The record shrank by as much. */
 struct block {
-    kvpool_hash hash;         /* valid when BLOCK_HASHED */
-    uint32_t ref;             /* references: sequences' block tables + transfer holds */
-    struct kvpool_fq_link fq; /* free-queue links (-1 when not queued) */
-    int32_t mprev, mnext;     /* bucket chain links, -1 = none */
-    uint16_t holds;           /* transfer source holds (part of ref) */
-    uint8_t flags;            /* BLOCK_HASHED */
+    kvpool_hash hash;     /* valid when BLOCK_HASHED */
+    uint32_t ref;         /* references: sequences' block tables + transfer holds */
+    int32_t mprev, mnext; /* bucket chain links, -1 = none */
+    uint16_t holds;       /* transfer source holds (part of ref) */
+    uint8_t flags;        /* BLOCK_HASHED */
 };
-_Static_assert(sizeof(struct block) == 32, "a block record is half a cache line");
+_Static_assert(sizeof(struct block) == 24, "a block record is 24 bytes");
 
 struct bucket {
     int32_t head, tail; /* -1 = empty */
@@ -91,6 +94,10 @@ static inline void prefetch_block(const struct kvpool *p, kvpool_block_id b)
 static inline void prefetch_bucket(const struct kvpool *p, kvpool_hash h)
 {
     __builtin_prefetch(&p->bk[h & p->bmask], 1, 3);
+}
+static inline void prefetch_link(const struct kvpool *p, kvpool_block_id b)
+{
+    __builtin_prefetch(kvpool__fq_link(&p->fq, b), 1, 3);
 }
 
 /* A block whose every reference is a handoff source pin's: stranded until the pin goes. */
@@ -262,7 +269,7 @@ int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out)
     while (nb < n)
         nb <<= 1;
     p->bmask = nb - 1;
-    p->blk = malloc((n + 2) * sizeof *p->blk);
+    p->blk = malloc(n * sizeof *p->blk);
     p->bk = malloc(nb * sizeof *p->bk);
     p->scratch_ref = calloc(n, sizeof *p->scratch_ref);
     p->scratch_owner = calloc(n, sizeof *p->scratch_owner);
@@ -270,11 +277,14 @@ int kvpool_create(const struct kvpool_config *cfg, struct kvpool **out)
         kvpool_destroy(p);
         return -ENOMEM;
     }
-    for (size_t i = 0; i < n + 2; i++)
+    for (size_t i = 0; i < n; i++)
         p->blk[i] = (struct block){.mprev = -1, .mnext = -1};
     for (size_t i = 0; i < nb; i++)
         p->bk[i] = (struct bucket){-1, -1};
-    kvpool__fq_init_borrowed(&p->fq, &p->blk[0].fq, sizeof *p->blk, (int32_t)n);
+    if (kvpool__fq_init(&p->fq, (int32_t)n)) {
+        kvpool_destroy(p);
+        return -ENOMEM;
+    }
     /* Block 0 is the null block: popped at construction, never queued again. */
     for (int32_t id = 1; id < (int32_t)n; id++)
         kvpool__fq_append(&p->fq, id);
@@ -713,17 +723,26 @@ int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_pla
         seq->num_cached_blocks = plan->num_hit_blocks;
     /* 2. Fresh blocks from the front of the free queue. */
     int32_t tail = kvpool__fq_tail(&pool->fq);
+    /* The queue is a linked list whose links sit in a compact array (cheap to walk ahead):
+     * while a front is taken, the record PREFETCH_AHEAD pops ahead is fetched, and the bucket
+     * of the one four pops ahead (its record came in four pops ago: its hash is at hand). */
+    int32_t ahead = kvpool__fq_front(&pool->fq), near = ahead;
+    for (uint32_t k = 0; k < PREFETCH_AHEAD && ahead >= 0 && ahead != tail; k++) {
+        prefetch_block(pool, ahead);
+        ahead = kvpool__fq_link(&pool->fq, ahead)->next;
+        if (k == 3)
+            near = ahead;
+    }
     for (uint32_t i = 0; i < plan->num_new_blocks; i++) {
-        /* The queue is a linked list: while this front is taken, the next one's bucket and
-         * the one after it are fetched (the next one's record was, one pop ago). */
         kvpool_block_id b = kvpool__fq_front(&pool->fq);
-        int32_t next = pool->blk[b].fq.next;
-        if (next != tail) {
-            const struct block *nb = &pool->blk[next];
-            if (nb->fq.next != tail)
-                prefetch_block(pool, nb->fq.next);
-            if (nb->flags & BLOCK_HASHED) /* it leaves its bucket */
-                prefetch_bucket(pool, nb->hash);
+        if (ahead >= 0 && ahead != tail) {
+            prefetch_block(pool, ahead);
+            ahead = kvpool__fq_link(&pool->fq, ahead)->next;
+        }
+        if (near >= 0 && near != tail) {
+            if (pool->blk[near].flags & BLOCK_HASHED) /* it leaves its bucket */
+                prefetch_bucket(pool, pool->blk[near].hash);
+            near = kvpool__fq_link(&pool->fq, near)->next;
         }
         seq->blocks[seq->num_blocks++] = take_front_block(pool, b);
     }
@@ -790,8 +809,10 @@ static void release_blocks(struct kvpool *p, const kvpool_block_id *ids, uint32_
     int32_t front_cursor = kvpool__fq_head(&p->fq);
     for (uint32_t i = 0; i < n; i++) {
         kvpool_block_id b = ids[i];
-        if (i + PREFETCH_AHEAD < n)
+        if (i + PREFETCH_AHEAD < n) {
             prefetch_block(p, ids[i + PREFETCH_AHEAD]);
+            prefetch_link(p, ids[i + PREFETCH_AHEAD]); /* written if the block is freed */
+        }
         if (--p->blk[b].ref != 0) {
             p->num_held_only += held_only(&p->blk[b]);
             p->num_pinned_only += pinned_only(p, b);

@@ -373,8 +373,9 @@ KVSIM_EXTERN int offload_settle_after(struct offload_pipeline *p,
 
 /*
  * offload_poll - without blocking: take in the workers' reports and drain what is due at the
- * current virtual time whose work has finished. For wall-clock users only: with a pool, what
- * one poll drains depends on thread timing (advance_to and settle do not).
+ * current virtual time whose work has finished; with the adaptive hand-off, the work of a due
+ * batch still queued for a worker is taken back and run here first. For wall-clock users only:
+ * with a pool, what one poll drains depends on thread timing (advance_to and settle do not).
  * Context: owner. Returns: batches drained (>= 0); -ESHUTDOWN; -EDEADLK.
  */
 KVSIM_EXTERN int offload_poll(struct offload_pipeline *p);

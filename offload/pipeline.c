@@ -311,6 +311,11 @@ static int run_until(struct offload_pipeline *p, int64_t T, bool blocking, int64
             struct lane *ln = &p->lanes[pe->lane];
             struct rec *r = rec_of(ln, pe->seq);
             if (!r->work_done) {
+                /* A poll does not wait, but it does the work still queued itself (adaptive
+                 * hand-off): no worker may ever be woken for it, and a caller that only polls
+                 * would otherwise see the batch never drain. */
+                if (!blocking && take_back(p) > 0)
+                    continue;
                 if (!blocking)
                     return drained;
                 int rc = owner_wait(p, guard, false);

@@ -1103,6 +1103,28 @@ Test(offload_exec, adaptive_handoff_shutdown_takes_back_without_running)
     harness_free(h);
 }
 
+/* The adaptive hand-off with a caller that only polls: no worker is woken for cheap work, so the
+ * poll itself runs a due batch's queued work; the batch drains without any blocking call. */
+Test(offload_exec, adaptive_handoff_poll_alone_drains_cheap_work)
+{
+    struct offload_config cfg;
+    test_config(&cfg, NULL, 2);
+    cfg.lanes[OFFLOAD_LANE_G1_G2].bandwidth = 0; /* due at once */
+    struct harness *h = harness_new(EXEC_POOL_ADAPTIVE, &cfg, 1);
+    sleep_ms(50); /* the worker is asleep: nothing wakes it for this work */
+    struct offload_token a = enq(h, OFFLOAD_LANE_G1_G2, 1, 1);
+    int drained = 0;
+    for (int i = 0; i < 1000 && drained == 0; i++) {
+        int rc = offload_poll(h->p);
+        cr_assert_geq(rc, 0, "poll: %d", rc);
+        drained += rc;
+    }
+    cr_assert_eq(drained, 1, "the polls drained %d batches", drained);
+    cr_assert_eq(state_of(h, &a), OFFLOAD_BATCH_COMPLETED);
+    cr_assert_eq(atomic_load(&h->invoked[1]), 1);
+    harness_free(h);
+}
+
 Test(offload_exec, pool_attach_limits)
 {
     struct offload_pool_config pc;

@@ -69,6 +69,8 @@ struct input_source;
 int input__source_open(struct loader *ld, const char *path, struct input_source **out, FILE **f);
 /* The errno of a failed read or a corrupt gzip stream (EILSEQ), or 0. */
 int input__source_error(const struct input_source *s);
+/* The stored size in bytes of a plain (not gzip) regular file, or -1 (stdin, a pipe, gzip). */
+int64_t input__source_plain_size(const struct input_source *s);
 /* Closes f (if not NULL) and the source; with sha256_hex, first hashes the bytes left unread and
  * writes the stored bytes' sha256 as 64 hex digits. Returns 0 or a negative errno (a read error:
  * the hash is then not written). */

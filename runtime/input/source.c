@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -197,4 +198,12 @@ int input__source_close(struct input_source *s, FILE *f, char sha256_hex[65])
         fclose(s->raw);
     free(s);
     return rc;
+}
+
+int64_t input__source_plain_size(const struct input_source *s)
+{
+    struct stat st;
+    if (s->gzip || fstat(fileno(s->raw), &st) != 0 || !S_ISREG(st.st_mode))
+        return -1;
+    return (int64_t)st.st_size;
 }

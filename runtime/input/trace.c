@@ -423,7 +423,9 @@ static int read_rows(struct loader *ld, FILE *f, const struct input_source *src,
  * fresh pages each time: on the conversation trace a cold process took 38 % fewer page faults
  * (about 1,970 -> 1,220) and about 2 ms less to load. Pages past what the rows fill are never
  * touched, so they cost address space, not memory. Best effort: if a reservation cannot be had,
- * the arrays grow as before. size < 0: unknown (stdin, gzip), nothing reserved.
+ * the arrays grow as before. size < 0: unknown (stdin, gzip), nothing reserved; with
+ * --max-requests the requests are capped by it and the hash ids, whose share of the file is
+ * unknown then, grow as before.
  */
 #define RESERVE_MAX_REQS (UINT64_C(1) << 24) /* about 1 GB of address space for the requests */
 #define RESERVE_MAX_IDS  (UINT64_C(1) << 27) /* and 1 GB for the hash ids */
@@ -442,7 +444,7 @@ static void reserve_for_size(struct loader *ld, int64_t size, enum kvsim_trace_f
         input__grow((void **)&ld->raw_ts, &c2, reqs, sizeof *ld->raw_ts) == 0 &&
         input__grow((void **)&ld->raw_delay, &c3, reqs, sizeof *ld->raw_delay) == 0)
         ld->cap_reqs = c1; /* the three share one capacity: only when all three have it */
-    if (format == KVSIM_TRACE_MOONCAKE) {
+    if (format == KVSIM_TRACE_MOONCAKE && !ld->opts->max_requests) { /* a prefix: unknown */
         uint64_t ids = (uint64_t)size / 8 + 1;
         if (ids > RESERVE_MAX_IDS)
             ids = RESERVE_MAX_IDS;

@@ -20,14 +20,14 @@
 enum { BLOCK_HASHED = 1u };
 
 /*
- * Everything the pool keeps about a block, in one 32-byte record: allocation, caching, eviction
- * and freeing each touch one block's record and its neighbours', instead of one line per field
- * array (the working set of 8 engines of 16k blocks no longer fits in cache otherwise).
+ * What the pool keeps about a block, in one 24-byte record: allocation, caching, eviction and
+ * freeing each touch one block's record and its neighbours', instead of one line per field array
+ * (the working set of 8 engines of 16k blocks no longer fits in cache otherwise). The free-queue
+ * links are the exception, in the queue's own array (8 bytes per block, pool->fq): popping the
+ * front, unlinking a hit and appending a freed block walk and rewrite the neighbours' links, and
+ * in a compact array those stay in the caches where records scattered over the pool did not
+ * (every pop waited on a memory load).
  */
-/* The free-queue links are not in the record but in the queue's own array (8 bytes per block,
- * pool->fq): popping the front, unlinking a hit and appending a freed block walk and rewrite the
- * neighbours' links, and in a compact array those stay in the caches where records scattered
- * over the pool did not (every pop waited on a memory load). The record shrank by as much. */
 struct block {
     kvpool_hash hash;     /* valid when BLOCK_HASHED */
     uint32_t ref;         /* references: sequences' block tables + transfer holds */
@@ -119,28 +119,18 @@ static void fq_reset(struct kvpool_free_queue *q)
 
 int kvpool__fq_init(struct kvpool_free_queue *q, int32_t cap)
 {
-    void *links = malloc(((size_t)cap + 2) * sizeof(struct kvpool_fq_link));
-    if (!links)
+    q->links = malloc(((size_t)cap + 2) * sizeof *q->links);
+    if (!q->links)
         return -ENOMEM;
-    kvpool__fq_init_borrowed(q, links, sizeof(struct kvpool_fq_link), cap);
-    q->owned = links;
-    return 0;
-}
-
-void kvpool__fq_init_borrowed(struct kvpool_free_queue *q, void *links, size_t stride, int32_t cap)
-{
-    q->base = links;
-    q->stride = stride;
     q->cap = cap;
-    q->owned = NULL;
     fq_reset(q);
+    return 0;
 }
 
 void kvpool__fq_fini(struct kvpool_free_queue *q)
 {
-    free(q->owned);
-    q->owned = NULL;
-    q->base = NULL;
+    free(q->links);
+    q->links = NULL;
     q->count = 0;
 }
 

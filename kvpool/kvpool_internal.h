@@ -16,25 +16,19 @@ struct kvpool_fq_link {
     int32_t prev, next; /* -1 when not queued */
 };
 
-/* The links of id 0..cap-1 and of the two sentinels (cap, cap+1) live at base + id * stride:
- * in an array of their own (kvpool__fq_init) or inside the caller's per-id records. */
+/* The links of id 0..cap-1 and of the two sentinels (cap, cap+1), in an array of their own. */
 struct kvpool_free_queue {
-    char *base;
-    size_t stride;
-    void *owned;    /* storage allocated by kvpool__fq_init, or NULL */
-    int32_t cap;    /* ids are 0 .. cap-1 */
-    uint32_t count; /* queued ids */
+    struct kvpool_fq_link *links; /* [cap + 2] */
+    int32_t cap;                  /* ids are 0 .. cap-1 */
+    uint32_t count;               /* queued ids */
 };
 
 /* Allocates an empty queue for ids 0..cap-1. Returns 0 or -ENOMEM. */
 int kvpool__fq_init(struct kvpool_free_queue *q, int32_t cap);
-/* An empty queue whose links live inside the caller's records (cap + 2 of them, stride bytes
- * apart, the first link at links). Cannot fail. */
-void kvpool__fq_init_borrowed(struct kvpool_free_queue *q, void *links, size_t stride, int32_t cap);
 void kvpool__fq_fini(struct kvpool_free_queue *q);
 static inline struct kvpool_fq_link *kvpool__fq_link(const struct kvpool_free_queue *q, int32_t id)
 {
-    return (struct kvpool_fq_link *)(void *)(q->base + (size_t)id * q->stride);
+    return &q->links[id];
 }
 static inline int32_t kvpool__fq_head(const struct kvpool_free_queue *q) { return q->cap; }
 static inline int32_t kvpool__fq_tail(const struct kvpool_free_queue *q) { return q->cap + 1; }

@@ -314,10 +314,11 @@ static int run_until(struct offload_pipeline *p, int64_t T, bool blocking, int64
                 /* A poll does not wait, but it does the work still queued itself (adaptive
                  * hand-off): no worker may ever be woken for it, and a caller that only polls
                  * would otherwise see the batch never drain. */
-                if (!blocking && take_back(p) > 0)
-                    continue;
-                if (!blocking)
+                if (!blocking) {
+                    if (take_back(p) > 0)
+                        continue;
                     return drained;
+                }
                 int rc = owner_wait(p, guard, false);
                 if (rc < 0)
                     return rc;

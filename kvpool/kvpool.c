@@ -768,6 +768,30 @@ bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
     return true;
 }
 
+uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kvpool_seq *seq,
+                                      uint64_t num_computed_tokens, uint64_t max)
+{
+    /* kvpool_extend_in_place's conditions for step j (nc + j computed, num_tokens + j known):
+     * nc + j + 1 slots fit the blocks held and max_model_len (no clamp), and the filled tokens,
+     * min(nc + j + 1, num_tokens + j), stay inside the first uncached block. */
+    uint64_t nc = num_computed_tokens, bs = pool->bs;
+    uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
+    uint64_t room = (uint64_t)seq->num_blocks * bs;
+    if (mml < room)
+        room = mml;
+    if (nc >= room)
+        return 0;
+    uint64_t k = min_u64(max, room - nc); /* nc + j + 1 <= room for j < k */
+    if (pool->cfg.enable_prefix_caching) {
+        uint64_t filled = min_u64(nc + 1, seq->num_tokens);
+        uint64_t edge = ((uint64_t)seq->num_cached_blocks + 1) * bs; /* filled + j < edge */
+        k = filled >= edge ? 0 : min_u64(k, edge - filled);
+    }
+    return k;
+}
+
+void kvpool_extend_in_place_steps(struct kvpool *pool, uint64_t k) { pool->generation += k; }
+
 void kvpool_abort(struct kvpool_plan *plan) { plan->outcome = KVPOOL_CAPACITY_EXHAUSTED; }
 
 void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t num_tokens)

@@ -231,6 +231,18 @@ KVSIM_EXTERN int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq,
  */
 KVSIM_EXTERN bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
                                          uint64_t num_computed_tokens, uint64_t num_new_tokens);
+/*
+ * kvpool_decode_steps_in_place - how many consecutive decode steps of seq, from
+ * num_computed_tokens on, kvpool_extend_in_place would apply with no effect but the generation:
+ * step j extends by one token at num_computed_tokens + j, after the j tokens of the steps before
+ * were appended, and needs no block and fills none for the prefix cache. At most max. Reads only.
+ */
+KVSIM_EXTERN uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool,
+                                                   const struct kvpool_seq *seq,
+                                                   uint64_t num_computed_tokens, uint64_t max);
+/* kvpool_extend_in_place_steps - what k such kvpool_extend_in_place calls do (the decode fast
+ * path's bulk form): the generation advances by k. Owner thread. */
+KVSIM_EXTERN void kvpool_extend_in_place_steps(struct kvpool *pool, uint64_t k);
 /* kvpool_abort - drop a plan. Never changes the pool: prepare reserved nothing to give back. */
 KVSIM_EXTERN void kvpool_abort(struct kvpool_plan *plan);
 

@@ -1164,6 +1164,92 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
     return rc;
 }
 
+/* ---- the decode fast path (see sched.h) ------------------------------------------------------ */
+
+uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max)
+{
+    const struct sched_config *c = &s->cfg;
+    if (c->async_scheduling || c->check_invariants || s->num_outstanding ||
+        s->num_pending_preempted || s->waiting.len || s->skipped.len || s->num_running == 0 ||
+        s->num_running != s->num_unfinished || s->num_deferred || s->inflight ||
+        c->max_num_batched_tokens < s->num_running) /* every one gets its token */
+        return 0;
+    uint64_t k = max;
+    for (size_t i = 0; i < s->num_running && k > 0; i++) {
+        const struct sched_request *r = s->running[i];
+        uint64_t nc = r->num_computed_tokens;
+        if (r->status != SCHED_RUNNING || r->num_output == 0 || r->num_output_placeholders ||
+            r->num_in_flight_tokens || r->num_stale_output_tokens ||
+            sched_request_num_tokens(r) != nc + 1)
+            return 0; /* not a plain decode (a one-token prompt's first step is a prefill) */
+        /* Step j is scheduled one token while nc + j + 1 < max_model_len, and its token stops
+         * the request by length when nc + j + 2 >= max_model_len or it is output max_tokens. */
+        k = c->max_model_len > nc + 2 ? min_u64(k, c->max_model_len - nc - 2) : 0;
+        k = r->max_tokens > r->num_output + 1 ? min_u64(k, r->max_tokens - r->num_output - 1) : 0;
+        k = kvpool_decode_steps_in_place(s->pool, &r->kv, nc, k);
+    }
+    return (uint32_t)k;
+}
+
+/* check_stop's token tests for the one token a step appends to r with `before` outputs. */
+static bool token_stops(const struct sched_request *r, uint32_t before, kvpool_token t)
+{
+    if (before + 1 < r->min_tokens)
+        return false;
+    if (!r->ignore_eos && r->eos_token_id >= 0 && (int64_t)t == r->eos_token_id)
+        return true;
+    return contains(r->stop_token_ids, r->num_stop_token_ids, t);
+}
+
+int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
+{
+    if (k == 0)
+        return 0;
+    if (sched_stable_decode_steps(s, k) < k)
+        return -EINVAL;
+    for (size_t i = 0; i < s->num_running; i++) {
+        struct sched_request *r = s->running[i];
+        const kvpool_token *t = tokens + i * k;
+        for (uint32_t j = 0; j < k; j++)
+            if (token_stops(r, r->num_output + j, t[j]))
+                return -EINVAL;
+        if (r->num_output + k > r->cap_output) { /* append_output's growth, at once */
+            uint32_t nc = r->cap_output ? r->cap_output : 16;
+            while (nc < r->num_output + k)
+                nc *= 2;
+            kvpool_token *na = realloc(r->output, nc * sizeof *na);
+            if (!na)
+                return -ENOMEM;
+            r->output = na;
+            r->cap_output = nc;
+        }
+    }
+    /* What the k schedule() calls did: step indices, the deferred-free fences (each step had
+     * tokens), one in-place extension per request and step. Then the k updates: the fences
+     * processed (nothing is deferred), the tokens appended, no finish. */
+    s->step_index += k;
+    if (s->cfg.defer_block_free) {
+        s->sched_step_seq += k;
+        s->processed_step_seq += k;
+    }
+    s->num_last_finished = 0;
+    s->num_last_pinned = 0;
+    for (size_t i = 0; i < s->num_running; i++) {
+        struct sched_request *r = s->running[i];
+        const kvpool_token *t = tokens + i * k;
+        r->num_computed_tokens += k;
+        if (s->cfg.defer_block_free)
+            r->last_sched_seq = s->sched_step_seq;
+        memcpy(r->output + r->num_output, t, k * sizeof *t);
+        r->num_output += k;
+        int rc = kvpool_seq_append_tokens(s->pool, &r->kv, t, k);
+        if (rc)
+            return rc;
+    }
+    kvpool_extend_in_place_steps(s->pool, (uint64_t)k * s->num_running);
+    return 0;
+}
+
 struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n)
 {
     *n = s->num_last_finished;

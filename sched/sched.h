@@ -302,6 +302,26 @@ KVSIM_EXTERN struct sched_step *sched_schedule(struct sched *s, int *err);
 KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
                               const struct sched_model_output *out);
 
+/*
+ * sched_stable_decode_steps - the decode fast path's test. How many schedule() + update() pairs
+ * from now (no arrival, abort or release between them) would each schedule every running
+ * request for one token, which it samples, take or cache no block, and preempt, admit and
+ * finish nobody by a length cap: at most max. Token stops (EOS, stop tokens) are the caller's:
+ * see sched_decode_steps. 0 when the state is not such a batch: steps outstanding, requests
+ * waiting or loading, deferred frees, async scheduling, check_invariants on.
+ * Owner thread; reads only.
+ */
+KVSIM_EXTERN uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max);
+/*
+ * sched_decode_steps - k such pairs at once, for k <= sched_stable_decode_steps(s, k): the
+ * state afterwards is the one k sched_schedule + sched_update calls leave when step j samples
+ * tokens[i * k + j] for running request i (sched_running order). Nothing is listed by
+ * sched_last_finished or sched_last_pinned afterwards. Returns 0; -EINVAL with nothing changed
+ * if a token would stop its request or the state is not stable for k steps; -ENOMEM (the
+ * scheduler is then as unusable as after a failed sched_update). Owner thread.
+ */
+KVSIM_EXTERN int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens);
+
 /* Requests finished by the last sched_update / sched_abort call. */
 KVSIM_EXTERN struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);
 

@@ -93,6 +93,7 @@ enum opt_id {
     O_ASYNC,
     O_POLICY,
     O_KVEVENTS,
+    O_FASTPATH,
     /* timing */
     O_PROFILES,
     O_HARDWARE,
@@ -176,6 +177,7 @@ static const char *const executors[] = {"inline", "pool", NULL};
 static const char *const releases[] = {"pinned", "immediate", NULL};
 static const char *const policies[] = {"fcfs", "priority", NULL};
 static const char *const lengths[] = {"lognormal", "fixed", NULL};
+static const char *const on_off[] = {"on", "off", NULL};
 
 #define U32MAX  4294967295.0
 /* Integer ranges beyond 2^53 (seeds: the whole u64) are checked as u64, not as doubles. */
@@ -218,6 +220,7 @@ static const struct opt opts[] = {
     {"vllm-contract", O_CONTRACT, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
      NULL},
     {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"decode-fast-path", O_FASTPATH, K_CHOICE, G_NONE, 0, 0, false, on_off},
     {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL},
     {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL},
     /* vLLM's engine flags, one to one (--x / --no-x) */
@@ -498,6 +501,7 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
     case O_QUEUED: cfg->sched.max_num_queued_reqs = (uint32_t)v->u; return 0;
     case O_CONTRACT: cfg->sched.vllm_contract = (uint32_t)v->u; return 0;
     case O_CHECK: cfg->sched.check_invariants = v->b; return 0;
+    case O_FASTPATH: cfg->decode_fast_path_off = v->choice == 1; return 0;
     case O_CONFIG: return read_run_config(o, value, err, errlen);
     case O_CONFIGOUT: o->config_out_path = value; return 0;
     case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
@@ -1169,6 +1173,11 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
         break;
     case O_CONTRACT: UV(sc->vllm_contract); break;
     case O_CHECK: BV(sc->check_invariants); break;
+    case O_FASTPATH: /* results do not depend on it: listed only when off */
+        if (!cfg->decode_fast_path_off)
+            return false;
+        SV("off");
+        break;
     case O_LPTT: UV(sc->long_prefill_token_threshold); break;
     case O_PREFIX: BV(sc->enable_prefix_caching); break;
     case O_CHUNKED: BV(sc->enable_chunked_prefill); break;

@@ -271,6 +271,7 @@ int kvsim_engine_new(kvsim_config_t *cfg, kvsim_engine_t **out)
             .observe = on_observe,
             .observe_ctx = e,
             .stops = true,
+            .decode_fast_path_off = rc_cfg->decode_fast_path_off,
         };
         rc = kvsim_engine_create(&ec, &e->core);
         if (rc == -EINVAL)

@@ -90,6 +90,8 @@ static void replay_usage(FILE *out)
             "  --check-invariants         check the scheduler's and the pool's invariants\n"
             "                             after every schedule and update (slow; as the\n"
             "                             tests do): a violation stops the replay\n"
+            "  --decode-fast-path on|off  advance stable decode batches in bulk (on); off\n"
+            "                             schedules every step: the same report, slower\n"
             "  --config FILE.json         step-time model coefficients and speedup_ratio,\n"
             "                             or a whole run configuration (--config-out)\n"
             "timing and capacity from a model and a GPU (docs/fidelity/timing.md):\n"
@@ -234,6 +236,7 @@ static const struct option replay_opts[] = {
     {"html", required_argument, NULL, O_RUN},
     {"quiet", no_argument, NULL, O_RUN},
     {"check-invariants", no_argument, NULL, O_RUN},
+    {"decode-fast-path", required_argument, NULL, O_RUN},
     {"kv-index", required_argument, NULL, O_RUN},
     {"g2-blocks", required_argument, NULL, O_RUN},
     {"g3-blocks", required_argument, NULL, O_RUN},

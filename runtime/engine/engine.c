@@ -75,6 +75,11 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     if (e->tiers)
         kvsim_tiers_bind(e->tiers, e->s);
     e->pipelined = cfg->sched.async_scheduling && cfg->role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
+    /* The fast path covers what a stable decode batch touches with the polynomial model (its
+     * step time depends on the batch's size and KV usage only, both constant in a run). */
+    e->decode_fast_path = !cfg->decode_fast_path_off && !e->pipelined && !e->tiers &&
+                          !cfg->model.profile && !cfg->sched.check_invariants &&
+                          cfg->role != KVSIM_ENGINE_PREFILL;
     *out = e;
     return 0;
 }
@@ -99,6 +104,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     sched_destroy(e->s);
     free(e->done);
     free(e->tok);
+    free(e->fast_tok);
     free(e->shape_chunk);
     free(e->shape_prefix);
     free(e->shape_context);
@@ -162,6 +168,7 @@ void kvsim_engines_timing(const struct kvsim_step_model *m, uint32_t num_gpu_blo
     }
     t->num_gpu_blocks = num_gpu_blocks;
     for (uint32_t e = 0; e < n; e++) {
+        t->fast_path_steps += engines[e]->fast_steps;
         uint64_t axis[3];
         t->steps += kvsim_engine_steps(engines[e]);
         t->steps_outside += kvsim_engine_steps_outside(engines[e], axis);
@@ -214,15 +221,22 @@ int64_t kvsim_engine_next_event(const struct kvsim_engine *e)
     return e->step && e->step_end < d ? e->step_end : d;
 }
 
-/* Fewest tokens any request with a session follow-up still has to produce here. */
+/* Fewest tokens any request with a session follow-up still has to produce here: to its
+ * max_tokens, or to max_model_len if that comes first (the length cap stops it then). */
 static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_request *const *reqs,
                                      uint32_t n, uint32_t best)
 {
+    uint64_t mml = sched_get_config(e->s)->max_model_len;
     for (uint32_t i = 0; i < n; i++) {
         const struct sched_request *r = reqs[i];
         if (e->cfg.next_turn[r->id] < 0)
             continue;
         uint32_t left = r->max_tokens > r->num_output ? r->max_tokens - r->num_output : 1;
+        uint64_t len = sched_request_num_tokens(r);
+        if (mml <= len)
+            left = 1;
+        else if (mml - len < left)
+            left = (uint32_t)(mml - len);
         if (left < best)
             best = left;
     }
@@ -706,6 +720,95 @@ static int complete_step(struct kvsim_engine *e)
     return 0;
 }
 
+/* ---- the decode fast path --------------------------------------------------------------------
+ *
+ * A decode-heavy replay spends most of its steps on batches that do not change: every running
+ * request decodes one token, no block is taken or cached, nobody arrives, finishes or is
+ * preempted. Such a run of steps is applied in bulk: the scheduler checks how long it lasts
+ * (sched_stable_decode_steps: up to the next block boundary, length cap or admission), the
+ * engine cuts it at its own next event (the epoch end `until`, a message or transfer, a time
+ * series boundary, a stop token) and at most FAST_MAX_STEPS, then applies the steps, the token
+ * metrics and the step accounting at once. Every figure it changes ends as k steps one by one
+ * would leave it (the replay's digests and tests/replay compare both ways).
+ */
+#define FAST_MIN_STEPS  2u
+#define FAST_MAX_STEPS  4096u
+#define FAST_MAX_TOKENS 16384u /* steps x running requests per run */
+
+/* Returns 0 (having applied zero or more steps at e->now, no step running) or an error. */
+static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
+{
+    struct sched_request *const *rr;
+    uint32_t n = sched_running(e->s, &rr);
+    if (n == 0 || e->num_later || e->num_aborts)
+        return 0;
+    uint32_t k = sched_stable_decode_steps(e->s, FAST_MAX_STEPS);
+    if (k < FAST_MIN_STEPS)
+        return 0;
+    if (e->cfg.stops) /* the token after stop_after - 1 outputs is the EOS */
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t stop = e->cfg.trace->reqs[rr[i]->id].stop_after, out = rr[i]->num_output;
+            if (stop > out && stop - out - 1 < k)
+                k = stop - out - 1;
+        }
+    struct kvsim_step_batch b = {.num_decode_reqs = n, .kv_usage = kvpool_usage(sched_pool(e->s))};
+    unsigned outside = 0;
+    int64_t dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
+    /* Every step ends at or before until, and before the next local event or interval end (an
+     * event at a step's end applies after that step: the normal path handles it). */
+    int64_t lim = next_local_event(e);
+    if (e->next_sample_ns < lim)
+        lim = e->next_sample_ns;
+    if (lim <= e->now || until < e->now || outside)
+        return 0;
+    uint64_t by_event = lim == INT64_MAX ? UINT64_MAX : (uint64_t)((lim - 1 - e->now) / dur);
+    uint64_t by_until = until == INT64_MAX ? UINT64_MAX : (uint64_t)((until - e->now) / dur);
+    if (by_event < k)
+        k = (uint32_t)by_event;
+    if (by_until < k)
+        k = (uint32_t)by_until;
+    if (k > FAST_MAX_TOKENS / n) /* bounds the token buffer */
+        k = FAST_MAX_TOKENS / n;
+    if (k < FAST_MIN_STEPS)
+        return 0;
+    if (!e->fast_tok) {
+        e->fast_tok = malloc(FAST_MAX_TOKENS * sizeof *e->fast_tok);
+        if (!e->fast_tok)
+            return engine__fail(e, -ENOMEM);
+    }
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < k; j++)
+            e->fast_tok[i * k + j] = output_token((uint32_t)rr[i]->id, rr[i]->num_output + j);
+    int rc;
+    /* Token metrics and the observer first: they read the outputs before the steps. */
+    int64_t t1 = e->now + dur;
+    for (uint32_t i = 0; i < n; i++)
+        if ((rc = kvsim_metrics_on_tokens(e->cfg.metrics, e->cfg.thread, (uint32_t)rr[i]->id, t1,
+                                          dur, k)) != 0)
+            return engine__fail(e, rc);
+    if (e->cfg.observe)
+        for (uint32_t j = 0; j < k; j++)
+            for (uint32_t i = 0; i < n; i++)
+                observe(e, KVSIM_OBS_TOKEN, (uint32_t)rr[i]->id, t1 + (int64_t)j * dur,
+                        rr[i]->num_output + j, 0);
+    if ((rc = sched_decode_steps(e->s, k, e->fast_tok)) != 0)
+        return engine__fail(e, rc);
+    /* schedule_step's and complete_step's accounting, k times (the KV-time sum step by step:
+     * floating-point addition is not associative). */
+    for (uint32_t j = 0; j < k; j++)
+        e->kv_usage_ns += b.kv_usage * (double)dur;
+    if (b.kv_usage > e->peak_kv_usage)
+        e->peak_kv_usage = b.kv_usage;
+    e->busy_ns += (int64_t)k * dur;
+    e->steps += k;
+    e->fast_steps += k;
+    e->cur.generation_tokens += (uint64_t)n * k;
+    e->now += (int64_t)k * dur;
+    e->step_end = e->now;
+    e->step_prompt_tokens = 0;
+    return 0;
+}
+
 /* Finds unfinished request req among the running and waiting ones (aborts are rare: a scan). */
 static struct sched_request *find_unfinished(struct kvsim_engine *e, uint32_t req)
 {
@@ -838,7 +941,9 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
     for (;;) {
         if (!e->step && e->unfinished) {
             /* Transfers ending now come first: they release holds and finish loads. */
-            if ((rc = apply_events(e, e->now, true)) != 0 || (rc = start_step(e)) != 0)
+            if ((rc = apply_events(e, e->now, true)) != 0 ||
+                (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0) ||
+                (rc = start_step(e)) != 0)
                 return rc;
             engine__pin_account(e, e->now); /* its hits may take pinned blocks */
         }

@@ -513,6 +513,9 @@ struct kvsim_engine_config {
     /* The time series (kvsim_engine_samples): one sample per interval of sample_interval_ns
      * (0: none) from sample_origin_ns on. */
     int64_t sample_interval_ns, sample_origin_ns;
+    /* Schedule every step one by one: no decode fast path (it gives the same results; this
+     * checks that it does). */
+    bool decode_fast_path_off;
 };
 
 /* What the offload side of an engine did (zero without tiers). */

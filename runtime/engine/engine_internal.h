@@ -33,6 +33,9 @@ struct kvsim_engine {
      * as soon as the running one is launched, against output placeholders, and runs when it
      * ends. Prefill, decode and tiered engines keep the placeholders but run steps serially. */
     bool pipelined;
+    bool decode_fast_path;    /* stable decode batches advance in bulk (engine.c) */
+    uint64_t fast_steps;      /* steps the fast path applied (of steps) */
+    kvpool_token *fast_tok;   /* its tokens, FAST_MAX_TOKENS (allocated on first use) */
     struct sched_step *ahead; /* pipelined: scheduled to run after step, or NULL */
     int64_t ahead_dur;
     uint64_t ahead_prompt_tokens;

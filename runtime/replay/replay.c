@@ -1096,6 +1096,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .tiers = cfg->offload ? &tiers : NULL,
             .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
             .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
+            .decode_fast_path_off = cfg->decode_fast_path_off,
         };
         engine_config(&rp, e, &ec);
         rc = kvsim_engine_create(&ec, &rp.engines[e]);

@@ -155,6 +155,9 @@ struct kvsim_replay_config {
     int64_t max_sim_time_ns;
     const volatile sig_atomic_t *stop_flag;
     const char *config_text; /* the run's configuration for the report (--config-out), or NULL */
+    /* Every step scheduled one by one, no decode fast path (--decode-fast-path off): the same
+     * results, slower; it is there to check that they are the same. */
+    bool decode_fast_path_off;
 };
 
 /* Defaults of `kvsim replay`: 4 engines, kv router, 16-token blocks, 16,384 blocks per engine,

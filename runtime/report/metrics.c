@@ -204,6 +204,46 @@ int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t re
     return 0;
 }
 
+int kvsim_metrics_on_tokens(struct kvsim_metrics *m, uint32_t thread, uint32_t req, int64_t t,
+                            int64_t gap, uint32_t n)
+{
+    if (n == 0)
+        return 0;
+    if (thread >= m->num_threads || gap < 0)
+        return -EINVAL;
+    struct kvsim_req_record *rec;
+    int err = live_record(m, req, t, &rec);
+    if (err)
+        return err;
+    uint32_t c = rec->num_output_tokens;
+    int64_t span, last;
+    if (n > UINT32_MAX - c || __builtin_mul_overflow((int64_t)(n - 1), gap, &span) ||
+        __builtin_add_overflow(t, span, &last))
+        return -EOVERFLOW;
+    if (c > 0 && t < rec->last_token_ns)
+        return -EINVAL;
+    /* The gaps: t's to the token before (if any), then n - 1 of gap. */
+    int64_t first_gap = c > 0 ? t - rec->last_token_ns : 0;
+    uint32_t evenly = c > 0 ? n - 1 : (n > 1 ? n - 2 : 0); /* gaps of `gap` besides t's */
+    uint32_t lead = c > 0 ? 1 : (n > 1 ? 1 : 0);           /* ... and the leading one */
+    int64_t lead_gap = c > 0 ? first_gap : gap;
+    err = kvsim_sketch_add_two(&m->sketches[thread].s, lead_gap, lead, gap, evenly);
+    if (err)
+        return err;
+    if (c == 0)
+        rec->first_token_ns = t;
+    if (c + n >= 2 && c <= 1) /* the second token: t if it is the first given, else t + gap */
+        rec->second_token_ns = c == 1 ? t : t + gap;
+    if (lead && lead_gap > rec->itl_max_ns)
+        rec->itl_max_ns = lead_gap;
+    if (evenly && gap > rec->itl_max_ns)
+        rec->itl_max_ns = gap;
+    rec->itl_sum_ns += (lead ? lead_gap : 0) + (int64_t)evenly * gap;
+    rec->last_token_ns = last;
+    rec->num_output_tokens = c + n;
+    return 0;
+}
+
 int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, int64_t t)
 {
     struct kvsim_req_record *rec;

@@ -85,6 +85,13 @@ KVSIM_EXTERN void kvsim_sketch_fini(struct kvsim_sketch *s);
  */
 KVSIM_EXTERN int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v);
 /*
+ * kvsim_sketch_add_two - count na values a and nb values b (either count may be 0): what
+ * na + nb kvsim_sketch_add calls do, in one. Returns 0, -EINVAL for a negative value counted,
+ * or -ENOMEM (the sketch is unchanged).
+ */
+KVSIM_EXTERN int kvsim_sketch_add_two(struct kvsim_sketch *s, int64_t a, uint64_t na, int64_t b,
+                                      uint64_t nb);
+/*
  * kvsim_sketch_merge - add src's counts into dst (src is unchanged). The result is the sketch
  * that adding all of both inputs' values to one sketch would give, in any order. O(src
  * buckets). Returns 0, or -ENOMEM (dst is unchanged).
@@ -213,6 +220,13 @@ KVSIM_EXTERN int kvsim_metrics_on_preempt(struct kvsim_metrics *m, uint32_t req)
  */
 KVSIM_EXTERN int kvsim_metrics_on_token(struct kvsim_metrics *m, uint32_t thread, uint32_t req,
                                         int64_t t);
+/*
+ * n output tokens of req at t, t + gap, ..., t + (n - 1) gap: what n kvsim_metrics_on_token
+ * calls do, in one (the engine's decode fast path). Returns the same errors; -EOVERFLOW also for
+ * a last instant past INT64_MAX.
+ */
+KVSIM_EXTERN int kvsim_metrics_on_tokens(struct kvsim_metrics *m, uint32_t thread, uint32_t req,
+                                         int64_t t, int64_t gap, uint32_t n);
 /* req completed at t. */
 KVSIM_EXTERN int kvsim_metrics_on_finish(struct kvsim_metrics *m, uint32_t req, int64_t t);
 /* req was rejected at t for reason, a static string (e.g. "prompt_too_long"; NULL = "unknown"). */
@@ -280,6 +294,9 @@ struct kvsim_timing_summary {
     uint64_t steps;          /* steps over all engines */
     uint64_t steps_outside;  /* steps the profile clamped to its grid */
     uint64_t outside_tokens, outside_sequences, outside_attention; /* per axis */
+    /* of steps, those the decode fast path applied in bulk: how the run ran, not what it
+     * simulated (the JSON has it under "wall") */
+    uint64_t fast_path_steps;
 };
 
 /* Service-level objectives, per request (0: not set): TTFT, AIPerf's ITL (per request: (last

@@ -124,6 +124,49 @@ int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v)
     return 0;
 }
 
+/* The key of v > 0 through the one-entry cache. */
+static int32_t cached_key(struct kvsim_sketch *s, int64_t v)
+{
+    if (v != s->last_value) {
+        s->last_value = v;
+        s->last_key = kvsim_sketch_key(v);
+    }
+    return s->last_key;
+}
+
+static void count_value(struct kvsim_sketch *s, int64_t v, int32_t key, uint64_t n)
+{
+    if (v == 0)
+        s->zero_count += n;
+    else
+        s->bins[key - s->offset] += n;
+    if (s->count == 0 || v < s->min)
+        s->min = v;
+    if (s->count == 0 || v > s->max)
+        s->max = v;
+    s->count += n;
+}
+
+int kvsim_sketch_add_two(struct kvsim_sketch *s, int64_t a, uint64_t na, int64_t b, uint64_t nb)
+{
+    if ((na && a < 0) || (nb && b < 0))
+        return -EINVAL;
+    int32_t ka = na && a > 0 ? cached_key(s, a) : -1;
+    int32_t kb = nb && b > 0 ? cached_key(s, b) : -1;
+    if (ka >= 0 || kb >= 0) {
+        int32_t lo = ka < 0 ? kb : kb < 0 ? ka : min_i32(ka, kb);
+        int32_t hi = max_i32(ka, kb);
+        int err = sketch_reserve(s, lo, hi);
+        if (err)
+            return err;
+    }
+    if (na)
+        count_value(s, a, ka, na);
+    if (nb)
+        count_value(s, b, kb, nb);
+    return 0;
+}
+
 int kvsim_sketch_merge(struct kvsim_sketch *dst, const struct kvsim_sketch *src)
 {
     if (src->count == 0)

@@ -149,6 +149,10 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
         fprintf(f, ROW "%.3f s\n", "wall time", (double)r->wall_ns / 1e9);
         fprintf(f, ROW "%.1fx (simulated s per wall s)\n", "speed", r->speed);
         fprintf(f, ROW "%.1f\n", "requests per wall s", r->wall_requests_per_s);
+        if (r->timing.steps)
+            fprintf(f, ROW "%.1f %% of the steps (decode batches advanced in bulk)\n",
+                    "decode fast path",
+                    100.0 * (double)r->timing.fast_path_steps / (double)r->timing.steps);
     } else {
         fprintf(f, ROW "n/a\n", "wall time");
     }
@@ -564,6 +568,8 @@ static json_t *report_json(const struct kvsim_report *r)
     ok =
         put(wall, "requests_per_wall_s", known ? json_real(r->wall_requests_per_s) : json_null()) &&
         ok;
+    ok = put(wall, "decode_fast_path_steps", json_integer((json_int_t)r->timing.fast_path_steps)) &&
+         ok;
     ok = put(root, "wall", wall) && ok;
 
     if (!ok) {

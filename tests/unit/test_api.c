@@ -576,3 +576,79 @@ Test(api, unbounded_cache_reuse_beside_the_achieved_one)
         }
     }
 }
+
+/* Runs a fixed mix (short and long outputs, stops before, at and after max_tokens, arrivals
+ * while others decode) through an engine configured by json, advancing in slices of slice_ns
+ * (0: to the end at once). Returns the events (*n of them) and the report without "wall". */
+static kvsim_event_t *run_mix(const char *json, int64_t slice_ns, size_t *n, json_t **report,
+                              uint64_t *fast_steps)
+{
+    kvsim_engine_t *e = engine(json);
+    for (uint64_t i = 0; i < 64; i++)
+        add(e, i, (int64_t)(i * i % 97) * 9000000, 20 + (uint32_t)(i * 53 % 400),
+            30 + (uint32_t)(i * 97 % 300), i % 3 == 0 ? 0 : (uint32_t)(i * 41 % 200 + 1));
+    size_t cap = 1 << 16;
+    kvsim_event_t *ev = malloc(cap * sizeof *ev);
+    cr_assert_not_null(ev);
+    *n = 0;
+    for (int64_t t = slice_ns;; t += slice_ns) {
+        int rc = kvsim_engine_run_until(e, slice_ns ? t : INT64_C(1) << 50);
+        cr_assert_geq(rc, 0, "%s", kvsim_engine_errmsg(e));
+        *n += drain(e, ev + *n, cap - *n);
+        if (kvsim_engine_next_time(e) == INT64_MAX)
+            break;
+    }
+    char *j = kvsim_engine_report_json(e);
+    *report = json_loads(j, 0, NULL);
+    cr_assert_not_null(*report);
+    kvsim_free(j);
+    json_t *wall = json_object_get(*report, "wall");
+    *fast_steps = (uint64_t)json_integer_value(json_object_get(wall, "decode_fast_path_steps"));
+    json_object_del(*report, "wall");
+    kvsim_engine_free(e);
+    return ev;
+}
+
+/* The decode fast path (stable decode batches advanced in bulk) gives the same events, in the
+ * same order, and the same report as scheduling every step, whether the engine runs to the end
+ * at once or in slices that cut the bulk runs short. */
+Test(api, decode_fast_path_changes_no_event)
+{
+    const char *cfgs[][2] = {
+        {"{\"num-gpu-blocks\": 400}", "{\"num-gpu-blocks\": 400, \"decode-fast-path\": \"off\"}"},
+        {"{\"num-gpu-blocks\": 90, \"block-size\": 8, \"max-model-len\": 300}",
+         "{\"num-gpu-blocks\": 90, \"block-size\": 8, \"max-model-len\": 300, "
+         "\"decode-fast-path\": \"off\"}"},
+        {"{\"num-gpu-blocks\": 400, \"no-enable-prefix-caching\": true}",
+         "{\"num-gpu-blocks\": 400, \"no-enable-prefix-caching\": true, "
+         "\"decode-fast-path\": \"off\"}"},
+    };
+    const int64_t slices[] = {0, 20000000, 90000000}; /* a decode step takes ~6 ms */
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        uint64_t fast_any = 0;
+        for (size_t s = 0; s < sizeof slices / sizeof slices[0]; s++) {
+            size_t n_on, n_off;
+            json_t *r_on, *r_off;
+            uint64_t fast_on, fast_off;
+            kvsim_event_t *on = run_mix(cfgs[c][0], slices[s], &n_on, &r_on, &fast_on);
+            kvsim_event_t *off = run_mix(cfgs[c][1], slices[s], &n_off, &r_off, &fast_off);
+            fast_any += fast_on;
+            cr_assert_eq(fast_off, 0);
+            cr_assert_eq(n_on, n_off, "config %zu slice %zu: %zu vs %zu events", c, s, n_on, n_off);
+            for (size_t i = 0; i < n_on; i++)
+                cr_assert(on[i].t_ns == off[i].t_ns && on[i].id == off[i].id &&
+                              on[i].kind == off[i].kind && on[i].a == off[i].a &&
+                              on[i].b == off[i].b,
+                          "config %zu slice %zu: event %zu differs", c, s, i);
+            char *a = json_dumps(r_on, JSON_SORT_KEYS), *b = json_dumps(r_off, JSON_SORT_KEYS);
+            cr_assert_str_eq(a, b, "config %zu slice %zu: reports differ", c, s);
+            free(a);
+            free(b);
+            json_decref(r_on);
+            json_decref(r_off);
+            free(on);
+            free(off);
+        }
+        cr_assert_gt(fast_any, 0, "config %zu: the fast path ran", c);
+    }
+}

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -488,5 +489,160 @@ Test(sched, a_request_that_could_never_reach_min_tokens_is_refused)
     cr_assert_eq(sched_add(s, &rp, &r), -EINVAL, "60 + 5 > 64: it could never stop");
     rp.min_tokens = 4;
     cr_assert_eq(sched_add(s, &rp, &r), 0, "60 + 4 = 64 is fine");
+    sched_destroy(s);
+}
+
+/* ---- the decode fast path: sched_decode_steps = k schedule + update pairs ---------------- */
+
+static kvpool_token fast_token(const struct sched_request *r, uint32_t index)
+{
+    return (kvpool_token)(50000 + r->id * 1000 + index);
+}
+
+/* One schedule + update, every sampling request given fast_token. */
+static void step_one(struct sched *s)
+{
+    int err;
+    struct sched_step *st = sched_schedule(s, &err);
+    cr_assert_not_null(st, "schedule: %d", err);
+    const kvpool_token *toks[64];
+    uint32_t counts[64];
+    kvpool_token buf[64];
+    cr_assert(st->num_scheduled <= 64);
+    for (uint32_t i = 0; i < st->num_scheduled; i++) {
+        buf[i] = fast_token(st->scheduled[i].req, st->scheduled[i].req->num_output);
+        toks[i] = &buf[i];
+        counts[i] = st->scheduled[i].samples ? 1 : 0;
+    }
+    struct sched_model_output out = {.tokens = toks, .num_tokens = counts};
+    cr_assert_eq(sched_update(s, st, &out), 0);
+}
+
+static void assert_same_state(struct sched *a, struct sched *b)
+{
+    struct sched_request *const *ra, *const *rb;
+    uint32_t na = sched_running(a, &ra), nb = sched_running(b, &rb);
+    cr_assert_eq(na, nb);
+    cr_assert_eq(sched_num_unfinished(a), sched_num_unfinished(b));
+    cr_assert_eq(kvpool_generation(sched_pool(a)), kvpool_generation(sched_pool(b)));
+    cr_assert_eq(kvpool_num_free_blocks(sched_pool(a)), kvpool_num_free_blocks(sched_pool(b)));
+    for (uint32_t i = 0; i < na; i++) {
+        const struct sched_request *x = ra[i], *y = rb[i];
+        cr_assert_eq(x->id, y->id);
+        cr_assert_eq(x->num_computed_tokens, y->num_computed_tokens);
+        cr_assert_eq(x->num_output, y->num_output);
+        if (x->num_output) /* memcmp of NULL, even for 0 bytes, is undefined */
+            cr_assert_arr_eq(x->output, y->output, x->num_output * sizeof *x->output);
+        cr_assert_eq(x->kv.num_tokens, y->kv.num_tokens);
+        cr_assert_eq(x->kv.num_blocks, y->kv.num_blocks);
+        cr_assert_eq(x->kv.num_cached_blocks, y->kv.num_cached_blocks);
+        cr_assert_eq(x->kv.num_hashes, y->kv.num_hashes);
+        if (x->kv.num_hashes)
+            cr_assert_arr_eq(x->kv.hashes, y->kv.hashes, x->kv.num_hashes * sizeof *x->kv.hashes);
+        cr_assert_eq(x->last_sched_seq, y->last_sched_seq);
+    }
+    struct sched_violation v;
+    cr_assert_eq(sched_check(a, &v), 0, "%s", v.rule);
+}
+
+static void fast_cfg_default(struct sched_config *c) { (void)c; }
+static void fast_cfg_deferred(struct sched_config *c) { c->defer_block_free = true; }
+static void fast_cfg_small(struct sched_config *c)
+{
+    c->block_size = 8;
+    c->num_blocks = 60;
+    c->max_model_len = 96;
+}
+static void fast_cfg_no_cache(struct sched_config *c) { c->enable_prefix_caching = false; }
+
+static void decode_steps_match(void (*tweak)(struct sched_config *))
+{
+    struct sched *s[2];
+    for (int m = 0; m < 2; m++) {
+        struct sched_config cfg;
+        sched_config_default(&cfg);
+        tweak(&cfg);
+        cr_assert_eq(sched_create(&cfg, &s[m]), 0);
+        for (uint64_t id = 0; id < 6; id++) { /* shared prefixes: ids 0-2 and 3-5 */
+            struct sched_request *r =
+                add(s[m], id, (kvpool_token)(7 + id / 3), 9 + 7 * id, (uint32_t)(25 + 19 * id));
+            (void)r;
+        }
+    }
+    uint64_t bulk = 0;
+    for (int it = 0; sched_num_unfinished(s[0]) > 0; it++) {
+        cr_assert_lt(it, 100000);
+        uint32_t k = sched_stable_decode_steps(s[0], 40);
+        cr_assert_eq(k, sched_stable_decode_steps(s[1], 40), "the test reads only");
+        if (k > 0 && it % 3 != 2) {
+            struct sched_request *const *rr;
+            uint32_t n = sched_running(s[0], &rr);
+            kvpool_token toks[64 * 40];
+            for (uint32_t i = 0; i < n; i++)
+                for (uint32_t j = 0; j < k; j++)
+                    toks[i * k + j] = fast_token(rr[i], rr[i]->num_output + j);
+            cr_assert_eq(sched_decode_steps(s[0], k, toks), 0);
+            for (uint32_t j = 0; j < k; j++)
+                step_one(s[1]);
+            bulk += k;
+        } else {
+            step_one(s[0]);
+            step_one(s[1]);
+        }
+        assert_same_state(s[0], s[1]);
+        for (int m = 0; m < 2; m++) { /* release what finished (same on both) */
+            uint32_t nf;
+            struct sched_request *const *fin = sched_last_finished(s[m], &nf);
+            struct sched_request *done[8];
+            cr_assert(nf <= 8);
+            memcpy(done, fin, nf * sizeof *done);
+            for (uint32_t i = 0; i < nf; i++)
+                cr_assert_eq(sched_release(s[m], done[i]), 0);
+        }
+    }
+    cr_assert_geq(bulk, 10, "the bulk path ran (%" PRIu64 " steps)", bulk);
+    sched_destroy(s[0]);
+    sched_destroy(s[1]);
+}
+
+Test(sched, decode_steps_equal_one_by_one) { decode_steps_match(fast_cfg_default); }
+Test(sched, decode_steps_equal_one_by_one_deferred_frees) { decode_steps_match(fast_cfg_deferred); }
+Test(sched, decode_steps_equal_one_by_one_small_blocks_and_length_caps)
+{
+    decode_steps_match(fast_cfg_small);
+}
+Test(sched, decode_steps_equal_one_by_one_without_prefix_caching)
+{
+    decode_steps_match(fast_cfg_no_cache);
+}
+
+/* A token that would stop its request is refused, and nothing changes. */
+Test(sched, decode_steps_refuse_a_stopping_token)
+{
+    struct sched *s = NULL;
+    struct sched_config cfg;
+    sched_config_default(&cfg);
+    cr_assert_eq(sched_create(&cfg, &s), 0);
+    kvpool_token prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8}, stop = 777;
+    struct sched_request_params p = {.id = 1,
+                                     .prompt = prompt,
+                                     .num_prompt_tokens = 8,
+                                     .max_tokens = 50,
+                                     .eos_token_id = -1,
+                                     .stop_token_ids = &stop,
+                                     .num_stop_token_ids = 1};
+    struct sched_request *r;
+    cr_assert_eq(sched_add(s, &p, &r), 0);
+    step_one(s); /* the prefill samples the first token */
+    cr_assert_geq(sched_stable_decode_steps(s, 4), 3);
+    kvpool_token toks[3] = {100, 777, 101};
+    uint64_t gen = kvpool_generation(sched_pool(s));
+    cr_assert_eq(sched_decode_steps(s, 3, toks), -EINVAL);
+    cr_assert_eq(r->num_output, 1);
+    cr_assert_eq(kvpool_generation(sched_pool(s)), gen);
+    toks[1] = 778;
+    cr_assert_eq(sched_decode_steps(s, 3, toks), 0);
+    cr_assert_eq(r->num_output, 4);
+    cr_assert_eq(sched_decode_steps(s, 60, NULL), -EINVAL, "beyond max_tokens");
     sched_destroy(s);
 }

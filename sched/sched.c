@@ -1166,7 +1166,7 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
 
 /* ---- the decode fast path (see sched.h) ------------------------------------------------------ */
 
-uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max)
+uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max)
 {
     const struct sched_config *c = &s->cfg;
     if (c->async_scheduling || c->check_invariants || s->num_outstanding ||
@@ -1175,7 +1175,8 @@ uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max)
         c->max_num_batched_tokens < s->num_running) /* every one gets its token */
         return 0;
     uint64_t k = max;
-    for (size_t i = 0; i < s->num_running && k > 0; i++) {
+    /* Back to front: the newest admissions, still prefilling, end most scans at once. */
+    for (size_t i = s->num_running; i-- > 0;) {
         const struct sched_request *r = s->running[i];
         uint64_t nc = r->num_computed_tokens;
         if (r->status != SCHED_RUNNING || r->num_output == 0 || r->num_output_placeholders ||
@@ -1187,6 +1188,8 @@ uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max)
         k = c->max_model_len > nc + 2 ? min_u64(k, c->max_model_len - nc - 2) : 0;
         k = r->max_tokens > r->num_output + 1 ? min_u64(k, r->max_tokens - r->num_output - 1) : 0;
         k = kvpool_decode_steps_in_place(s->pool, &r->kv, nc, k);
+        if (k < min || k == 0)
+            return 0; /* the rest cannot make it longer */
     }
     return (uint32_t)k;
 }
@@ -1205,7 +1208,7 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
 {
     if (k == 0)
         return 0;
-    if (sched_stable_decode_steps(s, k) < k)
+    if (sched_stable_decode_steps(s, k, k) < k)
         return -EINVAL;
     for (size_t i = 0; i < s->num_running; i++) {
         struct sched_request *r = s->running[i];

@@ -306,12 +306,12 @@ KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
  * sched_stable_decode_steps - the decode fast path's test. How many schedule() + update() pairs
  * from now (no arrival, abort or release between them) would each schedule every running
  * request for one token, which it samples, take or cache no block, and preempt, admit and
- * finish nobody by a length cap: at most max. Token stops (EOS, stop tokens) are the caller's:
- * see sched_decode_steps. 0 when the state is not such a batch: steps outstanding, requests
- * waiting or loading, deferred frees, async scheduling, check_invariants on.
- * Owner thread; reads only.
+ * finish nobody by a length cap: at most max, and 0 if fewer than min (the scan stops there).
+ * Token stops (EOS, stop tokens) are the caller's: see sched_decode_steps. 0 when the state is
+ * not such a batch: steps outstanding, requests waiting or loading, deferred frees, async
+ * scheduling, check_invariants on. Owner thread; reads only.
  */
-KVSIM_EXTERN uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t max);
+KVSIM_EXTERN uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max);
 /*
  * sched_decode_steps - k such pairs at once, for k <= sched_stable_decode_steps(s, k): the
  * state afterwards is the one k sched_schedule + sched_update calls leave when step j samples

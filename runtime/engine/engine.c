@@ -742,7 +742,7 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     uint32_t n = sched_running(e->s, &rr);
     if (n == 0 || e->num_later || e->num_aborts)
         return 0;
-    uint32_t k = sched_stable_decode_steps(e->s, FAST_MAX_STEPS);
+    uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS);
     if (k < FAST_MIN_STEPS)
         return 0;
     if (e->cfg.stops) /* the token after stop_after - 1 outputs is the EOS */

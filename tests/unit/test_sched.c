@@ -572,8 +572,8 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
     uint64_t bulk = 0;
     for (int it = 0; sched_num_unfinished(s[0]) > 0; it++) {
         cr_assert_lt(it, 100000);
-        uint32_t k = sched_stable_decode_steps(s[0], 40);
-        cr_assert_eq(k, sched_stable_decode_steps(s[1], 40), "the test reads only");
+        uint32_t k = sched_stable_decode_steps(s[0], 1, 40);
+        cr_assert_eq(k, sched_stable_decode_steps(s[1], 1, 40), "the test reads only");
         if (k > 0 && it % 3 != 2) {
             struct sched_request *const *rr;
             uint32_t n = sched_running(s[0], &rr);
@@ -634,7 +634,7 @@ Test(sched, decode_steps_refuse_a_stopping_token)
     struct sched_request *r;
     cr_assert_eq(sched_add(s, &p, &r), 0);
     step_one(s); /* the prefill samples the first token */
-    cr_assert_geq(sched_stable_decode_steps(s, 4), 3);
+    cr_assert_geq(sched_stable_decode_steps(s, 1, 4), 3);
     kvpool_token toks[3] = {100, 777, 101};
     uint64_t gen = kvpool_generation(sched_pool(s));
     cr_assert_eq(sched_decode_steps(s, 3, toks), -EINVAL);

@@ -1231,6 +1231,7 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
      * tokens), one in-place extension per request and step. Then the k updates: the fences
      * processed (nothing is deferred), the tokens appended, no finish. */
     s->step_index += k;
+    memset(&s->offload_status, 0, sizeof s->offload_status); /* nobody waited for capacity */
     if (s->cfg.defer_block_free) {
         s->sched_step_seq += k;
         s->processed_step_seq += k;

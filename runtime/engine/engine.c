@@ -77,9 +77,8 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     e->pipelined = cfg->sched.async_scheduling && cfg->role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
     /* The fast path covers what a stable decode batch touches with the polynomial model (its
      * step time depends on the batch's size and KV usage only, both constant in a run). */
-    e->decode_fast_path = !cfg->decode_fast_path_off && !e->pipelined && !e->tiers &&
-                          !cfg->model.profile && !cfg->sched.check_invariants &&
-                          cfg->role != KVSIM_ENGINE_PREFILL;
+    e->decode_fast_path = !cfg->decode_fast_path_off && !e->pipelined && !cfg->model.profile &&
+                          !cfg->sched.check_invariants && cfg->role != KVSIM_ENGINE_PREFILL;
     *out = e;
     return 0;
 }
@@ -729,13 +728,16 @@ static int complete_step(struct kvsim_engine *e)
  * engine cuts it at its own next event (the epoch end `until`, a message or transfer, a time
  * series boundary, a stop token) and at most FAST_MAX_STEPS, then applies the steps, the token
  * metrics and the step accounting at once. Every figure it changes ends as k steps one by one
- * would leave it (the replay's digests and tests/replay compare both ways).
+ * would leave it (the replay's digests and tests/cli/fast_path.sh compare both ways). With
+ * offload tiers nothing is stored or loaded meanwhile: no block is cached, and the run ends
+ * before the next copy does.
  */
 #define FAST_MIN_STEPS  2u
 #define FAST_MAX_STEPS  4096u
 #define FAST_MAX_TOKENS 16384u /* steps x running requests per run */
 
-/* Returns 0 (having applied zero or more steps at e->now, no step running) or an error. */
+/* Returns the number of steps applied from e->now (no step running then or after), or a
+ * negative errno. */
 static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
 {
     struct sched_request *const *rr;
@@ -780,6 +782,10 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
         for (uint32_t j = 0; j < k; j++)
             e->fast_tok[i * k + j] = output_token((uint32_t)rr[i]->id, rr[i]->num_output + j);
     int rc;
+    /* What the first schedule's tier flush would send (nothing, normally: the last update's
+     * flush sent it all). */
+    if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0)
+        return engine__fail(e, rc);
     /* Token metrics and the observer first: they read the outputs before the steps. */
     int64_t t1 = e->now + dur;
     for (uint32_t i = 0; i < n; i++)
@@ -793,6 +799,12 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
                         rr[i]->num_output + j, 0);
     if ((rc = sched_decode_steps(e->s, k, e->fast_tok)) != 0)
         return engine__fail(e, rc);
+    /* The first of the k schedules ended a wait for capacity held by copies, if one ran (a
+     * blocked request needs a block: it cannot be in a stable batch). */
+    if (e->blocked_since >= 0) {
+        e->blocked_ns += e->now - e->blocked_since;
+        e->blocked_since = -1;
+    }
     /* schedule_step's and complete_step's accounting, k times (the KV-time sum step by step:
      * floating-point addition is not associative). */
     for (uint32_t j = 0; j < k; j++)
@@ -806,7 +818,7 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     e->now += (int64_t)k * dur;
     e->step_end = e->now;
     e->step_prompt_tokens = 0;
-    return 0;
+    return (int)k;
 }
 
 /* Finds unfinished request req among the running and waiting ones (aborts are rare: a scan). */
@@ -941,9 +953,15 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
     for (;;) {
         if (!e->step && e->unfinished) {
             /* Transfers ending now come first: they release holds and finish loads. */
-            if ((rc = apply_events(e, e->now, true)) != 0 ||
-                (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0) ||
-                (rc = start_step(e)) != 0)
+            if ((rc = apply_events(e, e->now, true)) != 0)
+                return rc;
+            /* k steps at once, or none; then the next step starts where the k-th one's end
+             * left it (its events at e->now apply first, as after any step; the run ended
+             * because the batch changes now, so no second run is tried). */
+            if (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0 &&
+                (rc < 0 || (rc = apply_events(e, e->now, true)) != 0))
+                return rc;
+            if ((rc = start_step(e)) != 0)
                 return rc;
             engine__pin_account(e, e->now); /* its hits may take pinned blocks */
         }

@@ -75,9 +75,8 @@ int kvsim_engine_create(const struct kvsim_engine_config *cfg, struct kvsim_engi
     if (e->tiers)
         kvsim_tiers_bind(e->tiers, e->s);
     e->pipelined = cfg->sched.async_scheduling && cfg->role == KVSIM_ENGINE_AGGREGATED && !e->tiers;
-    /* The fast path covers what a stable decode batch touches with the polynomial model (its
-     * step time depends on the batch's size and KV usage only, both constant in a run). */
-    e->decode_fast_path = !cfg->decode_fast_path_off && !e->pipelined && !cfg->model.profile &&
+    /* The fast path covers what a stable decode batch touches (decode_fast_forward). */
+    e->decode_fast_path = !cfg->decode_fast_path_off && !e->pipelined &&
                           !cfg->sched.check_invariants && cfg->role != KVSIM_ENGINE_PREFILL;
     *out = e;
     return 0;
@@ -104,6 +103,7 @@ void kvsim_engine_destroy(struct kvsim_engine *e)
     free(e->done);
     free(e->tok);
     free(e->fast_tok);
+    free(e->fast_dur);
     free(e->shape_chunk);
     free(e->shape_prefix);
     free(e->shape_context);
@@ -753,25 +753,52 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
             if (stop > out && stop - out - 1 < k)
                 k = stop - out - 1;
         }
+    if (k > FAST_MAX_TOKENS / n) /* bounds the token buffer */
+        k = FAST_MAX_TOKENS / n;
     struct kvsim_step_batch b = {.num_decode_reqs = n, .kv_usage = kvpool_usage(sched_pool(e->s))};
-    unsigned outside = 0;
-    int64_t dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
     /* Every step ends at or before until, and before the next local event or interval end (an
      * event at a step's end applies after that step: the normal path handles it). */
     int64_t lim = next_local_event(e);
     if (e->next_sample_ns < lim)
         lim = e->next_sample_ns;
-    if (lim <= e->now || until < e->now || outside)
+    if (lim <= e->now || until < e->now)
         return 0;
-    uint64_t by_event = lim == INT64_MAX ? UINT64_MAX : (uint64_t)((lim - 1 - e->now) / dur);
-    uint64_t by_until = until == INT64_MAX ? UINT64_MAX : (uint64_t)((until - e->now) / dur);
-    if (by_event < k)
-        k = (uint32_t)by_event;
-    if (by_until < k)
-        k = (uint32_t)by_until;
-    if (k > FAST_MAX_TOKENS / n) /* bounds the token buffer */
-        k = FAST_MAX_TOKENS / n;
-    if (k < FAST_MIN_STEPS)
+    int64_t last = until < lim - 1 ? until : lim - 1; /* the latest end a step of the run has */
+    /* The polynomial's step time depends on the batch size and KV usage only: one for the run.
+     * The profile's depends on the contexts, one longer each step: step by step. */
+    bool profile = e->cfg.model.profile != NULL;
+    unsigned outside = 0;
+    int64_t dur = 0;
+    int rc;
+    if (profile) {
+        if ((rc = grow_scratch(e, n)) != 0)
+            return engine__fail(e, rc);
+        if (!e->fast_dur) {
+            e->fast_dur = malloc(FAST_MAX_STEPS * sizeof *e->fast_dur);
+            if (!e->fast_dur)
+                return engine__fail(e, -ENOMEM);
+        }
+        b.decode_context = e->shape_context;
+        int64_t t = e->now;
+        uint32_t j = 0;
+        for (; j < k; j++) {
+            for (uint32_t i = 0; i < n; i++)
+                e->shape_context[i] = rr[i]->num_computed_tokens + j;
+            unsigned out = 0;
+            int64_t d = kvsim_step_model_cost_ns(&e->cfg.model, &b, &out);
+            if (d > last - t)
+                break;
+            t += d;
+            e->fast_dur[j] = (struct engine_fast_step){d, out};
+        }
+        k = j;
+    } else {
+        dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
+        uint64_t fit = (uint64_t)((last - e->now) / dur);
+        if (fit < k)
+            k = (uint32_t)fit;
+    }
+    if (k < FAST_MIN_STEPS || outside)
         return 0;
     if (!e->fast_tok) {
         e->fast_tok = malloc(FAST_MAX_TOKENS * sizeof *e->fast_tok);
@@ -781,22 +808,30 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < k; j++)
             e->fast_tok[i * k + j] = output_token((uint32_t)rr[i]->id, rr[i]->num_output + j);
-    int rc;
     /* What the first schedule's tier flush would send (nothing, normally: the last update's
      * flush sent it all). */
     if (e->tiers && (rc = kvsim_tiers_flush(e->tiers)) != 0)
         return engine__fail(e, rc);
     /* Token metrics and the observer first: they read the outputs before the steps. */
-    int64_t t1 = e->now + dur;
-    for (uint32_t i = 0; i < n; i++)
-        if ((rc = kvsim_metrics_on_tokens(e->cfg.metrics, e->cfg.thread, (uint32_t)rr[i]->id, t1,
-                                          dur, k)) != 0)
-            return engine__fail(e, rc);
-    if (e->cfg.observe)
-        for (uint32_t j = 0; j < k; j++)
-            for (uint32_t i = 0; i < n; i++)
-                observe(e, KVSIM_OBS_TOKEN, (uint32_t)rr[i]->id, t1 + (int64_t)j * dur,
-                        rr[i]->num_output + j, 0);
+    int64_t t1 = e->now + (profile ? e->fast_dur[0].ns : dur);
+    if (!profile) {
+        for (uint32_t i = 0; i < n; i++)
+            if ((rc = kvsim_metrics_on_tokens(e->cfg.metrics, e->cfg.thread, (uint32_t)rr[i]->id,
+                                              t1, dur, k)) != 0)
+                return engine__fail(e, rc);
+    }
+    if (profile || e->cfg.observe) {
+        int64_t tj = e->now;
+        for (uint32_t j = 0; j < k; j++) {
+            tj += profile ? e->fast_dur[j].ns : dur;
+            for (uint32_t i = 0; i < n; i++) {
+                if (profile && (rc = kvsim_metrics_on_token(e->cfg.metrics, e->cfg.thread,
+                                                            (uint32_t)rr[i]->id, tj)) != 0)
+                    return engine__fail(e, rc);
+                observe(e, KVSIM_OBS_TOKEN, (uint32_t)rr[i]->id, tj, rr[i]->num_output + j, 0);
+            }
+        }
+    }
     if ((rc = sched_decode_steps(e->s, k, e->fast_tok)) != 0)
         return engine__fail(e, rc);
     /* The first of the k schedules ended a wait for capacity held by copies, if one ran (a
@@ -807,15 +842,24 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     }
     /* schedule_step's and complete_step's accounting, k times (the KV-time sum step by step:
      * floating-point addition is not associative). */
-    for (uint32_t j = 0; j < k; j++)
-        e->kv_usage_ns += b.kv_usage * (double)dur;
+    int64_t span = 0;
+    for (uint32_t j = 0; j < k; j++) {
+        int64_t d = profile ? e->fast_dur[j].ns : dur;
+        e->kv_usage_ns += b.kv_usage * (double)d;
+        span += d;
+        if (profile && e->fast_dur[j].outside) {
+            e->steps_outside++;
+            for (int a = 0; a < 3; a++)
+                e->steps_outside_axis[a] += (e->fast_dur[j].outside >> a) & 1;
+        }
+    }
     if (b.kv_usage > e->peak_kv_usage)
         e->peak_kv_usage = b.kv_usage;
-    e->busy_ns += (int64_t)k * dur;
+    e->busy_ns += span;
     e->steps += k;
     e->fast_steps += k;
     e->cur.generation_tokens += (uint64_t)n * k;
-    e->now += (int64_t)k * dur;
+    e->now += span;
     e->step_end = e->now;
     e->step_prompt_tokens = 0;
     return (int)k;

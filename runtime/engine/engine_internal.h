@@ -24,6 +24,12 @@ struct engine_pin_deadline {
     int64_t deadline;
 };
 
+/* One step of a decode fast-path run under the profile model: its time and clamped axes. */
+struct engine_fast_step {
+    int64_t ns;
+    unsigned outside;
+};
+
 struct kvsim_engine {
     struct kvsim_engine_config cfg;
     struct sched *s;
@@ -33,10 +39,11 @@ struct kvsim_engine {
      * as soon as the running one is launched, against output placeholders, and runs when it
      * ends. Prefill, decode and tiered engines keep the placeholders but run steps serially. */
     bool pipelined;
-    bool decode_fast_path;    /* stable decode batches advance in bulk (engine.c) */
-    uint64_t fast_steps;      /* steps the fast path applied (of steps) */
-    kvpool_token *fast_tok;   /* its tokens, FAST_MAX_TOKENS (allocated on first use) */
-    struct sched_step *ahead; /* pipelined: scheduled to run after step, or NULL */
+    bool decode_fast_path;             /* stable decode batches advance in bulk (engine.c) */
+    uint64_t fast_steps;               /* steps the fast path applied (of steps) */
+    kvpool_token *fast_tok;            /* its tokens, FAST_MAX_TOKENS (allocated on first use) */
+    struct engine_fast_step *fast_dur; /* the profile model's step times, FAST_MAX_STEPS */
+    struct sched_step *ahead;          /* pipelined: scheduled to run after step, or NULL */
     int64_t ahead_dur;
     uint64_t ahead_prompt_tokens;
     struct sched_request **later; /* finished, released once no outstanding step lists them */

@@ -222,12 +222,10 @@ int kvsim_metrics_on_tokens(struct kvsim_metrics *m, uint32_t thread, uint32_t r
         return -EOVERFLOW;
     if (c > 0 && t < rec->last_token_ns)
         return -EINVAL;
-    /* The gaps: t's to the token before (if any), then n - 1 of gap. */
-    int64_t first_gap = c > 0 ? t - rec->last_token_ns : 0;
-    uint32_t evenly = c > 0 ? n - 1 : (n > 1 ? n - 2 : 0); /* gaps of `gap` besides t's */
-    uint32_t lead = c > 0 ? 1 : (n > 1 ? 1 : 0);           /* ... and the leading one */
-    int64_t lead_gap = c > 0 ? first_gap : gap;
-    err = kvsim_sketch_add_two(&m->sketches[thread].s, lead_gap, lead, gap, evenly);
+    /* The gaps: t's to the token before (when there is one), then n - 1 of `gap`. */
+    bool lead = c > 0;
+    int64_t lead_gap = lead ? t - rec->last_token_ns : 0;
+    err = kvsim_sketch_add_two(&m->sketches[thread].s, lead_gap, lead, gap, n - 1);
     if (err)
         return err;
     if (c == 0)
@@ -236,9 +234,9 @@ int kvsim_metrics_on_tokens(struct kvsim_metrics *m, uint32_t thread, uint32_t r
         rec->second_token_ns = c == 1 ? t : t + gap;
     if (lead && lead_gap > rec->itl_max_ns)
         rec->itl_max_ns = lead_gap;
-    if (evenly && gap > rec->itl_max_ns)
+    if (n > 1 && gap > rec->itl_max_ns)
         rec->itl_max_ns = gap;
-    rec->itl_sum_ns += (lead ? lead_gap : 0) + (int64_t)evenly * gap;
+    rec->itl_sum_ns += lead_gap + (int64_t)(n - 1) * gap;
     rec->last_token_ns = last;
     rec->num_output_tokens = c + n;
     return 0;

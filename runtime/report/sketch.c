@@ -94,36 +94,6 @@ static int sketch_reserve(struct kvsim_sketch *s, int32_t lo, int32_t hi)
     return 0;
 }
 
-int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v)
-{
-    if (v < 0)
-        return -EINVAL;
-    if (v == 0) {
-        s->zero_count++;
-    } else {
-        int32_t key;
-        if (v == s->last_value) {
-            key = s->last_key;
-        } else {
-            key = kvsim_sketch_key(v);
-            s->last_value = v;
-            s->last_key = key;
-        }
-        if (s->bins == NULL || key < s->offset || key >= s->offset + (int32_t)s->num_bins) {
-            int err = sketch_reserve(s, key, key);
-            if (err)
-                return err;
-        }
-        s->bins[key - s->offset]++;
-    }
-    if (s->count == 0 || v < s->min)
-        s->min = v;
-    if (s->count == 0 || v > s->max)
-        s->max = v;
-    s->count++;
-    return 0;
-}
-
 /* The key of v > 0 through the one-entry cache. */
 static int32_t cached_key(struct kvsim_sketch *s, int64_t v)
 {
@@ -145,6 +115,21 @@ static void count_value(struct kvsim_sketch *s, int64_t v, int32_t key, uint64_t
     if (s->count == 0 || v > s->max)
         s->max = v;
     s->count += n;
+}
+
+int kvsim_sketch_add(struct kvsim_sketch *s, int64_t v)
+{
+    if (v < 0)
+        return -EINVAL;
+    int32_t key = v > 0 ? cached_key(s, v) : -1;
+    if (key >= 0 &&
+        (s->bins == NULL || key < s->offset || key >= s->offset + (int32_t)s->num_bins)) {
+        int err = sketch_reserve(s, key, key);
+        if (err)
+            return err;
+    }
+    count_value(s, v, key, 1);
+    return 0;
 }
 
 int kvsim_sketch_add_two(struct kvsim_sketch *s, int64_t a, uint64_t na, int64_t b, uint64_t nb)

@@ -9,12 +9,20 @@
 
 #include <errno.h>
 #include <stdlib.h>
+/* The header's own inline build of the same XXH3 (libxxhash's results, bit for bit): a block
+ * hash is ~60 bytes of input, where the call into the shared library and its length dispatch
+ * cost as much as the mixing (issue #14). */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
                                uint64_t extra)
 {
-    kvpool_hash h = XXH3_64bits_withSeed(tokens, n * sizeof *tokens, parent);
+    kvpool_hash h;
+    if (n == 16) /* the default block size: a constant length picks XXH3's path at compile time */
+        h = XXH3_64bits_withSeed(tokens, 16 * sizeof *tokens, parent);
+    else
+        h = XXH3_64bits_withSeed(tokens, n * sizeof *tokens, parent);
     if (extra != 0)
         h = XXH3_64bits_withSeed(&extra, sizeof extra, h);
     return h;

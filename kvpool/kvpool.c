@@ -525,6 +525,36 @@ int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool
     return 0;
 }
 
+int kvpool_seq_append_runs(struct kvpool *pool, struct kvpool_seq *seq,
+                           const struct kvpool_token_run *runs, uint32_t num_runs,
+                           const kvpool_hash *known, uint32_t num_known)
+{
+    uint32_t r = 0, used = 0; /* the first run not wholly covered by known blocks, its tokens in */
+    if (num_known) {
+        uint64_t total = 0;
+        for (uint32_t i = 0; i < num_runs; i++)
+            total += runs[i].count;
+        if (seq->num_tokens != 0 || num_known > total / pool->bs)
+            return -EINVAL;
+        if (grow_u32cap((void **)&seq->hashes, &seq->cap_hashes, num_known, sizeof *seq->hashes))
+            return -ENOMEM;
+        memcpy(seq->hashes, known, num_known * sizeof *known);
+        seq->num_hashes = num_known;
+        /* Whole blocks: the partial block is empty, and nothing else keeps their tokens. */
+        uint64_t skip = (uint64_t)num_known * pool->bs;
+        seq->num_tokens = skip;
+        for (; r < num_runs && skip >= runs[r].count; r++)
+            skip -= runs[r].count;
+        used = (uint32_t)skip; /* < runs[r].count: the known blocks end inside run r */
+    }
+    for (; r < num_runs; r++, used = 0) {
+        int rc = kvpool_seq_append_repeat(pool, seq, runs[r].token, runs[r].count - used);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* ---- lookup -------------------------------------------------------------------------------- */
 
 void kvpool_lookup(const struct kvpool *pool, const struct kvpool_seq *seq,

@@ -127,6 +127,17 @@ struct kvpool_token_run {
 /* Appends n copies of one token (trace hash ids expand this way). Returns 0 or -ENOMEM. */
 KVSIM_EXTERN int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq,
                                           kvpool_token token, size_t n);
+/*
+ * kvpool_seq_append_runs - appends the runs' tokens in order, hashing each block that becomes
+ * full, except the first num_known full blocks, which take known[0..num_known) as their hashes:
+ * work a caller did already (a router's kvpool_hash_prompt of the same prompt, with this pool's
+ * block size and the sequence's salt; other values would corrupt the prefix cache, so callers
+ * that check invariants compare them). num_known > 0 needs an empty sequence. Returns 0,
+ * -EINVAL (num_known on a non-empty sequence, or more than the runs' full blocks), -ENOMEM.
+ */
+KVSIM_EXTERN int kvpool_seq_append_runs(struct kvpool *pool, struct kvpool_seq *seq,
+                                        const struct kvpool_token_run *runs, uint32_t num_runs,
+                                        const kvpool_hash *known, uint32_t num_known);
 
 /*
  * kvpool_hash_prompt - the block hashes a sequence with this prompt would have, without a pool
@@ -137,6 +148,11 @@ KVSIM_EXTERN int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq
 KVSIM_EXTERN int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_len,
                                         const struct kvpool_token_run *runs, uint32_t num_runs,
                                         kvpool_hash *hashes, uint32_t cap);
+/* kvpool_hash_prompt given hashes[0..have) already (its own earlier answer, with fewer asked):
+ * hashes blocks [have, min(full blocks, cap)) only and returns the count, or -ENOMEM. */
+KVSIM_EXTERN int64_t kvpool_hash_prompt_more(uint32_t block_size, const void *salt, size_t salt_len,
+                                             const struct kvpool_token_run *runs, uint32_t num_runs,
+                                             kvpool_hash *hashes, uint32_t have, uint32_t cap);
 
 /* ---- lookup -------------------------------------------------------------------------------- */
 

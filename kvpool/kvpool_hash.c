@@ -38,16 +38,29 @@ int64_t kvpool_hash_prompt(uint32_t block_size, const void *salt, size_t salt_le
                            const struct kvpool_token_run *runs, uint32_t num_runs,
                            kvpool_hash *hashes, uint32_t cap)
 {
+    return kvpool_hash_prompt_more(block_size, salt, salt_len, runs, num_runs, hashes, 0, cap);
+}
+
+int64_t kvpool_hash_prompt_more(uint32_t block_size, const void *salt, size_t salt_len,
+                                const struct kvpool_token_run *runs, uint32_t num_runs,
+                                kvpool_hash *hashes, uint32_t have, uint32_t cap)
+{
     kvpool_token stack_buf[512];
     kvpool_token *buf = block_size <= 512 ? stack_buf : malloc(block_size * sizeof *buf);
     if (!buf)
         return -ENOMEM;
     uint64_t extra = salt && salt_len ? kvpool__hash_bytes(salt, salt_len) : 0;
-    kvpool_hash parent = KVPOOL_NONE_HASH;
-    int64_t nblocks = 0;
+    kvpool_hash parent = have ? hashes[have - 1] : KVPOOL_NONE_HASH;
+    int64_t nblocks = have;
+    uint64_t skip = (uint64_t)have * block_size; /* tokens of the blocks hashed already */
     uint32_t fill = 0;
     for (uint32_t r = 0; r < num_runs && nblocks < cap; r++) {
         uint32_t left = runs[r].count;
+        if (skip) {
+            uint32_t k = skip < left ? (uint32_t)skip : left;
+            skip -= k;
+            left -= k;
+        }
         while (left && nblocks < cap) {
             uint32_t k = block_size - fill < left ? block_size - fill : left;
             for (uint32_t i = 0; i < k; i++)

@@ -244,6 +244,23 @@ static int reserve_requests(struct sched *s, size_t n)
     return 0;
 }
 
+/* Whether p's given prompt hashes are the ones its runs have. Returns 0, -EINVAL or -ENOMEM. */
+static int check_prompt_hashes(struct sched *s, const struct sched_request_params *p)
+{
+    kvpool_hash *own = malloc(p->num_prompt_hashes * sizeof *own);
+    if (!own)
+        return -ENOMEM;
+    const char *salt = p->cache_salt;
+    int64_t n = kvpool_hash_prompt(s->cfg.block_size, salt, salt ? strlen(salt) : 0, p->prompt_runs,
+                                   p->num_prompt_runs, own, p->num_prompt_hashes);
+    int rc = n < 0 ? (int)n : 0;
+    if (rc == 0 && (n != p->num_prompt_hashes ||
+                    memcmp(own, p->prompt_hashes, p->num_prompt_hashes * sizeof *own) != 0))
+        rc = -EINVAL;
+    free(own);
+    return rc;
+}
+
 int sched_add(struct sched *s, const struct sched_request_params *p, struct sched_request **out)
 {
     *out = NULL;
@@ -298,9 +315,11 @@ int sched_add(struct sched *s, const struct sched_request_params *p, struct sche
         r->kv.skip_reading_prefix_cache = p->prompt_logprobs;
         if (p->prompt)
             rc = kvpool_seq_append_tokens(s->pool, &r->kv, p->prompt, p->num_prompt_tokens);
-        for (uint32_t i = 0; rc == 0 && !p->prompt && i < p->num_prompt_runs; i++)
-            rc = kvpool_seq_append_repeat(s->pool, &r->kv, p->prompt_runs[i].token,
-                                          p->prompt_runs[i].count);
+        else
+            rc = kvpool_seq_append_runs(s->pool, &r->kv, p->prompt_runs, p->num_prompt_runs,
+                                        p->prompt_hashes, p->num_prompt_hashes);
+        if (rc == 0 && !p->prompt && p->num_prompt_hashes && s->cfg.check_invariants)
+            rc = check_prompt_hashes(s, p);
     }
     if (rc) {
         kvpool_seq_fini(s->pool, &r->kv);

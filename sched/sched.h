@@ -139,6 +139,11 @@ struct sched_request_params {
     uint32_t num_prompt_tokens;                 /* >= 1; with runs, the sum of their counts */
     const struct kvpool_token_run *prompt_runs; /* the prompt as runs (when prompt is NULL) */
     uint32_t num_prompt_runs;
+    /* With runs: the hashes of the prompt's first num_prompt_hashes full blocks, when the caller
+     * has them already (a kv router's kvpool_hash_prompt with this block size and the salt);
+     * see kvpool_seq_append_runs. check_invariants compares them with the prompt's own. */
+    const kvpool_hash *prompt_hashes;
+    uint32_t num_prompt_hashes;
     uint32_t max_tokens; /* output cap (>= 1) */
     uint32_t min_tokens; /* no stop before this many outputs */
     int64_t priority;    /* PRIORITY policy: lower is served first */
@@ -278,8 +283,9 @@ KVSIM_EXTERN struct kvpool *sched_pool(struct sched *s);
 
 /*
  * sched_add - add a request in WAITING at the tail of the waiting queue (PRIORITY: heap).
- * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0, min_tokens > max_tokens, or prompt +
- * min_tokens > max_model_len: it could never stop), -ENOMEM.
+ * Returns 0 and *out, -EINVAL (no prompt, max_tokens 0, min_tokens > max_tokens, prompt +
+ * min_tokens > max_model_len: it could never stop, or prompt hashes that are not the prompt's
+ * under check_invariants), -ENOMEM.
  */
 KVSIM_EXTERN int sched_add(struct sched *s, const struct sched_request_params *p,
                            struct sched_request **out);

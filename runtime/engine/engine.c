@@ -405,6 +405,11 @@ int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,
         .eos_token_id = e->cfg.stops && spec->stop_after ? (int64_t)ENGINE_EOS_TOKEN : -1,
         .kv_producer = prefill,
     };
+    if (o && !o->prompt && o->num_prompt_hashes &&
+        o->hashes_block_size == sched_get_config(e->s)->block_size) {
+        p.prompt_hashes = o->prompt_hashes;
+        p.num_prompt_hashes = o->num_prompt_hashes;
+    }
     struct sched_request *r;
     int rc = sched_add(e->s, &p, &r);
     if (rc)

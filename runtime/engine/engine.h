@@ -546,6 +546,13 @@ struct kvsim_engine_admit_opts {
                                  * trace's hash ids (kvsim_prompt_runs) */
     uint32_t min_tokens;        /* no stop before this many outputs */
     int64_t priority;           /* the priority policy's: lower first */
+    /* With the trace's hash ids: the hashes of the prompt's first num_prompt_hashes full blocks
+     * that a kv router computed already (kvpool_hash_prompt, no salt) at hashes_block_size.
+     * The engine takes them instead of hashing those blocks again when that is its block
+     * size (sched_request_params.prompt_hashes). */
+    const kvpool_hash *prompt_hashes;
+    uint32_t num_prompt_hashes;
+    uint32_t hashes_block_size;
 };
 /* kvsim_engine_admit with those (o NULL: as kvsim_engine_admit). Returns 0 or -ENOMEM. */
 KVSIM_EXTERN int kvsim_engine_admit_ext(struct kvsim_engine *e, uint32_t req, int64_t t,

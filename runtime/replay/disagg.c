@@ -209,7 +209,7 @@ int replay__disagg_after_prefill(struct replay *rp)
         struct kvsim_handoff *h = &rp->handoffs[m->req];
         if (m->kind == KVSIM_MSG_PINNED) {
             int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
-                                      rp->cfg->disagg.decode_sched.block_size);
+                                      rp->cfg->disagg.decode_sched.block_size, NULL);
             if (d < 0) {
                 rc = (int)d;
                 break;

@@ -196,7 +196,8 @@ static void apply_event(void *ctx, const struct kvpool_event *ev)
 }
 
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
-                      const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t bs)
+                      const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t bs,
+                      uint32_t *num_hashes)
 {
     const struct kvsim_req_spec *s = &rp->trace.reqs[req];
     uint32_t nh = 0;
@@ -221,7 +222,7 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                 rp->hashes = nh2;
                 rp->cap_hashes = want;
             }
-            int64_t got = kvpool_hash_prompt(bs, NULL, 0, rp->runs, n, rp->hashes, want);
+            int64_t got = kvpool_hash_prompt_more(bs, NULL, 0, rp->runs, n, rp->hashes, nh, want);
             if (got < 0)
                 return (int)got;
             nh = (uint32_t)got;
@@ -231,7 +232,38 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
         }
     }
     uint32_t blocks = (s->input_len + bs - 1) / bs;
+    if (num_hashes)
+        *num_hashes = nh;
     return kvsim_router_route(router, pubs, rp->hashes, nh, blocks, s->input_len);
+}
+
+/* Keeps the nh hashes the router computed for req (sent to engine e) for e's admission.
+ * Coordinator, at a boundary. Returns 0 or -ENOMEM. */
+static int routed_push(struct replay *rp, uint32_t e, uint32_t req, uint32_t nh)
+{
+    struct routed_hashes *q = &rp->routed_hashes[e];
+    if (q->num_ent == q->cap_ent) {
+        uint32_t nc = q->cap_ent ? 2 * q->cap_ent : 8;
+        struct routed_entry *ne = realloc(q->ent, nc * sizeof *ne);
+        if (!ne)
+            return -ENOMEM;
+        q->ent = ne;
+        q->cap_ent = nc;
+    }
+    if (q->num_hashes + nh > q->cap_hashes) {
+        size_t nc = q->cap_hashes ? q->cap_hashes : 1024;
+        while (nc < q->num_hashes + nh)
+            nc *= 2;
+        kvpool_hash *nhs = realloc(q->hashes, nc * sizeof *nhs);
+        if (!nhs)
+            return -ENOMEM;
+        q->hashes = nhs;
+        q->cap_hashes = nc;
+    }
+    memcpy(q->hashes + q->num_hashes, rp->hashes, nh * sizeof *rp->hashes);
+    q->ent[q->num_ent++] = (struct routed_entry){req, nh, q->num_hashes};
+    q->num_hashes += nh;
+    return 0;
 }
 
 /* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. With
@@ -240,9 +272,15 @@ static int route_one(struct replay *rp, uint32_t req)
 {
     uint32_t bs =
         rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size : rp->cfg->sched.block_size;
-    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs);
+    uint32_t nh;
+    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs, &nh);
     if (e < 0)
         return (int)e;
+    if (nh) {
+        int rc = routed_push(rp, (uint32_t)e, req, nh);
+        if (rc)
+            return rc;
+    }
     rp->routed++;
     if (rp->num_prefill) /* ids never reused: one handoff per request */
         kvsim_handoff_init(&rp->handoffs[req], (uint64_t)req + 1, req, (int32_t)e);
@@ -353,7 +391,13 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
                 return rc;
         }
     }
-    /* 2. Route every arrival due now, in (time, request) order. */
+    /* 2. Route every arrival due now, in (time, request) order. The last boundary's routed
+     * hashes were all taken: every inbox was drained since. */
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        struct routed_hashes *q = &rp->routed_hashes[e];
+        q->num_hashes = 0;
+        q->num_ent = q->next_ent = 0;
+    }
     kvsim_router_new_boundary(rp->router);
     for (;;) {
         int64_t a = next_open_arrival(rp);
@@ -429,8 +473,17 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
             uint32_t req = (uint32_t)(n - rp->nodes);
             cds_wfcq_node_init(n);
+            struct routed_hashes *q = &rp->routed_hashes[e];
+            struct kvsim_engine_admit_opts o = {0};
+            if (q->next_ent < q->num_ent && q->ent[q->next_ent].req == req) {
+                const struct routed_entry *en = &q->ent[q->next_ent++];
+                o.prompt_hashes = q->hashes + en->off;
+                o.num_prompt_hashes = en->num;
+                o.hashes_block_size = rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size
+                                                      : rp->cfg->sched.block_size;
+            }
             if (rc == 0)
-                rc = kvsim_engine_admit(eng, req, rp->b_cur);
+                rc = kvsim_engine_admit_ext(eng, req, rp->b_cur, &o);
         }
     }
     if (rc == 0)
@@ -777,6 +830,11 @@ static void replay_free(struct replay *rp)
     free(rp->heap);
     free(rp->runs);
     free(rp->hashes);
+    for (uint32_t e = 0; rp->routed_hashes && e < rp->num_engines; e++) {
+        free(rp->routed_hashes[e].hashes);
+        free(rp->routed_hashes[e].ent);
+    }
+    free(rp->routed_hashes);
     kvsim_router_destroy(rp->router);
     replay__disagg_free(rp);
     kvsim_metrics_destroy(rp->metrics);
@@ -1043,6 +1101,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         cfg->kv_index_events && (rp.num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
                                                       cfg->disagg.decode_router == KVSIM_ROUTER_KV
                                                 : cfg->router == KVSIM_ROUTER_KV);
+    rp.routed_hashes = calloc(rp.num_engines, sizeof *rp.routed_hashes);
     rp.inbox_head = calloc(rp.num_engines, sizeof *rp.inbox_head);
     rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
     rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
@@ -1054,8 +1113,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.slot_parent = calloc(R ? R : 1, 1);
     if (rc == 0 && (!rp.releases || !rp.slot_parent))
         rc = -ENOMEM;
-    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.inbox_head || !rp.inbox_tail ||
-                    !rp.nodes || !rp.engine_rc || !rp.claim || !rp.next_turn))
+    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.routed_hashes || !rp.inbox_head ||
+                    !rp.inbox_tail || !rp.nodes || !rp.engine_rc || !rp.claim || !rp.next_turn))
         rc = -ENOMEM;
     struct kvsim_tiers_config tiers = cfg->tiers;
     tiers.pool = NULL;

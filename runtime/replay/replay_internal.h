@@ -36,6 +36,23 @@ struct follow_up {
     uint32_t req;
 };
 
+/*
+ * The prompt hashes the kv router computed for the arrivals it sent to one engine at a
+ * boundary, in the engine's inbox order: the engine's admissions take them instead of hashing
+ * those blocks again. The coordinator appends at the boundary (workers parked); the engine's
+ * thread of the next phase reads them (the barrier between orders the two); the coordinator
+ * empties them at the next boundary, after every inbox was drained.
+ */
+struct routed_hashes {
+    kvpool_hash *hashes; /* every arrival's, one after the other */
+    size_t num_hashes, cap_hashes;
+    struct routed_entry {
+        uint32_t req, num; /* num hashes of request req, from off */
+        size_t off;
+    } * ent;
+    uint32_t num_ent, cap_ent, next_ent; /* next_ent: the next admission's */
+};
+
 struct replay {
     const struct kvsim_replay_config *cfg;
     struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
@@ -90,6 +107,8 @@ struct replay {
     uint32_t cap_runs;
     kvpool_hash *hashes;
     uint32_t cap_hashes;
+    struct routed_hashes
+        *routed_hashes; /* [engines]: the kv router's hashes of this boundary's arrivals */
     /* progress */
     bool progress;
     int64_t last_progress; /* wall ns */
@@ -127,11 +146,12 @@ struct event_ctx {
 };
 
 /* Places request req on one of the n engines behind router (pubs[0..n) their loads), hashing
- * its prompt at block_size for the kv policy. Returns the engine's index among them (>= 0) or
- * a negative errno. */
+ * its prompt at block_size for the kv policy: the first *num_hashes (when not NULL) blocks'
+ * hashes are in rp->hashes then. Returns the engine's index among them (>= 0) or a negative
+ * errno. */
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
-                      const struct kvsim_engine_pub *const *pubs, uint32_t req,
-                      uint32_t block_size);
+                      const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t block_size,
+                      uint32_t *num_hashes);
 
 /* ---- disagg.c ------------------------------------------------------------------------------ */
 

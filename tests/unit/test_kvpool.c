@@ -747,6 +747,73 @@ Test(kvpool, append_repeat_equals_append_tokens_of_copies)
     kvpool_destroy(pool);
 }
 
+/* A prompt of three runs, 147 tokens: 9 full blocks, the last ending inside the third run, and a
+ * partial block of 3 tokens. */
+static const struct kvpool_token_run kp_runs[] = {{5, 40}, {9, 7}, {11, 100}};
+enum { KP_RUNS = 3, KP_RUNS_TOKENS = 147, KP_RUNS_FULL = 9 };
+
+Test(kvpool, append_runs_with_known_hashes_equals_hashing_every_block)
+{
+    struct kvpool *pool = kp_pool(8, true, false, 0.0);
+    kvpool_hash all[KP_RUNS_FULL];
+    cr_assert_eq(kvpool_hash_prompt(KP_BS, NULL, 0, kp_runs, KP_RUNS, all, KP_RUNS_FULL),
+                 KP_RUNS_FULL);
+    static const kvpool_token more[20] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10,
+                                          11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+    for (uint32_t k = 0; k <= KP_RUNS_FULL; k++) {
+        struct kvpool_seq ref, got;
+        kp_seq(pool, &ref, 1, 0, 0);
+        for (uint32_t i = 0; i < KP_RUNS; i++)
+            cr_assert_eq(kvpool_seq_append_repeat(pool, &ref, kp_runs[i].token, kp_runs[i].count),
+                         0);
+        kp_seq(pool, &got, 2, 0, 0);
+        cr_assert_eq(kvpool_seq_append_runs(pool, &got, kp_runs, KP_RUNS, all, k), 0,
+                     "append_runs with %u known", k);
+        cr_assert_eq(got.num_tokens, KP_RUNS_TOKENS);
+        kp_assert_same_hashes_seq(&ref, &got, "the prompt");
+        /* The partial block the known blocks left behind hashes the same when it fills. */
+        cr_assert_eq(kvpool_seq_append_tokens(pool, &ref, more, 20), 0);
+        cr_assert_eq(kvpool_seq_append_tokens(pool, &got, more, 20), 0);
+        kp_assert_same_hashes_seq(&ref, &got, "after 20 more tokens");
+        kp_done(pool, &ref);
+        kp_done(pool, &got);
+    }
+    kvpool_destroy(pool);
+}
+
+Test(kvpool, append_runs_refuses_known_hashes_it_cannot_place)
+{
+    struct kvpool *pool = kp_pool(8, true, false, 0.0);
+    kvpool_hash all[KP_RUNS_FULL + 1] = {0};
+    struct kvpool_seq seq;
+    kp_seq(pool, &seq, 1, 0, 0);
+    cr_assert_eq(kvpool_seq_append_runs(pool, &seq, kp_runs, KP_RUNS, all, KP_RUNS_FULL + 1),
+                 -EINVAL, "more known hashes than full blocks");
+    cr_assert_eq(seq.num_tokens, 0, "a refused append adds nothing");
+    kp_append(pool, &seq, 500, 3);
+    cr_assert_eq(kvpool_seq_append_runs(pool, &seq, kp_runs, KP_RUNS, all, 1), -EINVAL,
+                 "known hashes on a sequence with tokens");
+    cr_assert_eq(seq.num_tokens, 3);
+    kp_done(pool, &seq);
+    kvpool_destroy(pool);
+}
+
+Test(kvpool, hash_prompt_more_continues_where_it_stopped)
+{
+    kvpool_hash all[KP_RUNS_FULL], part[KP_RUNS_FULL];
+    cr_assert_eq(kvpool_hash_prompt(KP_BS, "salt", 4, kp_runs, KP_RUNS, all, KP_RUNS_FULL),
+                 KP_RUNS_FULL);
+    for (uint32_t have = 0; have <= KP_RUNS_FULL; have++) {
+        memset(part, 0, sizeof part);
+        cr_assert_eq(kvpool_hash_prompt(KP_BS, "salt", 4, kp_runs, KP_RUNS, part, have), have);
+        cr_assert_eq(
+            kvpool_hash_prompt_more(KP_BS, "salt", 4, kp_runs, KP_RUNS, part, have, KP_RUNS_FULL),
+            KP_RUNS_FULL);
+        for (uint32_t i = 0; i < KP_RUNS_FULL; i++)
+            cr_assert_eq(part[i], all[i], "from %u: hash %u differs", have, i);
+    }
+}
+
 /* ---- duplicate hashes ------------------------------------------------------------------------ */
 
 Test(kvpool, duplicate_hashes_find_the_earliest_block_then_the_survivor)

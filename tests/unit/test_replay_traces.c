@@ -64,6 +64,29 @@ Test(replay_determinism, azure_conv_kv_1_vs_2_threads, .timeout = 300)
     check_deterministic("AzureLLMInferenceTrace_conv.csv", KVSIM_ROUTER_KV, false);
 }
 
+/* The engines take the kv router's prompt hashes instead of hashing again; with the invariants
+ * checked, every admission compares them with its prompt's own (sched_add fails otherwise).
+ * Mooncake arrivals often share a boundary and an engine: several requests' hashes in one
+ * engine's queue. Both pools of a disaggregated replay too. */
+Test(replay, kv_routed_prompt_hashes_are_the_prompts_own, .timeout = 300)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    c.router = KVSIM_ROUTER_KV;
+    c.num_engines = 2;
+    c.trace_opts.max_requests = 300; /* the checks cost a pool walk per step */
+    c.sched.check_invariants = true;
+    struct kvsim_report r = replay_run(&c, 2, "routed");
+    cr_assert_eq(r.completed + r.rejected, r.num_requests);
+    c.disagg.prefill_engines = c.disagg.decode_engines = 2;
+    c.disagg.prefill_sched = c.disagg.decode_sched = c.sched;
+    c.disagg.prefill_router = c.disagg.decode_router = KVSIM_ROUTER_KV;
+    r = replay_run(&c, 2, "routed_disagg");
+    cr_assert_eq(r.completed + r.rejected, r.num_requests);
+}
+
 /* The event-fed indexer and the pool queries see the same blocks at every boundary. */
 Test(replay_determinism, kv_index_events_equals_pool_queries, .timeout = 300)
 {

@@ -646,3 +646,33 @@ Test(sched, decode_steps_refuse_a_stopping_token)
     cr_assert_eq(sched_decode_steps(s, 60, NULL), -EINVAL, "beyond max_tokens");
     sched_destroy(s);
 }
+
+/* A router's prompt hashes are taken instead of hashing again; with check_invariants on, hashes
+ * that are not the prompt's are refused (they would serve another prompt's blocks as hits). */
+Test(sched, add_takes_given_prompt_hashes_and_checks_them)
+{
+    static const struct kvpool_token_run runs[] = {{7, 50}, {8, 30}}; /* 5 full blocks */
+    kvpool_hash h[5];
+    cr_assert_eq(kvpool_hash_prompt(16, NULL, 0, runs, 2, h, 5), 5);
+    struct sched *s = make(NULL);
+    struct sched_request_params p = {
+        .id = 1,
+        .num_prompt_tokens = 80,
+        .prompt_runs = runs,
+        .num_prompt_runs = 2,
+        .prompt_hashes = h,
+        .num_prompt_hashes = 3,
+        .max_tokens = 4,
+        .eos_token_id = -1,
+    };
+    struct sched_request *r = NULL;
+    cr_assert_eq(sched_add(s, &p, &r), 0);
+    cr_assert_eq(r->kv.num_hashes, 5);
+    for (uint32_t i = 0; i < 5; i++)
+        cr_assert_eq(r->kv.hashes[i], h[i], "hash %u", i);
+    kvpool_hash wrong[3] = {h[0], h[2], h[1]};
+    p.id = 2;
+    p.prompt_hashes = wrong;
+    cr_assert_eq(sched_add(s, &p, &r), -EINVAL, "hashes of another prompt");
+    sched_destroy(s);
+}

@@ -501,43 +501,90 @@ int kvpool_seq_append_tokens(struct kvpool *pool, struct kvpool_seq *seq,
         if (fill == bs)
             seq_hash_full_block(seq, seq->partial, bs);
     }
-    for (; i + bs <= n; i += bs) /* whole blocks straight from the caller's buffer */
-        seq_hash_full_block(seq, tokens + i, bs);
+    if (i + bs <= n) { /* whole blocks straight from the caller's buffer, in one call */
+        uint32_t k = (uint32_t)((n - i) / bs), at = seq->num_hashes;
+        kvpool__hash_blocks(at ? seq->hashes[at - 1] : KVPOOL_NONE_HASH, tokens + i, bs, bs, k,
+                            at == 0 ? seq->salt_hash : 0, seq->hashes + at);
+        seq->num_hashes = at + k;
+        i += (size_t)k * bs;
+    }
     if (i < n && (seq->num_tokens + i) % bs == 0)
         memcpy(seq->partial, tokens + i, (n - i) * sizeof *tokens);
     seq->num_tokens = total;
     return 0;
 }
 
+/* n copies of t at dst: a few, then doubling copies (memcpy's wide stores; a block of 512
+ * tokens is filled once per trace hash id). */
+static inline void fill_tokens(kvpool_token *dst, kvpool_token t, size_t n)
+{
+    size_t done = n < 8 ? n : 8;
+    for (size_t i = 0; i < done; i++)
+        dst[i] = t;
+    for (; done < n; done *= 2)
+        memcpy(dst + done, dst, (n - done < done ? n - done : done) * sizeof *dst);
+}
+
+/* Appends count copies of token; the hashes' capacity covers the blocks that fill. */
+static void seq_append_run(struct kvpool_seq *seq, uint32_t bs, kvpool_token token, uint64_t count)
+{
+    uint32_t fill = (uint32_t)(seq->num_tokens % bs);
+    if (fill) { /* complete the partial block first */
+        uint32_t take = bs - fill < count ? bs - fill : (uint32_t)count;
+        fill_tokens(seq->partial + fill, token, take);
+        seq->num_tokens += take;
+        count -= take;
+        if (fill + take < bs)
+            return;
+        seq_hash_full_block(seq, seq->partial, bs);
+    }
+    if (count >= bs) { /* whole blocks of the one token: the same bs tokens hashed each time */
+        fill_tokens(seq->partial, token, bs);
+        uint32_t k = (uint32_t)(count / bs), at = seq->num_hashes;
+        kvpool__hash_blocks(at ? seq->hashes[at - 1] : KVPOOL_NONE_HASH, seq->partial, bs, 0, k,
+                            at == 0 ? seq->salt_hash : 0, seq->hashes + at);
+        seq->num_hashes = at + k;
+        seq->num_tokens += (uint64_t)k * bs;
+        count -= (uint64_t)k * bs;
+    }
+    fill_tokens(seq->partial, token, count); /* the start of the next partial block */
+    seq->num_tokens += count;
+}
+
+/* Room for the hashes of every block full after `more` tokens. Returns 0, -EOVERFLOW, -ENOMEM. */
+static int seq_reserve_hashes(const struct kvpool *pool, struct kvpool_seq *seq, uint64_t more)
+{
+    uint64_t total;
+    if (__builtin_add_overflow(seq->num_tokens, more, &total) || total / pool->bs > UINT32_MAX)
+        return -EOVERFLOW;
+    return grow_u32cap((void **)&seq->hashes, &seq->cap_hashes, total / pool->bs,
+                       sizeof *seq->hashes);
+}
+
 int kvpool_seq_append_repeat(struct kvpool *pool, struct kvpool_seq *seq, kvpool_token token,
                              size_t n)
 {
-    kvpool_token buf[256];
-    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
-        buf[i] = token;
-    while (n) {
-        size_t k = n < 256 ? n : 256;
-        int rc = kvpool_seq_append_tokens(pool, seq, buf, k);
-        if (rc)
-            return rc;
-        n -= k;
-    }
-    return 0;
+    int rc = seq_reserve_hashes(pool, seq, n);
+    if (rc == 0)
+        seq_append_run(seq, pool->bs, token, n);
+    return rc;
 }
 
 int kvpool_seq_append_runs(struct kvpool *pool, struct kvpool_seq *seq,
                            const struct kvpool_token_run *runs, uint32_t num_runs,
                            const kvpool_hash *known, uint32_t num_known)
 {
-    uint32_t r = 0, used = 0; /* the first run not wholly covered by known blocks, its tokens in */
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < num_runs; i++)
+        total += runs[i].count;
+    if (num_known && (seq->num_tokens != 0 || num_known > total / pool->bs))
+        return -EINVAL;
+    int rc = seq_reserve_hashes(pool, seq, total);
+    if (rc)
+        return rc;
+    uint32_t r = 0;
+    uint64_t used = 0; /* tokens of runs[r] the known blocks cover */
     if (num_known) {
-        uint64_t total = 0;
-        for (uint32_t i = 0; i < num_runs; i++)
-            total += runs[i].count;
-        if (seq->num_tokens != 0 || num_known > total / pool->bs)
-            return -EINVAL;
-        if (grow_u32cap((void **)&seq->hashes, &seq->cap_hashes, num_known, sizeof *seq->hashes))
-            return -ENOMEM;
         memcpy(seq->hashes, known, num_known * sizeof *known);
         seq->num_hashes = num_known;
         /* Whole blocks: the partial block is empty, and nothing else keeps their tokens. */
@@ -545,13 +592,10 @@ int kvpool_seq_append_runs(struct kvpool *pool, struct kvpool_seq *seq,
         seq->num_tokens = skip;
         for (; r < num_runs && skip >= runs[r].count; r++)
             skip -= runs[r].count;
-        used = (uint32_t)skip; /* < runs[r].count: the known blocks end inside run r */
+        used = skip; /* < runs[r].count: the known blocks end inside run r */
     }
-    for (; r < num_runs; r++, used = 0) {
-        int rc = kvpool_seq_append_repeat(pool, seq, runs[r].token, runs[r].count - used);
-        if (rc)
-            return rc;
-    }
+    for (; r < num_runs; r++, used = 0)
+        seq_append_run(seq, pool->bs, runs[r].token, runs[r].count - used);
     return 0;
 }
 

@@ -15,8 +15,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
-                               uint64_t extra)
+/* One block: XXH3-64 of its tokens seeded with the parent, then the extra key folded in. */
+static inline kvpool_hash hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
+                                     uint64_t extra)
 {
     kvpool_hash h;
     if (n == 16) /* the default block size: a constant length picks XXH3's path at compile time */
@@ -26,6 +27,21 @@ kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, s
     if (extra != 0)
         h = XXH3_64bits_withSeed(&extra, sizeof extra, h);
     return h;
+}
+
+kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
+                               uint64_t extra)
+{
+    return hash_block(parent, tokens, n, extra);
+}
+
+kvpool_hash kvpool__hash_blocks(kvpool_hash parent, const kvpool_token *tokens, uint32_t bs,
+                                size_t stride, uint32_t num_blocks, uint64_t extra,
+                                kvpool_hash *out)
+{
+    for (uint32_t i = 0; i < num_blocks; i++, tokens += stride, extra = 0)
+        out[i] = parent = hash_block(parent, tokens, bs, extra);
+    return parent;
 }
 
 uint64_t kvpool__hash_bytes(const void *data, size_t len)
@@ -61,17 +77,33 @@ int64_t kvpool_hash_prompt_more(uint32_t block_size, const void *salt, size_t sa
             skip -= k;
             left -= k;
         }
-        while (left && nblocks < cap) {
+        if (fill && left) { /* complete the partial block */
             uint32_t k = block_size - fill < left ? block_size - fill : left;
             for (uint32_t i = 0; i < k; i++)
                 buf[fill + i] = runs[r].token;
             fill += k;
             left -= k;
-            if (fill == block_size) {
-                parent = kvpool__hash_block(parent, buf, block_size, nblocks == 0 ? extra : 0);
-                hashes[nblocks++] = parent;
-                fill = 0;
-            }
+            if (fill < block_size)
+                continue;
+            parent = hash_block(parent, buf, block_size, nblocks == 0 ? extra : 0);
+            hashes[nblocks++] = parent;
+            fill = 0;
+        }
+        uint64_t whole = left / block_size;
+        if (whole > (uint64_t)(cap - nblocks))
+            whole = (uint64_t)(cap - nblocks);
+        if (whole) { /* blocks of the one token: the same tokens hashed each time */
+            for (uint32_t i = 0; i < block_size; i++)
+                buf[i] = runs[r].token;
+            parent = kvpool__hash_blocks(parent, buf, block_size, 0, (uint32_t)whole,
+                                         nblocks == 0 ? extra : 0, hashes + nblocks);
+            nblocks += (int64_t)whole;
+            left -= (uint32_t)(whole * block_size);
+        }
+        if (nblocks < cap && left) { /* the next partial block (left < block_size here) */
+            for (uint32_t i = 0; i < left; i++)
+                buf[i] = runs[r].token;
+            fill = left;
         }
     }
     if (buf != stack_buf)

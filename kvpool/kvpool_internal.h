@@ -59,6 +59,13 @@ void kvpool__fq_prepend_n(struct kvpool_free_queue *q, const int32_t *ids, uint3
 /* Chained block hash: H(parent, tokens[0..n), extra). extra 0 means no extra key. */
 kvpool_hash kvpool__hash_block(kvpool_hash parent, const kvpool_token *tokens, size_t n,
                                uint64_t extra);
+/* Chains num_blocks block hashes into out[0..num_blocks), each the parent of the next, extra in
+ * the first one only: block i's bs tokens start at tokens + i * stride (stride bs: consecutive
+ * blocks; 0: the same tokens every time, a run of one token). Returns the last hash, or parent
+ * for 0 blocks. One call per run of blocks: the hashing loop stays inside the hash module. */
+kvpool_hash kvpool__hash_blocks(kvpool_hash parent, const kvpool_token *tokens, uint32_t bs,
+                                size_t stride, uint32_t num_blocks, uint64_t extra,
+                                kvpool_hash *out);
 /* Hash of a byte string used as an extra key (cache salt). Never 0. */
 uint64_t kvpool__hash_bytes(const void *data, size_t len);
 

@@ -127,7 +127,8 @@ static int outbox_push(struct kvsim_engine *e, int64_t t, enum kvsim_engine_msg_
         e->outbox = no;
         e->cap_outbox = nc;
     }
-    e->outbox[e->num_outbox++] = (struct kvsim_engine_msg){t, (uint32_t)kind, req, a, b};
+    e->outbox[e->num_outbox++] =
+        (struct kvsim_engine_msg){.t = t, .kind = (uint32_t)kind, .req = req, .a = a, .b = b};
     return 0;
 }
 
@@ -140,6 +141,10 @@ const struct kvsim_engine_msg *kvsim_engine_take_outbox(struct kvsim_engine *e, 
 
 void engine__disagg_free(struct kvsim_engine *e)
 {
+    for (uint32_t i = 0; i < e->num_inbox; i++) /* messages never applied or never taken */
+        free(e->inbox[i].hashes);
+    for (uint32_t i = 0; i < e->num_outbox; i++)
+        free(e->outbox[i].hashes);
     free(e->inbox);
     free(e->inbox_seq);
     free(e->outbox);
@@ -203,6 +208,28 @@ static void release_source(struct kvsim_engine *e, struct kvsim_handoff *h)
     h->source = NULL;
 }
 
+/* A copy of the finished prefill r's prompt block hashes for the decode side, when that pool
+ * hashes blocks of this size: the prompt's full blocks (r also holds the sampled token; its
+ * blocks went to the pin, its hashes stay until it is released). Returns 0 or -ENOMEM. */
+static int attach_prompt_hashes(struct kvsim_engine *e, struct kvsim_engine_msg *m,
+                                const struct sched_request *r)
+{
+    uint32_t bs = sched_get_config(e->s)->block_size;
+    if (e->cfg.disagg->decode_block_size != bs)
+        return 0;
+    uint32_t n = e->cfg.trace->reqs[r->id].input_len / bs;
+    if (n > r->kv.num_hashes)
+        n = r->kv.num_hashes;
+    if (n == 0)
+        return 0;
+    m->hashes = malloc(n * sizeof *m->hashes);
+    if (!m->hashes)
+        return engine__fail(e, -ENOMEM);
+    memcpy(m->hashes, r->kv.hashes, n * sizeof *m->hashes);
+    m->num_hashes = n;
+    return 0;
+}
+
 int engine__prefills_finished(struct kvsim_engine *e, struct sched_request *const *fin, uint32_t nf)
 {
     const struct kvsim_engine_disagg *d = e->cfg.disagg;
@@ -221,6 +248,8 @@ int engine__prefills_finished(struct kvsim_engine *e, struct sched_request *cons
         h->source = pin;
         int rc = outbox_push(e, e->now, KVSIM_MSG_PINNED, (uint32_t)pin->id, pin->kv.num_blocks,
                              pin->num_tokens);
+        if (rc == 0)
+            rc = attach_prompt_hashes(e, &e->outbox[e->num_outbox - 1], fin[i]);
         if (rc)
             return rc;
         if (d->release_immediately)
@@ -271,7 +300,8 @@ static int apply_release(struct kvsim_engine *e, struct kvsim_handoff *h, int64_
 
 /* ARRIVE: the decode request, with its whole prompt offered by the connector (has_kv), or with
  * nothing to load (a prompt shorter than a block: computed here). */
-static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t, bool has_kv)
+static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t t, bool has_kv,
+                        const struct kvsim_engine_msg *m)
 {
     const struct kvsim_req_spec *spec = &e->cfg.trace->reqs[h->req];
     uint32_t n = kvsim_prompt_runs(e->cfg.trace, h->req, e->runs, e->cap_runs);
@@ -294,6 +324,8 @@ static int apply_arrive(struct kvsim_engine *e, struct kvsim_handoff *h, int64_t
         .external_tokens = has_kv ? spec->input_len : 0, /* the connector offers the prompt */
         .external_async = has_kv,
         .external_once = has_kv,
+        .prompt_hashes = m->hashes, /* the prefill's, at this block size */
+        .num_prompt_hashes = m->num_hashes,
     };
     int rc = sched_add(e->s, &p, &h->decode_req);
     if (rc)
@@ -390,9 +422,10 @@ int engine__apply_messages(struct kvsim_engine *e, int64_t t, bool expire)
         case KVSIM_MSG_RELEASE: rc = apply_release(e, h, m.t); break;
         case KVSIM_MSG_ACTIVATE: rc = apply_activate(e, h); break;
         case KVSIM_MSG_CANCEL: rc = apply_cancel(e, h, m.t); break;
-        case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t, m.a != 0); break;
+        case KVSIM_MSG_ARRIVE: rc = apply_arrive(e, h, m.t, m.a != 0, &m); break;
         default: rc = engine__fail(e, -EINVAL); break;
         }
+        free(m.hashes);
         if (rc)
             return rc;
     }

@@ -629,6 +629,12 @@ struct kvsim_engine_msg {
     uint32_t kind; /* enum kvsim_engine_msg_kind */
     uint32_t req;  /* the request (its handoff is handoffs[req]) */
     uint64_t a, b; /* what the kind says */
+    /* PINNED, then ARRIVE: the hashes of the prompt's first num_hashes full blocks, copied from
+     * the prefill (when both pools have one block size), so that neither the decode router nor
+     * the decode engine hashes the prompt again; NULL when not given. malloc'd; the message
+     * owns it: whoever takes a message from an outbox or an inbox frees it or passes it on. */
+    kvpool_hash *hashes;
+    uint32_t num_hashes;
 };
 /* Posts m, to be applied at m->t, which must come after the instant the engine last advanced
  * to (it has processed everything up to there). The engine's published view (its pub) accounts

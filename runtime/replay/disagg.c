@@ -205,22 +205,38 @@ int replay__disagg_after_prefill(struct replay *rp)
     rp->num_pfacts = 0;
     int rc = 0;
     for (int64_t k = 0; k < n && rc == 0; k++) {
-        const struct kvsim_engine_msg *m = &rp->msgs[order[k]];
+        struct kvsim_engine_msg *m = &rp->msgs[order[k]];
         struct kvsim_handoff *h = &rp->handoffs[m->req];
         if (m->kind == KVSIM_MSG_PINNED) {
             int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
-                                      rp->cfg->disagg.decode_sched.block_size, NULL);
+                                      rp->cfg->disagg.decode_sched.block_size, m->hashes,
+                                      m->num_hashes, NULL);
             if (d < 0) {
                 rc = (int)d;
                 break;
             }
             h->decode_engine = (int32_t)(rp->num_prefill + (uint32_t)d); /* the booking */
-            rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_ARRIVE, m->req, m->a != 0);
+            /* The prefill's prompt hashes go on with the arrival (the decode engine frees them). */
+            struct kvsim_engine_msg a = {.t = m->t,
+                                         .kind = KVSIM_MSG_ARRIVE,
+                                         .req = m->req,
+                                         .a = m->a != 0,
+                                         .hashes = m->hashes,
+                                         .num_hashes = m->num_hashes};
+            rc = kvsim_engine_post(rp->engines[h->decode_engine], &a);
+            if (rc == 0) {
+                m->hashes = NULL;
+                m->num_hashes = 0;
+            }
         } else if (m->kind == KVSIM_MSG_ABORTED && h->decode_engine >= 0) {
             rc = post(rp, (uint32_t)h->decode_engine, m->t, KVSIM_MSG_CANCEL, m->req, 0);
         }
         if (rc == 0)
             rc = keep_fact(rp, m);
+    }
+    for (int64_t k = 0; k < n; k++) { /* the hashes of pins not passed on (after an error) */
+        free(rp->msgs[k].hashes);
+        rp->msgs[k].hashes = NULL;
     }
     free(order);
     return rc;

@@ -197,7 +197,7 @@ static void apply_event(void *ctx, const struct kvpool_event *ev)
 
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                       const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t bs,
-                      uint32_t *num_hashes)
+                      const kvpool_hash *known, uint32_t num_known, uint32_t *num_hashes)
 {
     const struct kvsim_req_spec *s = &rp->trace.reqs[req];
     uint32_t nh = 0;
@@ -222,7 +222,14 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                 rp->hashes = nh2;
                 rp->cap_hashes = want;
             }
-            int64_t got = kvpool_hash_prompt_more(bs, NULL, 0, rp->runs, n, rp->hashes, nh, want);
+            int64_t got;
+            if (known && num_known >= want) { /* hashed before, at this block size */
+                if (want > nh)
+                    memcpy(rp->hashes + nh, known + nh, (want - nh) * sizeof *known);
+                got = want;
+            } else {
+                got = kvpool_hash_prompt_more(bs, NULL, 0, rp->runs, n, rp->hashes, nh, want);
+            }
             if (got < 0)
                 return (int)got;
             nh = (uint32_t)got;
@@ -273,7 +280,7 @@ static int route_one(struct replay *rp, uint32_t req)
     uint32_t bs =
         rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size : rp->cfg->sched.block_size;
     uint32_t nh;
-    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs, &nh);
+    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs, NULL, 0, &nh);
     if (e < 0)
         return (int)e;
     if (nh) {

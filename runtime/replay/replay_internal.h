@@ -146,12 +146,12 @@ struct event_ctx {
 };
 
 /* Places request req on one of the n engines behind router (pubs[0..n) their loads), hashing
- * its prompt at block_size for the kv policy: the first *num_hashes (when not NULL) blocks'
- * hashes are in rp->hashes then. Returns the engine's index among them (>= 0) or a negative
- * errno. */
+ * its prompt at block_size for the kv policy (the first num_known blocks' hashes are known[],
+ * when given: copied, not computed): the first *num_hashes (when not NULL) blocks' hashes are
+ * in rp->hashes then. Returns the engine's index among them (>= 0) or a negative errno. */
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                       const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t block_size,
-                      uint32_t *num_hashes);
+                      const kvpool_hash *known, uint32_t num_known, uint32_t *num_hashes);
 
 /* ---- disagg.c ------------------------------------------------------------------------------ */
 

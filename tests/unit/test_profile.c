@@ -188,3 +188,27 @@ Test(profile, step_overhead_adds_to_every_step)
     unlink(path);
     kvsim_profile_free(p);
 }
+
+/* The polynomial's step time rounds like llround (halves away from zero), for whole, half and
+ * near-half nanoseconds, tiny and huge steps. */
+Test(step_model, rounds_to_the_nearest_nanosecond_like_llround)
+{
+    static const double floors_ms[] = {1.0,       2.5e-6,   3.5e-6,  1.4999999e-6, 1.5000001e-6,
+                                       0.1234567, 1e-7,     4.5e-7,  1234.0000005, 9.2e9,
+                                       1e13,      123.4567, 0.00001, 7.0000005};
+    for (size_t i = 0; i < sizeof floors_ms / sizeof floors_ms[0]; i++) {
+        struct kvsim_step_model m;
+        kvsim_step_model_default(&m);
+        m.decode_ms[0] = m.decode_ms[1] = m.decode_ms[2] = 0.0;
+        m.decode_floor_ms = floors_ms[i]; /* a decode step costs the floor */
+        struct kvsim_step_batch b = {.num_decode_reqs = 1, .kv_usage = 0.5};
+        int64_t want = llround(floors_ms[i] * 1e6);
+        if (want < 1)
+            want = 1;
+        cr_assert_eq(kvsim_step_model_duration_ns(&m, &b), want, "floor %.10g ms", floors_ms[i]);
+        m.speedup_ratio = 2.0; /* and with a division */
+        want = llround(floors_ms[i] / 2.0 * 1e6);
+        cr_assert_eq(kvsim_step_model_duration_ns(&m, &b), want < 1 ? 1 : want, "floor %.10g / 2",
+                     floors_ms[i]);
+    }
+}

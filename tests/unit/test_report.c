@@ -1068,3 +1068,45 @@ Test(metrics, slo_attainment_and_goodput_of_hand_replay)
     cr_assert(!r.slo.enabled);
     kvsim_metrics_destroy(m);
 }
+
+static int cmp_double_test(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* kvsim_latency_of sorts vals in place: the same array as qsort's, whatever the values (large,
+ * tiny, repeated, infinite; and with a negative one, which takes the other path). */
+Test(latency, sorts_like_qsort_on_every_kind_of_value)
+{
+    enum { N = 5000 };
+    static double v[N], want[N];
+    uint64_t x = 7;
+    for (int variant = 0; variant < 4; variant++) {
+        for (int i = 0; i < N; i++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            switch ((x >> 60) & 3) {
+            case 0: v[i] = (double)(x >> 20); break;                  /* ~1e13, like ns */
+            case 1: v[i] = (double)(x >> 40) / 3.0; break;            /* fractions */
+            case 2: v[i] = (double)((x >> 33) & 7); break;            /* repeats and zeros */
+            default: v[i] = (x >> 59) & 1 ? INFINITY : 1e-300; break; /* extremes */
+            }
+        }
+        if (variant == 1)
+            v[N / 2] = -2.5; /* a negative value: not radix-ordered */
+        if (variant == 2)
+            for (int i = 0; i < N; i++)
+                v[i] = 123456789.0; /* one value: every digit agrees */
+        if (variant == 3)
+            for (int i = 0; i < N; i++)
+                v[i] = (double)(i * 7919 % 100000); /* small integers: low digits all zero */
+        memcpy(want, v, sizeof v);
+        qsort(want, N, sizeof *want, cmp_double_test);
+        struct kvsim_latency l;
+        kvsim_latency_of(v, N, &l);
+        cr_assert_eq(memcmp(v, want, sizeof v), 0, "variant %d sorted differently", variant);
+        cr_assert_eq(l.min, want[0]);
+        cr_assert_eq(l.max, want[N - 1]);
+        cr_assert_eq(l.p50, want[kvsim_nearest_rank(N, 500) - 1]);
+    }
+}

@@ -847,7 +847,9 @@ uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kv
 {
     /* kvpool_extend_in_place's conditions for step j (nc + j computed, num_tokens + j known):
      * nc + j + 1 slots fit the blocks held and max_model_len (no clamp), and the filled tokens,
-     * min(nc + j + 1, num_tokens + j), stay inside the first uncached block. */
+     * min(nc + j + 1, num_tokens + j), stay inside the first uncached block, but on the last
+     * step, which may fill it (kvpool_decode_steps_fill caches it), unless a store hook would
+     * start a store there. */
     uint64_t nc = num_computed_tokens, bs = pool->bs;
     uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
     uint64_t room = (uint64_t)seq->num_blocks * bs;
@@ -859,9 +861,27 @@ uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kv
     if (pool->cfg.enable_prefix_caching) {
         uint64_t filled = min_u64(nc + 1, seq->num_tokens);
         uint64_t edge = ((uint64_t)seq->num_cached_blocks + 1) * bs; /* filled + j < edge */
-        k = filled >= edge ? 0 : min_u64(k, edge - filled);
+        uint64_t fill_step = filled >= edge ? 0 : edge - filled;     /* the first that fills */
+        k = min_u64(k, pool->store_hook ? fill_step : fill_step + 1);
     }
     return k;
+}
+
+void kvpool_decode_steps_fill(struct kvpool *pool, struct kvpool_seq *seq,
+                              uint64_t num_computed_tokens, uint64_t k)
+{
+    if (!pool->cfg.enable_prefix_caching || k == 0)
+        return;
+    /* Step k - 1's kvpool_extend_in_place: nc + k - 1 computed, one more, num_tokens - 1 known
+     * (its own token is appended after it ran). */
+    uint64_t filled = min_u64(num_computed_tokens + k, seq->num_tokens - 1);
+    if (filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs) {
+        uint64_t upto = filled / pool->bs;
+        upto = min_u64(upto, seq->num_blocks);
+        upto = min_u64(upto, seq->num_hashes);
+        if (upto > seq->num_cached_blocks)
+            cache_range(pool, seq, (uint32_t)upto);
+    }
 }
 
 void kvpool_extend_in_place_steps(struct kvpool *pool, uint64_t k) { pool->generation += k; }

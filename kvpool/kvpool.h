@@ -249,13 +249,23 @@ KVSIM_EXTERN bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq 
                                          uint64_t num_computed_tokens, uint64_t num_new_tokens);
 /*
  * kvpool_decode_steps_in_place - how many consecutive decode steps of seq, from
- * num_computed_tokens on, kvpool_extend_in_place would apply with no effect but the generation:
- * step j extends by one token at num_computed_tokens + j, after the j tokens of the steps before
- * were appended, and needs no block and fills none for the prefix cache. At most max. Reads only.
+ * num_computed_tokens on, kvpool_extend_in_place would apply without taking a block: step j
+ * extends by one token at num_computed_tokens + j, after the j tokens of the steps before were
+ * appended. None of them fills a block for the prefix cache but, without a store hook, the last
+ * one may (kvpool_decode_steps_fill then does its caching). At most max. Reads only.
  */
 KVSIM_EXTERN uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool,
                                                    const struct kvpool_seq *seq,
                                                    uint64_t num_computed_tokens, uint64_t max);
+/*
+ * kvpool_decode_steps_fill - the prefix caching of the last of k steps that
+ * kvpool_decode_steps_in_place allowed from num_computed_tokens, once their k tokens were
+ * appended to seq: what that step's kvpool_extend_in_place cached, if anything (the blocks it
+ * filled, with their KV event). Owner thread; call it for each sequence in the order the steps
+ * extend them.
+ */
+KVSIM_EXTERN void kvpool_decode_steps_fill(struct kvpool *pool, struct kvpool_seq *seq,
+                                           uint64_t num_computed_tokens, uint64_t k);
 /* kvpool_extend_in_place_steps - what k such kvpool_extend_in_place calls do (the decode fast
  * path's bulk form): the generation advances by k. Owner thread. */
 KVSIM_EXTERN void kvpool_extend_in_place_steps(struct kvpool *pool, uint64_t k);

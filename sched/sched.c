@@ -1260,6 +1260,7 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
     for (size_t i = 0; i < s->num_running; i++) {
         struct sched_request *r = s->running[i];
         const kvpool_token *t = tokens + i * k;
+        uint64_t nc = r->num_computed_tokens;
         r->num_computed_tokens += k;
         if (s->cfg.defer_block_free)
             r->last_sched_seq = s->sched_step_seq;
@@ -1268,6 +1269,9 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
         int rc = kvpool_seq_append_tokens(s->pool, &r->kv, t, k);
         if (rc)
             return rc;
+        /* The last step may fill a block (only the last: the run ends there). Requests are
+         * extended in running order, so their blocks are cached in a schedule's order. */
+        kvpool_decode_steps_fill(s->pool, &r->kv, nc, k);
     }
     kvpool_extend_in_place_steps(s->pool, (uint64_t)k * s->num_running);
     return 0;

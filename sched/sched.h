@@ -311,8 +311,9 @@ KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
 /*
  * sched_stable_decode_steps - the decode fast path's test. How many schedule() + update() pairs
  * from now (no arrival, abort or release between them) would each schedule every running
- * request for one token, which it samples, take or cache no block, and preempt, admit and
- * finish nobody by a length cap: at most max, and 0 if fewer than min (the scan stops there).
+ * request for one token, which it samples, take no block, cache none but in the last step
+ * (none with offload tiers: a store would start), and preempt, admit and finish nobody by a
+ * length cap: at most max, and 0 if fewer than min (the scan stops there).
  * Token stops (EOS, stop tokens) are the caller's: see sched_decode_steps. 0 when the state is
  * not such a batch: steps outstanding, requests waiting or loading, deferred frees, async
  * scheduling, check_invariants on. Owner thread; reads only.

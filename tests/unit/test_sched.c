@@ -554,6 +554,24 @@ static void fast_cfg_small(struct sched_config *c)
     c->max_model_len = 96;
 }
 static void fast_cfg_no_cache(struct sched_config *c) { c->enable_prefix_caching = false; }
+static void fast_cfg_events(struct sched_config *c)
+{
+    fast_cfg_small(c);
+    c->enable_kv_events = true;
+}
+
+/* The KV events a pool recorded, folded into one running digest (type, parent, hashes, order). */
+static void fold_event(void *ctx, const struct kvpool_event *ev)
+{
+    uint64_t *h = ctx;
+    *h = *h * 1000003u ^ (uint64_t)ev->type;
+    *h = *h * 1000003u ^ (ev->has_parent ? ev->parent_hash : 7u);
+    for (uint32_t i = 0; i < ev->num_hashes; i++)
+        *h = *h * 1000003u ^ ev->hashes[i];
+    *h = *h * 1000003u ^ ev->num_hashes;
+}
+
+static bool fast_aligned; /* decode_steps_match's prompts all of one length */
 
 static void decode_steps_match(void (*tweak)(struct sched_config *))
 {
@@ -564,12 +582,14 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
         tweak(&cfg);
         cr_assert_eq(sched_create(&cfg, &s[m]), 0);
         for (uint64_t id = 0; id < 6; id++) { /* shared prefixes: ids 0-2 and 3-5 */
+            /* aligned: every prompt as long, so that requests fill blocks at the same step */
+            uint32_t len = fast_aligned ? 13 : (uint32_t)(9 + 7 * id);
             struct sched_request *r =
-                add(s[m], id, (kvpool_token)(7 + id / 3), 9 + 7 * id, (uint32_t)(25 + 19 * id));
+                add(s[m], id, (kvpool_token)(7 + id / 3), len, (uint32_t)(25 + 19 * id));
             (void)r;
         }
     }
-    uint64_t bulk = 0;
+    uint64_t bulk = 0, events = 0;
     for (int it = 0; sched_num_unfinished(s[0]) > 0; it++) {
         cr_assert_lt(it, 100000);
         uint32_t k = sched_stable_decode_steps(s[0], 1, 40);
@@ -590,6 +610,13 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
             step_one(s[1]);
         }
         assert_same_state(s[0], s[1]);
+        uint64_t ev[2] = {1, 1}; /* the same events in the same order, if any are recorded */
+        size_t nev[2];
+        for (int m = 0; m < 2; m++)
+            nev[m] = kvpool_events_drain(sched_pool(s[m]), fold_event, &ev[m]);
+        cr_assert_eq(nev[0], nev[1], "events after iteration %d", it);
+        cr_assert_eq(ev[0], ev[1], "events after iteration %d", it);
+        events += nev[0];
         for (int m = 0; m < 2; m++) { /* release what finished (same on both) */
             uint32_t nf;
             struct sched_request *const *fin = sched_last_finished(s[m], &nf);
@@ -601,6 +628,8 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
         }
     }
     cr_assert_geq(bulk, 10, "the bulk path ran (%" PRIu64 " steps)", bulk);
+    if (tweak == fast_cfg_events)
+        cr_assert_gt(events, 0, "events were recorded");
     sched_destroy(s[0]);
     sched_destroy(s[1]);
 }
@@ -614,6 +643,13 @@ Test(sched, decode_steps_equal_one_by_one_small_blocks_and_length_caps)
 Test(sched, decode_steps_equal_one_by_one_without_prefix_caching)
 {
     decode_steps_match(fast_cfg_no_cache);
+}
+/* A run may end on the step that fills a block: the same blocks cached, the same KV events. */
+Test(sched, decode_steps_equal_one_by_one_with_kv_events) { decode_steps_match(fast_cfg_events); }
+Test(sched, decode_steps_equal_one_by_one_with_kv_events_filled_together)
+{
+    fast_aligned = true;
+    decode_steps_match(fast_cfg_events);
 }
 
 /* A token that would stop its request is refused, and nothing changes. */

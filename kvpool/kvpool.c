@@ -842,8 +842,9 @@ bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
     return true;
 }
 
-uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kvpool_seq *seq,
-                                      uint64_t num_computed_tokens, uint64_t max)
+/* kvpool_decode_steps_in_place's count for seq holding `extra` more blocks than it does. */
+static uint64_t decode_steps(const struct kvpool *pool, const struct kvpool_seq *seq,
+                             uint64_t num_computed_tokens, uint64_t max, uint32_t extra)
 {
     /* kvpool_extend_in_place's conditions for step j (nc + j computed, num_tokens + j known):
      * nc + j + 1 slots fit the blocks held and max_model_len (no clamp), and the filled tokens,
@@ -852,7 +853,7 @@ uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kv
      * start a store there. */
     uint64_t nc = num_computed_tokens, bs = pool->bs;
     uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
-    uint64_t room = (uint64_t)seq->num_blocks * bs;
+    uint64_t room = ((uint64_t)seq->num_blocks + extra) * bs;
     if (mml < room)
         room = mml;
     if (nc >= room)
@@ -865,6 +866,31 @@ uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kv
         k = min_u64(k, pool->store_hook ? fill_step : fill_step + 1);
     }
     return k;
+}
+
+uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool, const struct kvpool_seq *seq,
+                                      uint64_t num_computed_tokens, uint64_t max)
+{
+    return decode_steps(pool, seq, num_computed_tokens, max, 0);
+}
+
+uint64_t kvpool_decode_steps_taking_block(const struct kvpool *pool, const struct kvpool_seq *seq,
+                                          uint64_t num_computed_tokens, uint64_t max)
+{
+    /* kvpool_prepare's plan for one token at nc: exactly one new block when the held ones are
+     * full, and a commit that caches nothing (every full block is cached already). */
+    uint64_t nc = num_computed_tokens, bs = pool->bs;
+    uint64_t mml = pool->cfg.max_model_len ? pool->cfg.max_model_len : UINT64_MAX;
+    if (pool->store_hook || nc != (uint64_t)seq->num_blocks * bs || nc >= mml)
+        return 0;
+    if (pool->cfg.enable_prefix_caching) {
+        uint64_t upto = min_u64(nc + 1, seq->num_tokens) / bs;
+        upto = min_u64(upto, (uint64_t)seq->num_blocks + 1);
+        upto = min_u64(upto, seq->num_hashes);
+        if (upto > seq->num_cached_blocks)
+            return 0;
+    }
+    return decode_steps(pool, seq, nc, max, 1);
 }
 
 void kvpool_decode_steps_fill(struct kvpool *pool, struct kvpool_seq *seq,
@@ -1060,6 +1086,12 @@ uint32_t kvpool_num_usable_blocks(const struct kvpool *pool) { return pool->num_
 double kvpool_usage(const struct kvpool *pool)
 {
     return 1.0 - (double)pool->fq.count / (double)(pool->num_blocks - 1);
+}
+
+double kvpool_usage_taking(const struct kvpool *pool, uint32_t n)
+{
+    uint32_t count = n < pool->fq.count ? pool->fq.count - n : 0;
+    return 1.0 - (double)count / (double)(pool->num_blocks - 1);
 }
 
 uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block)

@@ -258,6 +258,15 @@ KVSIM_EXTERN uint64_t kvpool_decode_steps_in_place(const struct kvpool *pool,
                                                    const struct kvpool_seq *seq,
                                                    uint64_t num_computed_tokens, uint64_t max);
 /*
+ * kvpool_decode_steps_taking_block - the same count when step 0 is the one that needs a block:
+ * when the blocks seq holds are full at num_computed_tokens and kvpool_prepare + kvpool_commit of
+ * one token would take exactly one block and cache nothing (no store hook), how many steps from
+ * num_computed_tokens on need no further block, step 0 included; else 0. Reads only.
+ */
+KVSIM_EXTERN uint64_t kvpool_decode_steps_taking_block(const struct kvpool *pool,
+                                                       const struct kvpool_seq *seq,
+                                                       uint64_t num_computed_tokens, uint64_t max);
+/*
  * kvpool_decode_steps_fill - the prefix caching of the last of k steps that
  * kvpool_decode_steps_in_place allowed from num_computed_tokens, once their k tokens were
  * appended to seq: what that step's kvpool_extend_in_place cached, if anything (the blocks it
@@ -330,6 +339,8 @@ KVSIM_EXTERN uint32_t kvpool_num_held_only_blocks(const struct kvpool *pool);
 KVSIM_EXTERN uint32_t kvpool_num_pinned_only_blocks(const struct kvpool *pool);
 KVSIM_EXTERN uint32_t kvpool_num_usable_blocks(const struct kvpool *pool); /* num_blocks - 1 */
 KVSIM_EXTERN double kvpool_usage(const struct kvpool *pool);               /* 1 - free / usable */
+/* kvpool_usage once n more blocks are taken from the free queue (the same double). */
+KVSIM_EXTERN double kvpool_usage_taking(const struct kvpool *pool, uint32_t n);
 KVSIM_EXTERN uint32_t kvpool_ref_count(const struct kvpool *pool, kvpool_block_id block);
 /* Sets *hash and returns true if the block carries a hash in the prefix cache. */
 KVSIM_EXTERN bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id block,

@@ -1185,8 +1185,11 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
 
 /* ---- the decode fast path (see sched.h) ------------------------------------------------------ */
 
-uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max)
+uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max,
+                                   uint32_t *new_blocks)
 {
+    if (new_blocks)
+        *new_blocks = 0;
     const struct sched_config *c = &s->cfg;
     if (c->async_scheduling || c->check_invariants || s->num_outstanding ||
         s->num_pending_preempted || s->waiting.len || s->skipped.len || s->num_running == 0 ||
@@ -1194,6 +1197,7 @@ uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t
         c->max_num_batched_tokens < s->num_running) /* every one gets its token */
         return 0;
     uint64_t k = max;
+    uint32_t taking = 0; /* requests whose first step takes a block */
     /* Back to front: the newest admissions, still prefilling, end most scans at once. */
     for (size_t i = s->num_running; i-- > 0;) {
         const struct sched_request *r = s->running[i];
@@ -1206,10 +1210,19 @@ uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t
          * the request by length when nc + j + 2 >= max_model_len or it is output max_tokens. */
         k = c->max_model_len > nc + 2 ? min_u64(k, c->max_model_len - nc - 2) : 0;
         k = r->max_tokens > r->num_output + 1 ? min_u64(k, r->max_tokens - r->num_output - 1) : 0;
-        k = kvpool_decode_steps_in_place(s->pool, &r->kv, nc, k);
+        uint64_t kr = kvpool_decode_steps_in_place(s->pool, &r->kv, nc, k);
+        if (kr == 0 && new_blocks &&
+            (kr = kvpool_decode_steps_taking_block(s->pool, &r->kv, nc, k)) > 0)
+            taking++;
+        k = kr;
         if (k < min || k == 0)
             return 0; /* the rest cannot make it longer */
     }
+    /* Each of those allocations is READY, with no preemption, while a block is free for it. */
+    if (taking > kvpool_num_free_blocks(s->pool))
+        return 0;
+    if (new_blocks)
+        *new_blocks = taking;
     return (uint32_t)k;
 }
 
@@ -1227,7 +1240,8 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
 {
     if (k == 0)
         return 0;
-    if (sched_stable_decode_steps(s, k, k) < k)
+    uint32_t taking;
+    if (sched_stable_decode_steps(s, k, k, &taking) < k)
         return -EINVAL;
     for (size_t i = 0; i < s->num_running; i++) {
         struct sched_request *r = s->running[i];
@@ -1249,7 +1263,33 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
     /* What the k schedule() calls did: step indices, the deferred-free fences (each step had
      * tokens), one in-place extension per request and step. Then the k updates: the fences
      * processed (nothing is deferred), the tokens appended, no finish. */
-    s->step_index += k;
+    /* The first schedule: the blocks its requests take (schedule_running's prepare + commit,
+     * in running order: READY, as sched_stable_decode_steps checked). */
+    s->step_index++;
+    uint32_t took = 0; /* commits: each advanced the generation as an extension would have */
+    for (size_t i = 0; took < taking && i < s->num_running; i++) {
+        struct sched_request *r = s->running[i];
+        uint64_t nc = r->num_computed_tokens;
+        if (kvpool_decode_steps_in_place(s->pool, &r->kv, nc, 1) == 1)
+            continue; /* extends in place: counted with the other steps below */
+        struct kvpool_alloc_args args = {
+            .num_computed_tokens = nc,
+            .num_new_tokens = 1,
+            .has_scheduled_reqs = true,
+            .is_admission = false,
+        };
+        struct kvpool_plan plan;
+        int rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
+        if (rc != KVPOOL_READY)
+            return rc < 0 ? rc : -EUCLEAN; /* the test above said it was */
+        uint32_t before = r->kv.num_blocks;
+        if ((rc = kvpool_commit(s->pool, &r->kv, &plan)) != 0)
+            return rc;
+        if (r->kv.num_blocks != before)
+            transition(s, r, SCHED_T_ALLOCATED);
+        took++;
+    }
+    s->step_index += k - 1;
     memset(&s->offload_status, 0, sizeof s->offload_status); /* nobody waited for capacity */
     if (s->cfg.defer_block_free) {
         s->sched_step_seq += k;
@@ -1273,7 +1313,7 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
          * extended in running order, so their blocks are cached in a schedule's order. */
         kvpool_decode_steps_fill(s->pool, &r->kv, nc, k);
     }
-    kvpool_extend_in_place_steps(s->pool, (uint64_t)k * s->num_running);
+    kvpool_extend_in_place_steps(s->pool, (uint64_t)k * s->num_running - took);
     return 0;
 }
 

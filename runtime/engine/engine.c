@@ -727,10 +727,12 @@ static int complete_step(struct kvsim_engine *e)
 /* ---- the decode fast path --------------------------------------------------------------------
  *
  * A decode-heavy replay spends most of its steps on batches that do not change: every running
- * request decodes one token, no block is taken, nobody arrives, finishes or is preempted. Such a
+ * request decodes one token, no block is taken but in the first step, nobody arrives, finishes or
+ * is preempted. Such a
  * run of steps is applied in bulk: the scheduler checks how long it lasts
- * (sched_stable_decode_steps: up to the step that fills a block, which it includes and which
- * caches it, or the one before the next block is needed, a length cap or admission), the
+ * (sched_stable_decode_steps: from a first step that may take a block for some of them, up to
+ * the step that fills a block, which it includes and which caches it, or the one before the next
+ * block is needed, a length cap or admission), the
  * engine cuts it at its own next event (the epoch end `until`, a message or transfer, a time
  * series boundary, a stop token) and at most FAST_MAX_STEPS, then applies the steps, the token
  * metrics and the step accounting at once. Every figure it changes ends as k steps one by one
@@ -750,7 +752,8 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     uint32_t n = sched_running(e->s, &rr);
     if (n == 0 || e->num_later || e->num_aborts)
         return 0;
-    uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS);
+    uint32_t taking; /* blocks the first step takes */
+    uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS, &taking);
     if (k < FAST_MIN_STEPS)
         return 0;
     if (e->cfg.stops) /* the token after stop_after - 1 outputs is the EOS */
@@ -761,7 +764,9 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
         }
     if (k > FAST_MAX_TOKENS / n) /* bounds the token buffer */
         k = FAST_MAX_TOKENS / n;
-    struct kvsim_step_batch b = {.num_decode_reqs = n, .kv_usage = kvpool_usage(sched_pool(e->s))};
+    /* Every step's usage is the first's, read after its allocations (schedule_step's order). */
+    struct kvsim_step_batch b = {.num_decode_reqs = n,
+                                 .kv_usage = kvpool_usage_taking(sched_pool(e->s), taking)};
     /* Every step ends at or before until, and before the next local event or interval end (an
      * event at a step's end applies after that step: the normal path handles it). */
     int64_t lim = next_local_event(e);
@@ -1014,12 +1019,13 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
             /* Transfers ending now come first: they release holds and finish loads. */
             if ((rc = apply_events(e, e->now, true)) != 0)
                 return rc;
-            /* k steps at once, or none; then the next step starts where the k-th one's end
-             * left it (its events at e->now apply first, as after any step; the run ended
-             * because the batch changes now, so no second run is tried). */
-            if (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0 &&
-                (rc < 0 || (rc = apply_events(e, e->now, true)) != 0))
-                return rc;
+            /* k steps at once, or none; then the next run or step starts where the k-th one's
+             * end left it (its events at e->now apply first, as after any step). A run ends
+             * where the batch changes: where a block fills or the next one is needed, and a run
+             * may begin by taking that block. */
+            while (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0)
+                if (rc < 0 || (rc = apply_events(e, e->now, true)) != 0)
+                    return rc;
             if ((rc = start_step(e)) != 0)
                 return rc;
             engine__pin_account(e, e->now); /* its hits may take pinned blocks */

@@ -535,6 +535,10 @@ static void assert_same_state(struct sched *a, struct sched *b)
             cr_assert_arr_eq(x->output, y->output, x->num_output * sizeof *x->output);
         cr_assert_eq(x->kv.num_tokens, y->kv.num_tokens);
         cr_assert_eq(x->kv.num_blocks, y->kv.num_blocks);
+        if (x->kv.num_blocks) /* the same blocks: the free queue gave them in the same order */
+            cr_assert_arr_eq(x->kv.blocks, y->kv.blocks, x->kv.num_blocks * sizeof *x->kv.blocks);
+        cr_assert_eq(x->last_transition, y->last_transition);
+        cr_assert_eq(x->last_transition_step, y->last_transition_step);
         cr_assert_eq(x->kv.num_cached_blocks, y->kv.num_cached_blocks);
         cr_assert_eq(x->kv.num_hashes, y->kv.num_hashes);
         if (x->kv.num_hashes)
@@ -589,11 +593,15 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
             (void)r;
         }
     }
-    uint64_t bulk = 0, events = 0;
+    uint64_t bulk = 0, events = 0, took = 0;
     for (int it = 0; sched_num_unfinished(s[0]) > 0; it++) {
         cr_assert_lt(it, 100000);
-        uint32_t k = sched_stable_decode_steps(s[0], 1, 40);
-        cr_assert_eq(k, sched_stable_decode_steps(s[1], 1, 40), "the test reads only");
+        uint32_t taking[2];
+        uint32_t k = sched_stable_decode_steps(s[0], 1, 40, &taking[0]);
+        cr_assert_eq(k, sched_stable_decode_steps(s[1], 1, 40, &taking[1]), "the test reads only");
+        cr_assert_eq(taking[0], taking[1]);
+        if (k > 0)
+            took += taking[0];
         if (k > 0 && it % 3 != 2) {
             struct sched_request *const *rr;
             uint32_t n = sched_running(s[0], &rr);
@@ -630,6 +638,7 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
     cr_assert_geq(bulk, 10, "the bulk path ran (%" PRIu64 " steps)", bulk);
     if (tweak == fast_cfg_events)
         cr_assert_gt(events, 0, "events were recorded");
+    cr_assert_gt(took, 0, "some runs began by taking a block");
     sched_destroy(s[0]);
     sched_destroy(s[1]);
 }
@@ -670,7 +679,7 @@ Test(sched, decode_steps_refuse_a_stopping_token)
     struct sched_request *r;
     cr_assert_eq(sched_add(s, &p, &r), 0);
     step_one(s); /* the prefill samples the first token */
-    cr_assert_geq(sched_stable_decode_steps(s, 1, 4), 3);
+    cr_assert_geq(sched_stable_decode_steps(s, 1, 4, NULL), 3);
     kvpool_token toks[3] = {100, 777, 101};
     uint64_t gen = kvpool_generation(sched_pool(s));
     cr_assert_eq(sched_decode_steps(s, 3, toks), -EINVAL);

@@ -745,9 +745,11 @@ static int complete_step(struct kvsim_engine *e)
 #define FAST_MAX_TOKENS 16384u /* steps x running requests per run */
 
 /* Returns the number of steps applied from e->now (no step running then or after), or a
- * negative errno. */
-static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
+ * negative errno. *again says whether another run may follow at once: not when this one was cut
+ * by a stop token or by time (its next step is a normal one). */
+static int decode_fast_forward(struct kvsim_engine *e, int64_t until, bool *again)
 {
+    *again = false;
     struct sched_request *const *rr;
     uint32_t n = sched_running(e->s, &rr);
     if (n == 0 || e->num_later || e->num_aborts)
@@ -756,11 +758,14 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS, &taking);
     if (k < FAST_MIN_STEPS)
         return 0;
+    bool cut = false;
     if (e->cfg.stops) /* the token after stop_after - 1 outputs is the EOS */
         for (uint32_t i = 0; i < n; i++) {
             uint32_t stop = e->cfg.trace->reqs[rr[i]->id].stop_after, out = rr[i]->num_output;
-            if (stop > out && stop - out - 1 < k)
+            if (stop > out && stop - out - 1 < k) {
                 k = stop - out - 1;
+                cut = true;
+            }
         }
     if (k > FAST_MAX_TOKENS / n) /* bounds the token buffer */
         k = FAST_MAX_TOKENS / n;
@@ -797,8 +802,10 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
                 e->shape_context[i] = rr[i]->num_computed_tokens + j;
             unsigned out = 0;
             int64_t d = kvsim_step_model_cost_ns(&e->cfg.model, &b, &out);
-            if (d > last - t)
+            if (d > last - t) {
+                cut = true;
                 break;
+            }
             t += d;
             e->fast_dur[j] = (struct engine_fast_step){d, out};
         }
@@ -806,8 +813,10 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     } else {
         dur = kvsim_step_model_cost_ns(&e->cfg.model, &b, &outside);
         uint64_t fit = (uint64_t)((last - e->now) / dur);
-        if (fit < k)
+        if (fit < k) {
             k = (uint32_t)fit;
+            cut = true;
+        }
     }
     if (k < FAST_MIN_STEPS || outside)
         return 0;
@@ -882,6 +891,7 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until)
     e->now += span;
     e->step_end = e->now;
     e->step_prompt_tokens = 0;
+    *again = !cut;
     return (int)k;
 }
 
@@ -1023,8 +1033,9 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
              * end left it (its events at e->now apply first, as after any step). A run ends
              * where the batch changes: where a block fills or the next one is needed, and a run
              * may begin by taking that block. */
-            while (e->decode_fast_path && (rc = decode_fast_forward(e, until)) != 0)
-                if (rc < 0 || (rc = apply_events(e, e->now, true)) != 0)
+            for (bool again = e->decode_fast_path; again;)
+                if ((rc = decode_fast_forward(e, until, &again)) != 0 &&
+                    (rc < 0 || (rc = apply_events(e, e->now, true)) != 0))
                     return rc;
             if ((rc = start_step(e)) != 0)
                 return rc;

@@ -214,6 +214,7 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
         /* Hash only as far as some engine could match: start with a few blocks and double
          * while an engine still holds every hash so far (most prompts miss early). */
         uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
+        kvsim_router_overlap_begin(router); /* each round looks up only its new hashes */
         for (;;) {
             if (want > rp->cap_hashes) {
                 kvpool_hash *nh2 = realloc(rp->hashes, want * sizeof *nh2);
@@ -233,7 +234,7 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
             if (got < 0)
                 return (int)got;
             nh = (uint32_t)got;
-            if (nh == full || kvsim_router_max_overlap(router, rp->hashes, nh) < nh)
+            if (nh == full || kvsim_router_extend_overlaps(router, rp->hashes, nh) < nh)
                 break;
             want = want * 2 < full ? want * 2 : full;
         }

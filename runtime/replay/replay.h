@@ -88,6 +88,19 @@ KVSIM_EXTERN uint32_t kvsim_router_route(struct kvsim_router *r,
 KVSIM_EXTERN uint32_t kvsim_router_max_overlap(const struct kvsim_router *r,
                                                const kvpool_hash *hashes, uint32_t num_hashes);
 
+/*
+ * kvsim_router_overlap_begin, kvsim_router_extend_overlaps - the same overlaps, per request and
+ * incrementally: after begin, each extend call passes the same hashes as the last one and
+ * possibly more (a longer prefix of one prompt), and only the new hashes are looked up, on the
+ * engines that held all the old ones. extend returns kvsim_router_max_overlap's value for its
+ * arguments (and begins if nothing is begun). The next kvsim_router_route (with those hashes,
+ * possibly more) reuses them and ends the request. Coordinator only, at a boundary, with no
+ * cache change between the calls.
+ */
+KVSIM_EXTERN void kvsim_router_overlap_begin(struct kvsim_router *r);
+KVSIM_EXTERN uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r,
+                                                   const kvpool_hash *hashes, uint32_t num_hashes);
+
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
 KVSIM_EXTERN void kvsim_router_new_boundary(struct kvsim_router *r);
 /* Block hashes the indexer tracks, summed over the engines' shards (a hash cached on two engines

@@ -30,6 +30,10 @@ struct kvsim_router {
     /* per boundary */
     uint64_t *pending_blocks; /* blocks routed to each engine since the boundary began */
     uint64_t *pending_tokens;
+    /* per request (kvsim_router_overlap_begin to kvsim_router_route) */
+    bool ov_open;
+    uint32_t ov_len; /* ov[e]: engine e's overlap with the first ov_len hashes */
+    uint32_t *ov;
 };
 
 const char *kvsim_router_policy_name(enum kvsim_router_policy p)
@@ -65,7 +69,8 @@ int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
     r->pending_blocks = calloc(num_engines, sizeof *r->pending_blocks);
     r->pending_tokens = calloc(num_engines, sizeof *r->pending_tokens);
     r->shards = calloc(num_engines, sizeof *r->shards);
-    if (!r->pending_blocks || !r->pending_tokens || !r->shards) {
+    r->ov = calloc(num_engines, sizeof *r->ov);
+    if (!r->pending_blocks || !r->pending_tokens || !r->shards || !r->ov) {
         kvsim_router_destroy(r);
         return -ENOMEM;
     }
@@ -84,6 +89,7 @@ void kvsim_router_destroy(struct kvsim_router *r)
     free(r->shards);
     free(r->pending_blocks);
     free(r->pending_tokens);
+    free(r->ov);
     free(r);
 }
 
@@ -100,6 +106,7 @@ void kvsim_router_new_boundary(struct kvsim_router *r)
 {
     memset(r->pending_blocks, 0, r->n * sizeof *r->pending_blocks);
     memset(r->pending_tokens, 0, r->n * sizeof *r->pending_tokens);
+    r->ov_open = false; /* a request's overlaps never outlive its boundary */
 }
 
 /* ---- indexer shards (open addressing, linear probing, backward-shift deletion) --------------- */
@@ -238,6 +245,38 @@ uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_has
     return best;
 }
 
+void kvsim_router_overlap_begin(struct kvsim_router *r)
+{
+    memset(r->ov, 0, r->n * sizeof *r->ov);
+    r->ov_len = 0;
+    r->ov_open = true;
+}
+
+/* Extends every engine's overlap to hashes[0..n): an engine that missed a block before stays
+ * where it missed (its cached prefix ends there); the others go on from ov_len. */
+static void extend_overlaps(struct kvsim_router *r, const kvpool_hash *hashes, uint32_t n)
+{
+    if (n <= r->ov_len)
+        return;
+    for (uint32_t e = 0; e < r->n; e++)
+        if (r->ov[e] == r->ov_len)
+            r->ov[e] += overlap_on(r, e, hashes + r->ov_len, n - r->ov_len);
+    r->ov_len = n;
+}
+
+uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r, const kvpool_hash *hashes,
+                                      uint32_t num_hashes)
+{
+    if (!r->ov_open)
+        kvsim_router_overlap_begin(r);
+    extend_overlaps(r, hashes, num_hashes);
+    uint32_t best = 0;
+    for (uint32_t e = 0; e < r->n; e++)
+        if (r->ov[e] > best)
+            best = r->ov[e];
+    return best < num_hashes ? best : num_hashes;
+}
+
 uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
                             const kvpool_hash *hashes, uint32_t num_hashes, uint32_t prompt_blocks,
                             uint64_t prompt_tokens)
@@ -263,8 +302,13 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
     }
     case KVSIM_ROUTER_KV: {
         double bc = 0;
+        if (r->ov_open)
+            extend_overlaps(r, hashes, num_hashes);
         for (uint32_t e = 0; e < r->n; e++) {
-            uint32_t ov = overlap_on(r, e, hashes, num_hashes);
+            /* an overlap is a prefix length: over fewer hashes it is the smaller one */
+            uint32_t ov = !r->ov_open             ? overlap_on(r, e, hashes, num_hashes)
+                          : r->ov[e] < num_hashes ? r->ov[e]
+                                                  : num_hashes;
             if (ov > prompt_blocks)
                 ov = prompt_blocks;
             double cost = r->w * (double)(prompt_blocks - ov) +
@@ -279,5 +323,6 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
     }
     r->pending_blocks[best] += prompt_blocks;
     r->pending_tokens[best] += prompt_tokens;
+    r->ov_open = false;
     return best;
 }

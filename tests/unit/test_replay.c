@@ -298,3 +298,52 @@ Test(replay_router, indexed_blocks_follow_stored_removed_and_cleared_events)
     cr_assert_eq(kvsim_router_indexed_blocks(r), 0);
     kvsim_router_destroy(r);
 }
+
+/*
+ * The kv router's incremental overlaps (kvsim_router_overlap_begin, kvsim_router_extend_overlaps,
+ * then kvsim_router_route) give what the one-shot ones give: engines holding prefixes of
+ * different lengths of one prompt (0, 3, 5, 8 and all 12 of its hashes, one with a hole), the
+ * prompt's hashes extended to 1, 2, 4, 8, 11 and 12 (past the hole); at every length the maximum is
+ * kvsim_router_max_overlap's, and the engine the route picks (its cost counts the overlap) is
+ * the one a router without the incremental calls picks, with loads that make the overlap decide.
+ */
+Test(replay_router, incremental_overlaps_equal_one_shot_overlaps)
+{
+    enum { E = 5, N = 12 };
+    static const uint32_t held[E] = {0, 3, 5, 8, N};
+    kvpool_hash h[N];
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = UINT64_C(0x9e3779b97f4a7c15) * (i + 7);
+    struct kvsim_router *inc, *ref;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, E, 1.0, &inc), 0);
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, E, 1.0, &ref), 0);
+    for (uint32_t e = 0; e < E; e++)
+        if (held[e]) {
+            apply(inc, e, KVPOOL_EVENT_STORED, h, held[e]);
+            apply(ref, e, KVPOOL_EVENT_STORED, h, held[e]);
+        }
+    apply(inc, 4, KVPOOL_EVENT_REMOVED, &h[10], 1); /* engine 4: a hole at block 10 */
+    apply(ref, 4, KVPOOL_EVENT_REMOVED, &h[10], 1);
+    struct kvsim_engine_pub pub[E];
+    const struct kvsim_engine_pub *pubs[E];
+    for (int round = 0; round < 3; round++) {
+        for (uint32_t e = 0; e < E; e++) { /* engine 4 busy, the others less so each round */
+            pub[e] =
+                (struct kvsim_engine_pub){.active_blocks = e == 4 ? 1u + (uint32_t)round : 5u - e};
+            pubs[e] = &pub[e];
+        }
+        static const uint32_t steps[] = {1, 2, 4, 8, 11, 12};
+        kvsim_router_overlap_begin(inc);
+        for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++)
+            cr_assert_eq(kvsim_router_extend_overlaps(inc, h, steps[k]),
+                         kvsim_router_max_overlap(ref, h, steps[k]), "round %d, %u hashes", round,
+                         steps[k]);
+        uint32_t a = kvsim_router_route(inc, pubs, h, N, N, 16 * N);
+        uint32_t b = kvsim_router_route(ref, pubs, h, N, N, 16 * N);
+        cr_assert_eq(a, b, "round %d: engine %u vs %u", round, a, b);
+        kvsim_router_new_boundary(inc);
+        kvsim_router_new_boundary(ref);
+    }
+    kvsim_router_destroy(inc);
+    kvsim_router_destroy(ref);
+}

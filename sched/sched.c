@@ -1185,8 +1185,44 @@ int sched_update(struct sched *s, struct sched_step *st, const struct sched_mode
 
 /* ---- the decode fast path (see sched.h) ------------------------------------------------------ */
 
+/* The state a sched_stable_run was found in (sched_decode_steps compares it). */
+static void stable_run_stamp(const struct sched *s, struct sched_stable_run *run)
+{
+    run->step_index = s->step_index;
+    run->pool_generation = kvpool_generation(s->pool);
+    run->num_running = (uint32_t)s->num_running;
+    run->num_unfinished = (uint32_t)s->num_unfinished;
+    run->num_waiting = (uint32_t)(s->waiting.len + s->skipped.len);
+    run->num_outstanding = (uint32_t)s->num_outstanding;
+}
+
+static bool stable_run_current(const struct sched *s, const struct sched_stable_run *run)
+{
+    struct sched_stable_run now;
+    stable_run_stamp(s, &now);
+    return now.step_index == run->step_index && now.pool_generation == run->pool_generation &&
+           now.num_running == run->num_running && now.num_unfinished == run->num_unfinished &&
+           now.num_waiting == run->num_waiting && now.num_outstanding == run->num_outstanding;
+}
+
+static uint32_t stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max,
+                                    uint32_t *new_blocks);
+
 uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max,
-                                   uint32_t *new_blocks)
+                                   struct sched_stable_run *run)
+{
+    uint32_t taking = 0;
+    uint32_t k = stable_decode_steps(s, min, max, run ? &taking : NULL);
+    if (run) {
+        stable_run_stamp(s, run);
+        run->k = k;
+        run->new_blocks = taking;
+    }
+    return k;
+}
+
+static uint32_t stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max,
+                                    uint32_t *new_blocks)
 {
     if (new_blocks)
         *new_blocks = 0;
@@ -1236,12 +1272,15 @@ static bool token_stops(const struct sched_request *r, uint32_t before, kvpool_t
     return contains(r->stop_token_ids, r->num_stop_token_ids, t);
 }
 
-int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens)
+int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens,
+                       const struct sched_stable_run *run)
 {
     if (k == 0)
         return 0;
     uint32_t taking;
-    if (sched_stable_decode_steps(s, k, k, &taking) < k)
+    if (run && run->k >= k && stable_run_current(s, run))
+        taking = run->new_blocks; /* the test's answer still holds: nothing changed since */
+    else if (stable_decode_steps(s, k, k, &taking) < k)
         return -EINVAL;
     for (size_t i = 0; i < s->num_running; i++) {
         struct sched_request *r = s->running[i];

@@ -308,29 +308,43 @@ KVSIM_EXTERN struct sched_step *sched_schedule(struct sched *s, int *err);
 KVSIM_EXTERN int sched_update(struct sched *s, struct sched_step *step,
                               const struct sched_model_output *out);
 
+/* What sched_stable_decode_steps found, and the state it found it in (for sched_decode_steps). */
+struct sched_stable_run {
+    uint32_t k;          /* the steps it returned */
+    uint32_t new_blocks; /* blocks the first step takes */
+    uint64_t step_index, pool_generation;
+    uint32_t num_running, num_unfinished, num_waiting, num_outstanding;
+};
+
 /*
  * sched_stable_decode_steps - the decode fast path's test. How many schedule() + update() pairs
  * from now (no arrival, abort or release between them) would each schedule every running
  * request for one token, which it samples, take no block but in the first step (only with
- * new_blocks: a request whose blocks are full takes one, READY, caching nothing; *new_blocks
- * says how many are taken), cache none but in the last step (none with offload tiers: a store
- * would start), and preempt, admit and finish nobody by a length cap: at most max, and 0 if
- * fewer than min (the scan stops there). Token stops (EOS, stop tokens) are the caller's: see
+ * run: a request whose blocks are full takes one, READY, caching nothing; run->new_blocks says
+ * how many are taken), cache none but in the last step (none with offload tiers: a store would
+ * start), and preempt, admit and finish nobody by a length cap: at most max, and 0 if fewer
+ * than min (the scan stops there). Token stops (EOS, stop tokens) are the caller's: see
  * sched_decode_steps. 0 when the state is not such a batch: steps outstanding, requests waiting
- * or loading, deferred frees, async scheduling, check_invariants on. Owner thread; reads only.
+ * or loading, deferred frees, async scheduling, check_invariants on. Owner thread; reads only
+ * (run is the caller's).
  */
 KVSIM_EXTERN uint32_t sched_stable_decode_steps(const struct sched *s, uint32_t min, uint32_t max,
-                                                uint32_t *new_blocks);
+                                                struct sched_stable_run *run);
 /*
- * sched_decode_steps - k such pairs at once, for k <= sched_stable_decode_steps(s, k, k, &n)
+ * sched_decode_steps - k such pairs at once, for k <= sched_stable_decode_steps(s, k, k, &r)
  * (the first step may take blocks): the state afterwards is the one k sched_schedule +
  * sched_update calls leave when step j samples tokens[i * k + j] for running request i
- * (sched_running order). Nothing is listed by sched_last_finished or sched_last_pinned
- * afterwards. Returns 0; -EINVAL with nothing changed if a token would stop its request or the
- * state is not stable for k steps; -ENOMEM or -EUCLEAN (an allocation the test allowed failed:
- * the scheduler is then as unusable as after a failed sched_update). Owner thread.
+ * (sched_running order). run, if not NULL, is what a sched_stable_decode_steps call said: when
+ * the scheduler and its pool have not changed since (no schedule, update, admission, abort or
+ * block operation: its step index, pool generation and queue sizes are the same) and k <=
+ * run->k, its answer stands and the test is not run again. Nothing is listed by
+ * sched_last_finished or sched_last_pinned afterwards. Returns 0; -EINVAL with nothing changed
+ * if a token would stop its request or the state is not stable for k steps; -ENOMEM or -EUCLEAN
+ * (an allocation the test allowed failed: the scheduler is then as unusable as after a failed
+ * sched_update). Owner thread.
  */
-KVSIM_EXTERN int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens);
+KVSIM_EXTERN int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens,
+                                    const struct sched_stable_run *run);
 
 /* Requests finished by the last sched_update / sched_abort call. */
 KVSIM_EXTERN struct sched_request *const *sched_last_finished(const struct sched *s, uint32_t *n);

@@ -754,8 +754,8 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until, bool *agai
     uint32_t n = sched_running(e->s, &rr);
     if (n == 0 || e->num_later || e->num_aborts)
         return 0;
-    uint32_t taking; /* blocks the first step takes */
-    uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS, &taking);
+    struct sched_stable_run run; /* run.new_blocks: blocks the first step takes */
+    uint32_t k = sched_stable_decode_steps(e->s, FAST_MIN_STEPS, FAST_MAX_STEPS, &run);
     if (k < FAST_MIN_STEPS)
         return 0;
     bool cut = false;
@@ -771,7 +771,7 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until, bool *agai
         k = FAST_MAX_TOKENS / n;
     /* Every step's usage is the first's, read after its allocations (schedule_step's order). */
     struct kvsim_step_batch b = {.num_decode_reqs = n,
-                                 .kv_usage = kvpool_usage_taking(sched_pool(e->s), taking)};
+                                 .kv_usage = kvpool_usage_taking(sched_pool(e->s), run.new_blocks)};
     /* Every step ends at or before until, and before the next local event or interval end (an
      * event at a step's end applies after that step: the normal path handles it). */
     int64_t lim = next_local_event(e);
@@ -852,7 +852,7 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until, bool *agai
             }
         }
     }
-    if ((rc = sched_decode_steps(e->s, k, e->fast_tok)) != 0)
+    if ((rc = sched_decode_steps(e->s, k, e->fast_tok, &run)) != 0)
         return engine__fail(e, rc);
     /* The first of the k schedules ended a wait for capacity held by copies, if one ran (a
      * blocked request needs a block: it cannot be in a stable batch). */

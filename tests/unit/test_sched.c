@@ -596,12 +596,13 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
     uint64_t bulk = 0, events = 0, took = 0;
     for (int it = 0; sched_num_unfinished(s[0]) > 0; it++) {
         cr_assert_lt(it, 100000);
-        uint32_t taking[2];
-        uint32_t k = sched_stable_decode_steps(s[0], 1, 40, &taking[0]);
-        cr_assert_eq(k, sched_stable_decode_steps(s[1], 1, 40, &taking[1]), "the test reads only");
-        cr_assert_eq(taking[0], taking[1]);
+        struct sched_stable_run run[2];
+        uint32_t k = sched_stable_decode_steps(s[0], 1, 40, &run[0]);
+        cr_assert_eq(k, sched_stable_decode_steps(s[1], 1, 40, &run[1]), "the test reads only");
+        cr_assert_eq(run[0].k, k);
+        cr_assert_eq(run[0].new_blocks, run[1].new_blocks);
         if (k > 0)
-            took += taking[0];
+            took += run[0].new_blocks;
         if (k > 0 && it % 3 != 2) {
             struct sched_request *const *rr;
             uint32_t n = sched_running(s[0], &rr);
@@ -609,7 +610,8 @@ static void decode_steps_match(void (*tweak)(struct sched_config *))
             for (uint32_t i = 0; i < n; i++)
                 for (uint32_t j = 0; j < k; j++)
                     toks[i * k + j] = fast_token(rr[i], rr[i]->num_output + j);
-            cr_assert_eq(sched_decode_steps(s[0], k, toks), 0);
+            /* alternately with the test's answer and without (the test runs again) */
+            cr_assert_eq(sched_decode_steps(s[0], k, toks, it % 2 ? &run[0] : NULL), 0);
             for (uint32_t j = 0; j < k; j++)
                 step_one(s[1]);
             bulk += k;
@@ -682,13 +684,22 @@ Test(sched, decode_steps_refuse_a_stopping_token)
     cr_assert_geq(sched_stable_decode_steps(s, 1, 4, NULL), 3);
     kvpool_token toks[3] = {100, 777, 101};
     uint64_t gen = kvpool_generation(sched_pool(s));
-    cr_assert_eq(sched_decode_steps(s, 3, toks), -EINVAL);
+    cr_assert_eq(sched_decode_steps(s, 3, toks, NULL), -EINVAL);
     cr_assert_eq(r->num_output, 1);
     cr_assert_eq(kvpool_generation(sched_pool(s)), gen);
     toks[1] = 778;
-    cr_assert_eq(sched_decode_steps(s, 3, toks), 0);
+    cr_assert_eq(sched_decode_steps(s, 3, toks, NULL), 0);
     cr_assert_eq(r->num_output, 4);
-    cr_assert_eq(sched_decode_steps(s, 60, NULL), -EINVAL, "beyond max_tokens");
+    cr_assert_eq(sched_decode_steps(s, 60, NULL, NULL), -EINVAL, "beyond max_tokens");
+    /* A test's answer is not taken once the scheduler changed: an arrival ends the batch. */
+    struct sched_stable_run run;
+    cr_assert_geq(sched_stable_decode_steps(s, 1, 4, &run), 2);
+    p.id = 2;
+    struct sched_request *r2;
+    cr_assert_eq(sched_add(s, &p, &r2), 0);
+    toks[1] = 779;
+    cr_assert_eq(sched_decode_steps(s, 2, toks, &run), -EINVAL, "a request waits now");
+    cr_assert_eq(r->num_output, 4);
     sched_destroy(s);
 }
 

@@ -1102,10 +1102,18 @@ static enum sched_status check_stop(const struct sched *s, struct sched_request 
     return SCHED_RUNNING;
 }
 
+/* The output array's first capacity: max_tokens when small, else 256 tokens (1 KiB), which most
+ * outputs stay within, so that they are not copied four times on the way (16 -> 256). */
+static uint32_t first_output_cap(const struct sched_request *r)
+{
+    uint64_t c = r->max_tokens;
+    return c < 16 ? 16 : c > 256 ? 256 : (uint32_t)c;
+}
+
 static int append_output(struct sched *s, struct sched_request *r, kvpool_token t)
 {
     if (r->num_output == r->cap_output) {
-        uint32_t nc = r->cap_output ? r->cap_output * 2 : 16;
+        uint32_t nc = r->cap_output ? r->cap_output * 2 : first_output_cap(r);
         kvpool_token *na = realloc(r->output, nc * sizeof *na);
         if (!na)
             return -ENOMEM;
@@ -1285,11 +1293,12 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens,
     for (size_t i = 0; i < s->num_running; i++) {
         struct sched_request *r = s->running[i];
         const kvpool_token *t = tokens + i * k;
-        for (uint32_t j = 0; j < k; j++)
+        bool may_stop = (!r->ignore_eos && r->eos_token_id >= 0) || r->num_stop_token_ids;
+        for (uint32_t j = 0; may_stop && j < k; j++) /* no EOS, no stop tokens: none stops */
             if (token_stops(r, r->num_output + j, t[j]))
                 return -EINVAL;
         if (r->num_output + k > r->cap_output) { /* append_output's growth, at once */
-            uint32_t nc = r->cap_output ? r->cap_output : 16;
+            uint32_t nc = r->cap_output ? r->cap_output : first_output_cap(r);
             while (nc < r->num_output + k)
                 nc *= 2;
             kvpool_token *na = realloc(r->output, nc * sizeof *na);

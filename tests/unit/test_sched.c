@@ -701,6 +701,22 @@ Test(sched, decode_steps_refuse_a_stopping_token)
     cr_assert_eq(sched_decode_steps(s, 2, toks, &run), -EINVAL, "a request waits now");
     cr_assert_eq(r->num_output, 4);
     sched_destroy(s);
+
+    /* An EOS alone (no stop tokens) stops a request too. */
+    cr_assert_eq(sched_create(&cfg, &s), 0);
+    p.id = 3;
+    p.eos_token_id = 555;
+    p.stop_token_ids = NULL;
+    p.num_stop_token_ids = 0;
+    cr_assert_eq(sched_add(s, &p, &r), 0);
+    step_one(s);
+    cr_assert_geq(sched_stable_decode_steps(s, 1, 4, NULL), 3);
+    kvpool_token eos[3] = {100, 555, 101};
+    cr_assert_eq(sched_decode_steps(s, 3, eos, NULL), -EINVAL, "the EOS stops it");
+    cr_assert_eq(r->num_output, 1);
+    eos[1] = 556;
+    cr_assert_eq(sched_decode_steps(s, 3, eos, NULL), 0);
+    sched_destroy(s);
 }
 
 /* A router's prompt hashes are taken instead of hashing again; with check_invariants on, hashes

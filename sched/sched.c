@@ -1309,9 +1309,10 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens,
         }
     }
     /* What the k schedule() calls did: step indices, the deferred-free fences (each step had
-     * tokens), one in-place extension per request and step. Then the k updates: the fences
-     * processed (nothing is deferred), the tokens appended, no finish. */
-    /* The first schedule: the blocks its requests take (schedule_running's prepare + commit,
+     * tokens), the first one's allocations, then one in-place extension per request and step
+     * (the last may fill a block). Then the k updates: the fences processed (nothing is
+     * deferred), the tokens appended, no finish.
+     * The first schedule: the blocks its requests take (schedule_running's prepare + commit,
      * in running order: READY, as sched_stable_decode_steps checked). */
     s->step_index++;
     uint32_t took = 0; /* commits: each advanced the generation as an extension would have */

@@ -728,17 +728,16 @@ static int complete_step(struct kvsim_engine *e)
  *
  * A decode-heavy replay spends most of its steps on batches that do not change: every running
  * request decodes one token, no block is taken but in the first step, nobody arrives, finishes or
- * is preempted. Such a
- * run of steps is applied in bulk: the scheduler checks how long it lasts
+ * is preempted. Such a run of steps is applied in bulk: the scheduler checks how long it lasts
  * (sched_stable_decode_steps: from a first step that may take a block for some of them, up to
  * the step that fills a block, which it includes and which caches it, or the one before the next
- * block is needed, a length cap or admission), the
- * engine cuts it at its own next event (the epoch end `until`, a message or transfer, a time
- * series boundary, a stop token) and at most FAST_MAX_STEPS, then applies the steps, the token
- * metrics and the step accounting at once. Every figure it changes ends as k steps one by one
- * would leave it (the replay's digests and tests/cli/fast_path.sh compare both ways). With
- * offload tiers nothing is stored or loaded meanwhile: no block is cached (the run ends before
- * the step that fills one), and the run ends before the next copy does.
+ * block is needed, a length cap or admission), the engine cuts it at its own next event (the epoch
+ * end `until`, a message or transfer, a time series boundary, a stop token) and at most
+ * FAST_MAX_STEPS, then applies the steps, the token metrics and the step accounting at once. Every
+ * figure it changes ends as k steps one by one would leave it (the replay's digests and
+ * tests/cli/fast_path.sh compare both ways). With offload tiers nothing is stored or loaded
+ * meanwhile: no block is cached (the run ends before the step that fills one), and the run ends
+ * before the next copy does.
  */
 #define FAST_MIN_STEPS  2u
 #define FAST_MAX_STEPS  4096u

@@ -652,6 +652,14 @@ static int short_outcome(const struct kvpool *pool, struct kvpool_plan *plan, ui
     return (int)plan->outcome;
 }
 
+/* How many of seq's blocks are full and cacheable once `filled` of its tokens have KV, with
+ * `held` blocks: full, held and hashed (kvpool_prepare's cache_upto_blocks). */
+static inline uint64_t full_blocks(const struct kvpool *p, const struct kvpool_seq *seq,
+                                   uint64_t filled, uint64_t held)
+{
+    return min_u64(min_u64(filled / p->bs, held), seq->num_hashes);
+}
+
 int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
                    const struct kvpool_alloc_args *args, struct kvpool_plan *plan)
 {
@@ -708,9 +716,9 @@ int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
     uint32_t cached = seq->num_blocks ? seq->num_cached_blocks : plan->num_hit_blocks;
     plan->cache_upto_blocks = cached;
     if (pool->cfg.enable_prefix_caching && !args->delay_cache_blocks) {
-        uint64_t upto = min_u64(total + args->num_new_tokens, seq->num_tokens) / pool->bs;
-        upto = min_u64(upto, have + plan->num_new_blocks);
-        upto = min_u64(upto, seq->num_hashes);
+        uint64_t upto =
+            full_blocks(pool, seq, min_u64(total + args->num_new_tokens, seq->num_tokens),
+                        have + plan->num_new_blocks);
         if (upto > cached)
             plan->cache_upto_blocks = (uint32_t)upto;
     }
@@ -760,6 +768,17 @@ static void cache_range(struct kvpool *p, struct kvpool_seq *seq, uint32_t upto)
     seq->num_cached_blocks = upto;
     if (p->store_hook)
         p->store_hook(p->store_ctx, seq->blocks + from, seq->hashes + from, upto - from);
+}
+
+/* Caches the blocks seq holds that are full at `filled` tokens (what a commit's step 3 or an
+ * in-place extension caches). Returns true if it cached any. */
+static bool cache_filled(struct kvpool *p, struct kvpool_seq *seq, uint64_t filled)
+{
+    uint64_t upto = full_blocks(p, seq, filled, seq->num_blocks);
+    if (upto <= seq->num_cached_blocks)
+        return false;
+    cache_range(p, seq, (uint32_t)upto);
+    return true;
 }
 
 int kvpool_commit(struct kvpool *pool, struct kvpool_seq *seq, struct kvpool_plan *plan)
@@ -831,13 +850,8 @@ bool kvpool_extend_in_place(struct kvpool *pool, struct kvpool_seq *seq,
     /* kvpool_commit of that plan: nothing to touch or take, then cache_range */
     uint64_t filled = min_u64(total + num_new_tokens, seq->num_tokens);
     if (pool->cfg.enable_prefix_caching &&
-        filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs) { /* a block fills */
-        uint64_t upto = filled / pool->bs;
-        upto = min_u64(upto, seq->num_blocks);
-        upto = min_u64(upto, seq->num_hashes);
-        if (upto > seq->num_cached_blocks)
-            cache_range(pool, seq, (uint32_t)upto);
-    }
+        filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs) /* a block fills */
+        cache_filled(pool, seq, filled);
     pool->generation++;
     return true;
 }
@@ -884,10 +898,8 @@ uint64_t kvpool_decode_steps_taking_block(const struct kvpool *pool, const struc
     if (pool->store_hook || nc != (uint64_t)seq->num_blocks * bs || nc >= mml)
         return 0;
     if (pool->cfg.enable_prefix_caching) {
-        uint64_t upto = min_u64(nc + 1, seq->num_tokens) / bs;
-        upto = min_u64(upto, (uint64_t)seq->num_blocks + 1);
-        upto = min_u64(upto, seq->num_hashes);
-        if (upto > seq->num_cached_blocks)
+        if (full_blocks(pool, seq, min_u64(nc + 1, seq->num_tokens), seq->num_blocks + 1ull) >
+            seq->num_cached_blocks)
             return 0;
     }
     return decode_steps(pool, seq, nc, max, 1);
@@ -901,13 +913,8 @@ void kvpool_decode_steps_fill(struct kvpool *pool, struct kvpool_seq *seq,
     /* Step k - 1's kvpool_extend_in_place: nc + k - 1 computed, one more, num_tokens - 1 known
      * (its own token is appended after it ran). */
     uint64_t filled = min_u64(num_computed_tokens + k, seq->num_tokens - 1);
-    if (filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs) {
-        uint64_t upto = filled / pool->bs;
-        upto = min_u64(upto, seq->num_blocks);
-        upto = min_u64(upto, seq->num_hashes);
-        if (upto > seq->num_cached_blocks)
-            cache_range(pool, seq, (uint32_t)upto);
-    }
+    if (filled >= ((uint64_t)seq->num_cached_blocks + 1) * pool->bs)
+        cache_filled(pool, seq, filled);
 }
 
 void kvpool_extend_in_place_steps(struct kvpool *pool, uint64_t k) { pool->generation += k; }
@@ -918,13 +925,8 @@ void kvpool_cache_blocks(struct kvpool *pool, struct kvpool_seq *seq, uint64_t n
 {
     if (!pool->cfg.enable_prefix_caching)
         return;
-    uint64_t upto = num_tokens / pool->bs;
-    upto = min_u64(upto, seq->num_blocks);
-    upto = min_u64(upto, seq->num_hashes);
-    if (upto > seq->num_cached_blocks) {
-        cache_range(pool, seq, (uint32_t)upto);
+    if (cache_filled(pool, seq, num_tokens))
         pool->generation++;
-    }
 }
 
 /* ---- freeing ------------------------------------------------------------------------------- */

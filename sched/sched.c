@@ -647,6 +647,30 @@ static int set_violation_rc(struct sched *s)
 static bool relieve_moved_capacity(struct sched *s, const struct kvpool_plan *plan);
 
 /* §4.2. Returns 0 or a negative errno; *preempted_any tells whether anyone was preempted. */
+/* kvpool_prepare of n more tokens for running request r at nc computed (no hits, not an
+ * admission). Returns its outcome or a negative errno. */
+static int prepare_running(struct sched *s, struct sched_request *r, uint64_t nc, uint64_t n,
+                           struct kvpool_plan *plan)
+{
+    struct kvpool_alloc_args args = {
+        .num_computed_tokens = nc,
+        .num_new_tokens = n,
+        .has_scheduled_reqs = true,
+        .is_admission = false,
+    };
+    return kvpool_prepare(s->pool, &r->kv, &args, plan);
+}
+
+/* Commits r's READY plan; a block taken is r's ALLOCATED transition. Returns 0 or an errno. */
+static int commit_running(struct sched *s, struct sched_request *r, struct kvpool_plan *plan)
+{
+    uint32_t before = r->kv.num_blocks;
+    int rc = kvpool_commit(s->pool, &r->kv, plan);
+    if (rc == 0 && r->kv.num_blocks != before)
+        transition(s, r, SCHED_T_ALLOCATED);
+    return rc;
+}
+
 static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *budget,
                             bool *preempted_any)
 {
@@ -678,14 +702,8 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
                 scheduled = true;
                 break;
             }
-            struct kvpool_alloc_args args = {
-                .num_computed_tokens = nc,
-                .num_new_tokens = n,
-                .has_scheduled_reqs = true,
-                .is_admission = false,
-            };
             struct kvpool_plan plan;
-            int rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
+            int rc = prepare_running(s, r, nc, n, &plan);
             if (rc < 0)
                 return rc;
             if (rc == KVPOOL_BLOCKED_ON_OFFLOAD) {
@@ -699,12 +717,8 @@ static int schedule_running(struct sched *s, struct sched_step *st, uint64_t *bu
                 break;
             }
             if (rc == KVPOOL_READY) {
-                uint32_t before = r->kv.num_blocks;
-                rc = kvpool_commit(s->pool, &r->kv, &plan);
-                if (rc)
+                if ((rc = commit_running(s, r, &plan)) != 0)
                     return rc;
-                if (r->kv.num_blocks != before)
-                    transition(s, r, SCHED_T_ALLOCATED);
                 scheduled = true;
                 break;
             }
@@ -1321,21 +1335,12 @@ int sched_decode_steps(struct sched *s, uint32_t k, const kvpool_token *tokens,
         uint64_t nc = r->num_computed_tokens;
         if (kvpool_decode_steps_in_place(s->pool, &r->kv, nc, 1) == 1)
             continue; /* extends in place: counted with the other steps below */
-        struct kvpool_alloc_args args = {
-            .num_computed_tokens = nc,
-            .num_new_tokens = 1,
-            .has_scheduled_reqs = true,
-            .is_admission = false,
-        };
         struct kvpool_plan plan;
-        int rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
+        int rc = prepare_running(s, r, nc, 1, &plan);
         if (rc != KVPOOL_READY)
             return rc < 0 ? rc : -EUCLEAN; /* the test above said it was */
-        uint32_t before = r->kv.num_blocks;
-        if ((rc = kvpool_commit(s->pool, &r->kv, &plan)) != 0)
+        if ((rc = commit_running(s, r, &plan)) != 0)
             return rc;
-        if (r->kv.num_blocks != before)
-            transition(s, r, SCHED_T_ALLOCATED);
         took++;
     }
     s->step_index += k - 1;

@@ -302,13 +302,12 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
     }
     case KVSIM_ROUTER_KV: {
         double bc = 0;
-        if (r->ov_open)
-            extend_overlaps(r, hashes, num_hashes);
+        if (!r->ov_open) /* no overlaps of this request yet: all of them, from block 0 */
+            kvsim_router_overlap_begin(r);
+        extend_overlaps(r, hashes, num_hashes);
         for (uint32_t e = 0; e < r->n; e++) {
             /* an overlap is a prefix length: over fewer hashes it is the smaller one */
-            uint32_t ov = !r->ov_open             ? overlap_on(r, e, hashes, num_hashes)
-                          : r->ov[e] < num_hashes ? r->ov[e]
-                                                  : num_hashes;
+            uint32_t ov = r->ov[e] < num_hashes ? r->ov[e] : num_hashes;
             if (ov > prompt_blocks)
                 ov = prompt_blocks;
             double cost = r->w * (double)(prompt_blocks - ov) +

@@ -461,7 +461,13 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     if (o->requests_path) {
         snprintf(run->records, sizeof run->records, "%s", o->requests_path);
     } else {
-        snprintf(run->records, sizeof run->records, "/tmp/kvsim-fidelity-XXXXXX");
+        /* removed by fid_close, which the callers call whatever fid_open returned */
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || !*tmp)
+            tmp = "/tmp";
+        int n = snprintf(run->records, sizeof run->records, "%s/kvsim-fidelity-XXXXXX", tmp);
+        if (n < 0 || (size_t)n >= sizeof run->records)
+            return cli_error(p, "cannot create a temporary file: TMPDIR %s is too long", tmp);
         int fd = mkstemp(run->records);
         if (fd < 0)
             return cli_error(p, "cannot create a temporary file: %s", strerror(errno));

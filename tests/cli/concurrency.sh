@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# concurrency.sh KVSIM DIR: --replay-concurrency N, the closed loop (Dynamo's semantics). On a
+# concurrency.sh KVSIM: --replay-concurrency N, the closed loop (Dynamo's semantics). On a
 # trace of independent requests: N requests in flight from the first arrival on and never more,
 # each later one sent at the instant another finishes, in trace order, whatever the timestamps;
 # identical on 1 and 2 threads. On the synthetic sessions with N = 1: one session at a time, so
 # no two requests ever overlap. Exit 0, or 1 saying what is wrong.
 set -euo pipefail
-kvsim=$1 dir=$2
-mkdir -p "$dir"
+kvsim=$1
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir concurrency
+dir=$work
 python3 - "$dir/t.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(7)

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# config_roundtrip.sh KVSIM DIR ARGS...: `kvsim replay ARGS --config-out` then `kvsim replay
+# config_roundtrip.sh KVSIM ARGS...: `kvsim replay ARGS --config-out` then `kvsim replay
 # --config` of what it wrote must give the same report (everything but "wall"), and an option
 # after --config must override the file's. Exit 0, or 1 saying what differs.
 set -euo pipefail
-kvsim=$1 dir=$2
-shift 2
-mkdir -p "$dir"
+kvsim=$1
+shift
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir config-roundtrip
+dir=$work
 "$kvsim" replay --quiet "$@" --config-out "$dir/c.json" --report "$dir/r1.json"
 "$kvsim" replay --quiet --config "$dir/c.json" --report "$dir/r2.json"
 "$kvsim" replay --quiet --config "$dir/c.json" --seed 99 --report "$dir/r3.json"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# early_end.sh KVSIM DIR: the ways a replay ends early (the synthetic workload, 4 engines).
+# early_end.sh KVSIM: the ways a replay ends early (the synthetic workload, 4 engines).
 # --max-sim-time-s: a partial report (complete false, run.end max-sim-time at the bound, the
 # unfinished requests incomplete), identical on 1 and 2 threads; a bound past the end is a
 # complete run equal to the unbounded one. SIGINT: exit 130, the report and the records still
 # written, marked interrupted.
 set -euo pipefail
-kvsim=$1 dir=$2
-mkdir -p "$dir"
+kvsim=$1
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir early-end
+dir=$work
 args=(--quiet --engines 4)
 "$kvsim" replay "${args[@]}" --threads 1 --max-sim-time-s 60 --report "$dir/b1.json"
 "$kvsim" replay "${args[@]}" --threads 2 --max-sim-time-s 60 --report "$dir/b2.json"

@@ -11,8 +11,12 @@ if [ $# -lt 4 ] || [ "$3" != "--" ] || ! [[ $1 =~ ^[0-9]+$ ]]; then
 fi
 want=$1 re=$2
 shift 3
-out_file=$(mktemp "${TMPDIR:-/tmp}/kvsim-expect.XXXXXX") || exit 2
-trap 'rm -f "$out_file"' EXIT
+# COMMAND runs in a fresh directory of its own (removed at exit, pass or fail): a relative
+# output path in its arguments lands there.
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir expect
+cd "$work"
+out_file=$work/.expect-output
 "$@" >"$out_file" 2>&1
 rc=$?
 out=$(cat "$out_file"; echo .) # the dot keeps trailing newlines

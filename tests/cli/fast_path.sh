@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# fast_path.sh KVSIM DIR ARGS...: `kvsim replay ARGS` with the decode fast path on (the default)
+# fast_path.sh KVSIM ARGS...: `kvsim replay ARGS` with the decode fast path on (the default)
 # and off must write the same report (its "wall" object aside: how the run ran; and the recorded
 # configuration, which names the option when off), the same
 # per-request records and the same time series, and the fast path must have applied some steps.
 # Exit 0 printing "fast path: N of M steps in bulk, identical", or 1 saying what differs.
 set -euo pipefail
-kvsim=$1 dir=$2
-shift 2
-mkdir -p "$dir"
+kvsim=$1
+shift
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir fast-path
+dir=$work
 for mode in on off; do
   "$kvsim" replay --quiet "$@" --decode-fast-path $mode --report "$dir/r-$mode.json" \
     --requests-out "$dir/q-$mode.jsonl" --timeseries-out "$dir/t-$mode.csv" \

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# pools.sh KVSIM DIR: the report's per-engine and per-pool figures add up. Aggregated, with
+# pools.sh KVSIM: the report's per-engine and per-pool figures add up. Aggregated, with
 # rejections (--max-model-len): engines' completed and rejected sum to the report's, the one
 # pool equals their sum. Disaggregated: each prefill engine counts the prefills it served (all
 # of them, in the prefill pool), the decode pool the completed requests and their outputs, and
 # the pools' busy seconds sum to busy_engine_s.
 set -euo pipefail
-kvsim=$1 dir=$2
-mkdir -p "$dir"
+kvsim=$1
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir pools
+dir=$work
 "$kvsim" replay --quiet --engines 3 --threads 2 --max-model-len 4000 --report "$dir/a.json"
 "$kvsim" replay --quiet --prefill-engines 2 --decode-engines 3 --threads 2 --report "$dir/d.json"
 python3 - "$dir" <<'PY'

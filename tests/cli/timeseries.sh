@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# timeseries.sh KVSIM DIR ARGS...: `kvsim replay ARGS --timeseries-out` on 1 and 2 threads must
+# timeseries.sh KVSIM ARGS...: `kvsim replay ARGS --timeseries-out` on 1 and 2 threads must
 # give the same CSV, with a row per interval and engine plus an "all" row that sums them, whose
 # generation tokens add up to the output tokens the report counts (every request completes) and
 # whose preemptions add up to the report's. Exit 0, or 1 saying what is wrong.
 set -euo pipefail
-kvsim=$1 dir=$2
-shift 2
-mkdir -p "$dir"
+kvsim=$1
+shift
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir timeseries
+dir=$work
 "$kvsim" replay --quiet "$@" --threads 1 --timeseries-out "$dir/t1.csv" --report "$dir/r1.json"
 "$kvsim" replay --quiet "$@" --threads 2 --timeseries-out "$dir/t2.csv" --report "$dir/r2.json"
 cmp -s "$dir/t1.csv" "$dir/t2.csv" || { echo "timeseries: 1 and 2 threads differ" >&2; exit 1; }

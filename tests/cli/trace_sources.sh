@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# trace_sources.sh KVSIM TRACE DIR: the same trace given by --trace, as the positional argument,
+# trace_sources.sh KVSIM TRACE: the same trace given by --trace, as the positional argument,
 # gzip-compressed, and on standard input (--trace - --format mooncake) gives the same report
 # but for the trace's name and hash; run.trace_sha256 is sha256sum's of the file as stored;
 # --report - writes the JSON to standard output (the table to standard error).
 set -euo pipefail
-kvsim=$1 trace=$2 dir=$3
-mkdir -p "$dir"
+kvsim=$1 trace=$2
+. "$(dirname "$0")/workdir.sh"
+kvsim_test_workdir trace-sources
+dir=$work
 gzip -c "$trace" > "$dir/t.jsonl.gz"
 args=(--quiet --engines 2 --threads 2)
 "$kvsim" replay "${args[@]}" --trace "$trace" --report "$dir/a.json"

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# legacy_flag.sh KVSIM SCENARIO WORKDIR
+# legacy_flag.sh KVSIM SCENARIO
 # The transactional direction of a legacy_partial_alloc regression: SCENARIO fails (a dead end)
 # with "legacy_partial_alloc": true; the same file with the flag false and every invariant check
 # on ("scheduler_checks": false becomes "check_invariants": true) must pass. It runs with
 # `kvsim conform --lenient`: the recorded model outputs belong to the legacy run's schedules, so
 # they are replayed as a workload (each output gives a token to whatever its schedule sampled).
 set -u
-kvsim=$1 scenario=$2 work=$3
+kvsim=$1 scenario=$2
+. "$(dirname "$0")/../cli/workdir.sh"
+kvsim_test_workdir legacy-flag
 fail() { echo "legacy_flag: $*" >&2; exit 1; }
-mkdir -p "$work" || fail "cannot create $work"
 tx="$work/$(basename "${scenario%.json}").transactional.json"
 grep -q '"legacy_partial_alloc": true' "$scenario" || fail "$scenario does not set legacy_partial_alloc"
 grep -q '"scheduler_checks": false' "$scenario" || fail "$scenario does not turn scheduler_checks off"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# proof_49675.sh KVSIM WORKDIR
+# proof_49675.sh KVSIM
 # The #49675 proof on the CI seed set, with async scheduling and the deferred-free fence forced
 # on for every seed:
 #  1. guard off: the soak fails, every failure is a futile (deferred-free) preemption, and the
@@ -8,10 +8,11 @@
 #     futile preemptions and cascades of at least two futile victims in one schedule;
 #  3. guard on: the same seeds pass with zero futile preemptions.
 set -u
-kvsim=$1 work=$2
+kvsim=$1
+. "$(dirname "$0")/../cli/workdir.sh"
+kvsim_test_workdir proof-49675
 seeds=200
 fail() { echo "proof_49675: $*" >&2; exit 1; }
-rm -rf "$work" && mkdir -p "$work" || fail "cannot create $work"
 fence=(--seeds $seeds --set async_scheduling=true --set defer_block_free=true)
 
 # 1. guard off, progress rule on

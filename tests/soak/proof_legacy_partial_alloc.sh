@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# proof_legacy_partial_alloc.sh KVSIM WORKDIR
+# proof_legacy_partial_alloc.sh KVSIM
 # Issue 6's proof on the CI seed set (the small matrix, seeds 1..1000): with the old partial
 # allocation (`--legacy-partial-alloc`: a waiting request whose allocation is BLOCKED_ON_OFFLOAD
 # keeps the free blocks it got and the last running request is preempted for it):
@@ -14,10 +14,11 @@
 # (tests/regressions/legacy-partial-alloc-after-relief-is-not-stale.json); the pattern below
 # stays only so that a reappearance is reported as what it is.
 set -u
-kvsim=$1 work=$2
+kvsim=$1
+. "$(dirname "$0")/../cli/workdir.sh"
+kvsim_test_workdir proof-legacy
 seeds=1000
 fail() { echo "proof_legacy_partial_alloc: $*" >&2; exit 1; }
-rm -rf "$work" && mkdir -p "$work" || fail "cannot create $work"
 stale='\[scheduler_error\]: step [0-9]* (schedule): scheduler error: Stale file handle$'
 summary() { grep '^soak: [0-9]* seeds' <<<"$1"; }
 count() { grep -c "^FAIL seed [0-9]* \[$2\]" <<<"$1"; }

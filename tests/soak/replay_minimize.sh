@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# replay_minimize.sh KVSIM SCENARIO PATTERN WORKDIR
+# replay_minimize.sh KVSIM SCENARIO PATTERN
 # A failing scenario replays and minimizes end to end: `kvsim conform` fails it with evidence
 # matching PATTERN, `kvsim minimize` writes a scenario with fewer steps, and `kvsim conform` fails
 # that one with evidence matching PATTERN too (the same kind of failure).
 set -u
-kvsim=$1 scenario=$2 pattern=$3 work=$4
+kvsim=$1 scenario=$2 pattern=$3
+. "$(dirname "$0")/../cli/workdir.sh"
+kvsim_test_workdir replay-minimize
 fail() { echo "replay_minimize: $*" >&2; exit 1; }
-mkdir -p "$work" || fail "cannot create $work"
 min="$work/$(basename "${scenario%.json}").min.json"
 
 out=$("$kvsim" conform "$scenario"); rc=$?

@@ -6,6 +6,8 @@
 #include <criterion/hooks.h>
 
 #include <errno.h>
+#include <ftw.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +40,90 @@ ReportHook(POST_TEST)(struct criterion_test_stats *stats)
     num_skipped++;
 }
 
+/* ---- main: the executable's temporary directory --------------------------------------------- */
+
+/* The environment variable through which the tests' processes find the directory. */
+#define TEST_DIR_ENV "KVSIM_TEST_DIR"
+
+static char tmpdir[4096];
+
+/* Makes tmpdir and publishes it (KVSIM_TEST_DIR, and TMPDIR for the programs the tests run);
+ * exits 1 on failure. */
+static void make_tmpdir(const char *argv0)
+{
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s", argv0 && *argv0 ? argv0 : "unknown");
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    int n = snprintf(tmpdir, sizeof tmpdir, "%s/kvsim-test-%s-XXXXXX", base, basename(exe));
+    if (n < 0 || (size_t)n >= sizeof tmpdir) {
+        fprintf(stderr, "%s: the temporary directory's name under %s is too long\n", argv0, base);
+        exit(1);
+    }
+    char template[sizeof tmpdir];
+    memcpy(template, tmpdir, sizeof template);
+    if (!mkdtemp(tmpdir)) {
+        fprintf(stderr, "%s: cannot create a temporary directory %s: %s\n", argv0, template,
+                strerror(errno));
+        exit(1);
+    }
+    if (setenv(TEST_DIR_ENV, tmpdir, 1) != 0 || setenv("TMPDIR", tmpdir, 1) != 0) {
+        fprintf(stderr, "%s: setenv: %s\n", argv0, strerror(errno));
+        rmdir(tmpdir);
+        exit(1);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st, (void)ftw;
+    if ((type == FTW_DP ? rmdir(path) : unlink(path)) != 0)
+        fprintf(stderr, "cannot remove %s: %s\n", path, strerror(errno));
+    return 0; /* remove what can be removed */
+}
+
+/* Removes tmpdir and everything in it, or keeps it when KVSIM_KEEP_TEST_FILES=1. */
+static void remove_tmpdir(void)
+{
+    const char *keep = getenv("KVSIM_KEEP_TEST_FILES");
+    if (keep && strcmp(keep, "1") == 0) {
+        fprintf(stderr, "kept test files in %s\n", tmpdir);
+        return;
+    }
+    /* FTW_DEPTH: a directory after its entries (rmdir on FTW_DP); FTW_PHYS: links not followed */
+    if (nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "cannot remove %s: %s\n", tmpdir, strerror(errno));
+}
+
+const char *kvsim_test_tmpdir(void)
+{
+    const char *dir = getenv(TEST_DIR_ENV);
+    cr_assert(dir && *dir, "%s is not set: the test did not start from common.c's main",
+              TEST_DIR_ENV);
+    return dir;
+}
+
+void kvsim_test_tmp_path(char *buf, size_t len, const char *name)
+{
+    const char *dir = kvsim_test_tmpdir();
+    int n = snprintf(buf, len, "%s/%s", dir, name);
+    cr_assert(n > 0 && (size_t)n < len, "the path of %s in %s is too long for %zu bytes", name, dir,
+              len);
+}
+
+/* ---- main ------------------------------------------------------------------------------------ */
+
 int main(int argc, char *argv[])
 {
+    /* before the run, so that the tests' processes inherit it */
+    make_tmpdir(argc > 0 ? argv[0] : NULL);
     struct criterion_test_set *tests = criterion_initialize();
     int result = 0;
     if (criterion_handle_args(argc, argv, true))
         result = !criterion_run_all_tests(tests);
     criterion_finalize(tests);
+    remove_tmpdir();
     if (result != 0 || num_skipped == 0)
         return result;
     for (size_t i = 0; i < num_skipped && i < MAX_SKIPS_SHOWN; i++)

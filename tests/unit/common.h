@@ -9,6 +9,9 @@
  * The shared traces: read in place (never copied into the repository) from $KVSIM_TRACES_DIR,
  * by default KVSIM_SOURCE_DIR "/../shared/traces". When that directory is absent the tests that
  * need it skip, or fail when KVSIM_REQUIRE_TRACES=1 (CI sets it).
+ *
+ * Temporary files: every test executable writes only under a directory of its own,
+ * kvsim_test_tmpdir(), which main creates before the run and removes after it, pass or fail.
  */
 #ifndef KVSIM_TESTS_COMMON_H
 #define KVSIM_TESTS_COMMON_H
@@ -48,6 +51,16 @@ void kvsim_test_trace_path(char *path, size_t len, const char *name);
 /* Reads a whole file into a NUL-terminated buffer (caller frees); *len (if not NULL) is its
  * size. Asserts that the file can be read. */
 char *kvsim_test_read_file(const char *path, size_t *len);
+
+/* The test executable's own temporary directory, kvsim-test-<executable>-XXXXXX in the system's
+ * (common.c), made by main before the run and removed with everything in it after the run,
+ * whatever the result; KVSIM_KEEP_TEST_FILES=1 keeps it (main names it on stderr). The tests'
+ * processes find it in the environment (KVSIM_TEST_DIR), and the programs they run get it as
+ * their temporary directory. */
+const char *kvsim_test_tmpdir(void);
+
+/* Writes "<kvsim_test_tmpdir()>/<name>" to buf[0..len); asserts that it fits. */
+void kvsim_test_tmp_path(char *buf, size_t len, const char *name);
 
 /* ---- block id lists (kvpool_block_id is an int32_t) ------------------------------------------ */
 

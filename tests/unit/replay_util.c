@@ -14,7 +14,10 @@
 
 void replay_output_path(char *buf, size_t len, const char *tag, const char *ext)
 {
-    snprintf(buf, len, "/tmp/kvsim-test-%d-%s.%s", (int)getpid(), tag, ext);
+    char name[256];
+    int n = snprintf(name, sizeof name, "replay-%d-%s.%s", (int)getpid(), tag, ext);
+    cr_assert(n > 0 && (size_t)n < sizeof name, "the tag %s is too long", tag);
+    kvsim_test_tmp_path(buf, len, name);
 }
 
 void replay_remove_outputs(const char *tag)

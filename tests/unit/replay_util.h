@@ -3,8 +3,9 @@
  * report and per-request records in files named after a tag, comparing two runs' files, and
  * the configurations both use.
  *
- * Files: /tmp/kvsim-test-<pid>-<tag>.json (the report, wall-clock fields zeroed) and
- * /tmp/kvsim-test-<pid>-<tag>.jsonl (the per-request records).
+ * Files, in the test executable's temporary directory (kvsim_test_tmpdir(), common.h):
+ * replay-<pid>-<tag>.json (the report, wall-clock fields zeroed) and replay-<pid>-<tag>.jsonl
+ * (the per-request records).
  */
 #ifndef KVSIM_TESTS_REPLAY_UTIL_H
 #define KVSIM_TESTS_REPLAY_UTIL_H

@@ -142,19 +142,20 @@ static void free_run(struct run *x)
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-static char tmpdir[64];
+static char tmpdir[1024];
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvsim-html-XXXXXX");
+    kvsim_test_tmp_path(tmpdir, sizeof tmpdir, "html-XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed: %s", strerror(errno));
 }
 
 /* Writes the page of x (ts: the time series or NULL) to tmpdir/name and returns its text. */
 static char *write_page(const struct run *x, const struct kvsim_timeseries *ts, const char *name)
 {
-    char path[128], err[256] = "";
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    char path[1200], err[1400] = "";
+    int n = snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    cr_assert(n > 0 && (size_t)n < sizeof path, "the path of %s in %s is too long", name, tmpdir);
     int rc = kvsim_report_write_html(path, &x->r, x->m, ts, err, sizeof err);
     cr_assert_eq(rc, 0, "write_html: %d %s", rc, err);
     char *text = kvsim_test_read_file(path, NULL);
@@ -383,7 +384,7 @@ Test(html, edges_give_valid_pages)
     cr_assert_eq(xs[0], xs[1]);
     free(svg);
     free(page);
-    char path[128], err[256] = "";
+    char path[1100], err[1400] = "";
     snprintf(path, sizeof path, "%s/nom.html", tmpdir);
     cr_assert_eq(kvsim_report_write_html(path, &x.r, NULL, NULL, err, sizeof err), 0, "%s", err);
     page = kvsim_test_read_file(path, NULL);

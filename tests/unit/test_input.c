@@ -19,6 +19,7 @@
 
 #include "runtime/input/input.h"
 
+#include "common.h"
 #include "input_util.h"
 
 #ifndef KVSIM_SOURCE_DIR
@@ -719,8 +720,7 @@ Test(trace, synthetic_knobs_shape_the_workload)
 /* Writes text to a fresh temporary file whose name goes to path (the caller unlinks it). */
 static void write_temp(char *path, size_t len, const char *text)
 {
-    const char *dir = getenv("TMPDIR");
-    snprintf(path, len, "%s/kvsim_vllm_run_XXXXXX", dir && *dir ? dir : "/tmp");
+    kvsim_test_tmp_path(path, len, "kvsim_vllm_run_XXXXXX");
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0, "mkstemp(%s) failed: %s", path, strerror(errno));
     FILE *f = fdopen(fd, "w");
@@ -824,8 +824,7 @@ Test(trace, vllm_run_is_never_chosen_by_extension)
 {
     /* A .jsonl is Mooncake under AUTO: a vLLM run row is then an unknown Mooncake field. */
     char dir[4096], path[4200];
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%s/kvsim_vllm_run_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    kvsim_test_tmp_path(dir, sizeof dir, "kvsim_vllm_run_XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp failed: %s", strerror(errno));
     snprintf(path, sizeof path, "%s/requests.jsonl", dir);
     FILE *f = fopen(path, "w");
@@ -917,12 +916,14 @@ static unsigned char *slurp(const char *path, size_t *n)
     return buf;
 }
 
-/* Writes the bytes to a fresh file under /tmp and returns its path (static buffer per slot). */
+/* Writes the bytes to a fresh file in the test directory and returns its path (static buffer
+ * per slot). */
 static const char *write_tmp(int slot, const char *suffix, const void *bytes, size_t n)
 {
-    static char paths[4][128];
-    snprintf(paths[slot], sizeof paths[slot], "/tmp/kvsim-test-input-%d-%d%s", (int)getpid(), slot,
-             suffix);
+    static char paths[4][4096];
+    char name[128];
+    snprintf(name, sizeof name, "input-%d-%d%s", (int)getpid(), slot, suffix);
+    kvsim_test_tmp_path(paths[slot], sizeof paths[slot], name);
     FILE *f = fopen(paths[slot], "wb");
     cr_assert_not_null(f);
     cr_assert_eq(fwrite(bytes, 1, n, f), n);
@@ -933,8 +934,9 @@ static const char *write_tmp(int slot, const char *suffix, const void *bytes, si
 /* gzip -c of path (through gzip(1), which is in every Debian base system) into out. */
 static void gzip_file(const char *path, const char *out)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "gzip -c '%s' > '%s'", path, out);
+    char cmd[8400];
+    int n = snprintf(cmd, sizeof cmd, "gzip -c '%s' > '%s'", path, out);
+    cr_assert(n > 0 && (size_t)n < sizeof cmd, "the paths %s and %s are too long", path, out);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
@@ -953,9 +955,11 @@ Test(trace, gzip_is_read_by_its_bytes_and_the_hash_is_of_the_stored_file)
     /* sha256sum tests/inputs/mooncake_small.jsonl */
     cr_assert_str_eq(plain.sha256,
                      "05c02fc0262c41a2f52dadee1d89d5856f40a2700ea9aa4c5725b1b229b85086");
-    char gz_path[128], gz_noext[128], two_path[128];
-    snprintf(gz_path, sizeof gz_path, "/tmp/kvsim-test-gz-%d.jsonl.gz", (int)getpid());
-    snprintf(gz_noext, sizeof gz_noext, "/tmp/kvsim-test-gz-%d.jsonl", (int)getpid());
+    char gz_path[4096], gz_noext[4096], two_path[4096], name[128];
+    snprintf(name, sizeof name, "gz-%d.jsonl.gz", (int)getpid());
+    kvsim_test_tmp_path(gz_path, sizeof gz_path, name);
+    snprintf(name, sizeof name, "gz-%d.jsonl", (int)getpid());
+    kvsim_test_tmp_path(gz_noext, sizeof gz_noext, name);
     gzip_file(INPUTS "mooncake_small.jsonl", gz_path);
     gzip_file(INPUTS "mooncake_small.jsonl", gz_noext); /* the magic decides, not the name */
     input_load_ok(gz_path, NULL, &gz);

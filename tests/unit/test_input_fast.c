@@ -320,9 +320,8 @@ static void check_bytes(const char *what, const char *path, const char *bytes, s
 
 Test(fast, tricky_lines)
 {
-    const char *tmp = getenv("TMPDIR");
-    char dir[512], path[600];
-    snprintf(dir, sizeof dir, "%s/kvsim_fast_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    char dir[4096], path[4200];
+    kvsim_test_tmp_path(dir, sizeof dir, "kvsim_fast_XXXXXX");
     cr_assert_not_null(mkdtemp(dir), "mkdtemp failed: %s", strerror(errno));
     snprintf(path, sizeof path, "%s/t.jsonl", dir);
     for (size_t i = 0; i < sizeof TRICKY / sizeof *TRICKY; i++) {

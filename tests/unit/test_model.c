@@ -243,13 +243,13 @@ Test(model, rtxpro6000_groundtruth_runs_stay_below_llmservingsim)
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
-static char tmpdir[64];
+static char tmpdir[1024];
 
 /* Writes text to a fresh temporary config.json; returns its path (static). */
 static const char *write_config(const char *text)
 {
-    static char path[128];
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvsim-model-XXXXXX");
+    static char path[1100];
+    kvsim_test_tmp_path(tmpdir, sizeof tmpdir, "model-XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed: %s", strerror(errno));
     snprintf(path, sizeof path, "%s/config.json", tmpdir);
     FILE *f = fopen(path, "w");

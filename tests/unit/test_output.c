@@ -13,29 +13,32 @@
 
 #include "runtime/report/report.h"
 
+#include "common.h"
+
 TestSuite(output, .timeout = 30);
 
-static char dir[64];
+static char dir[1024];
 
 static void make_dir(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/kvsim-test-output-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    kvsim_test_tmp_path(dir, sizeof dir, "output-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp(%s) failed: %s", dir, strerror(errno));
 }
 
 static void remove_dir(void)
 {
-    char cmd[128];
+    char cmd[1100];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
 
 static const char *in_dir(const char *name)
 {
-    static char buf[4][128];
+    static char buf[4][1200];
     static int k;
     k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    int n = snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    cr_assert(n > 0 && (size_t)n < sizeof buf[k], "the path of %s in %s is too long", name, dir);
     return buf[k];
 }
 
@@ -54,7 +57,7 @@ static char *read_all(const char *path)
 /* Entries of dir (., .. excluded). */
 static int count_entries(void)
 {
-    char cmd[160];
+    char cmd[1100];
     snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
     FILE *p = popen(cmd, "r");
     int n = -1;
@@ -106,7 +109,7 @@ Test(output, a_discarded_output_leaves_the_old_file, .init = make_dir, .fini = r
 
 Test(output, checks_name_the_path_and_change_nothing, .init = make_dir, .fini = remove_dir)
 {
-    char err[256];
+    char err[2048];
     cr_assert_eq(kvsim_output_check(in_dir("missing/r.json"), err, sizeof err), -ENOENT);
     cr_assert(strstr(err, "missing/r.json: cannot open for writing: No such file or directory"),
               "%s", err);

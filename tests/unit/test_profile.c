@@ -160,7 +160,8 @@ Test(profile, refuses_what_it_cannot_read)
 Test(profile, step_overhead_adds_to_every_step)
 {
     struct kvsim_profile *p = load_tiny();
-    char path[] = "/tmp/kvsim-test-overhead-XXXXXX", err[512];
+    char path[4096], err[512];
+    kvsim_test_tmp_path(path, sizeof path, "overhead-XXXXXX");
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     const char *json = "{\"speedup_ratio\": 2, \"step_overhead_ms\": 0.5}";

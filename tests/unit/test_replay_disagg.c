@@ -30,7 +30,10 @@ static void disagg_config(struct kvsim_replay_config *c)
 
 static void path_of(char *buf, size_t len, const char *tag, const char *ext)
 {
-    snprintf(buf, len, "/tmp/kvsim-disagg-%d-%s.%s", (int)getpid(), tag, ext);
+    char name[256];
+    int n = snprintf(name, sizeof name, "disagg-%d-%s.%s", (int)getpid(), tag, ext);
+    cr_assert(n > 0 && (size_t)n < sizeof name, "the tag %s is too long", tag);
+    kvsim_test_tmp_path(buf, len, name);
 }
 
 /* Runs c at threads; writes the report (wall fields dropped), records and events under tag. */
@@ -468,16 +471,26 @@ static void turns_config(struct kvsim_replay_config *c)
     c->disagg.prefill_engines = c->disagg.decode_engines = 1;
 }
 
-Test(disagg, session_turns_arrive_exactly_when_due, .timeout = 600)
+Test(disagg, session_turns_arrive_exactly_when_due_small_decode_pool, .timeout = 300)
 {
     struct kvsim_replay_config c;
     turns_config(&c);
     c.disagg.decode_sched.num_blocks = 200;
     assert_turns_on_time(&c, "turns-small-decode");
+}
+
+Test(disagg, session_turns_arrive_exactly_when_due_slow_link, .timeout = 300)
+{
+    struct kvsim_replay_config c;
     turns_config(&c);
     c.disagg.transfer.latency_ns = INT64_C(2000000000);
     c.disagg.abort_timeout_ns = 0;
     assert_turns_on_time(&c, "turns-slow-link");
+}
+
+Test(disagg, session_turns_arrive_exactly_when_due_with_aborts, .timeout = 300)
+{
+    struct kvsim_replay_config c;
     turns_config(&c);
     c.disagg.decode_sched.num_blocks = 200;
     c.disagg.abort_timeout_ns = INT64_C(100000000);

@@ -1,10 +1,10 @@
 /*
  * test_replay_traces.c - the multi-engine replay (runtime/replay/) on every shared trace: every
  * router completes or rejects every request, results are bit-identical for 1 and 2 threads,
- * the event-fed KV indexer decides as the pools do, and the offload replay of the conversation
- * trace is identical for either executor. These tests need the shared traces (common.h):
- * without them they are skipped, and ctest reports this executable as Skipped (with
- * KVSIM_REQUIRE_TRACES=1 they fail).
+ * the event-fed KV indexer decides as the pools do, and the offload replay of the Mooncake
+ * 1000 trace is identical for either executor (the conversation trace is bench/'s). These tests
+ * need the shared traces (common.h): without them they are skipped, and ctest reports this
+ * executable as Skipped (with KVSIM_REQUIRE_TRACES=1 they fail).
  */
 #include <criterion/criterion.h>
 
@@ -35,17 +35,15 @@ static void check_deterministic(const char *trace, enum kvsim_router_policy rout
     replay_assert_same_files("t1", "t2", "jsonl");
 }
 
-Test(replay_determinism, conversation_kv_1_vs_2_threads, .timeout = 300)
+/* The conversation trace at 1 and 2 threads is bench/bench_replay's (every router, identical
+ * digests): tests use the Mooncake 1000 trace for every router (docs/testing.md). */
+Test(replay_determinism, mooncake_1000_least_loaded_1_vs_2_threads, .timeout = 300)
 {
-    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_KV, false);
+    check_deterministic("mooncake_trace_1000.jsonl", KVSIM_ROUTER_LEAST_LOADED, false);
 }
-Test(replay_determinism, conversation_least_loaded_1_vs_2_threads, .timeout = 300)
+Test(replay_determinism, mooncake_1000_round_robin_1_vs_2_threads, .timeout = 300)
 {
-    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_LEAST_LOADED, false);
-}
-Test(replay_determinism, conversation_round_robin_1_vs_2_threads, .timeout = 300)
-{
-    check_deterministic("conversation_trace.jsonl", KVSIM_ROUTER_ROUND_ROBIN, false);
+    check_deterministic("mooncake_trace_1000.jsonl", KVSIM_ROUTER_ROUND_ROBIN, false);
 }
 Test(replay_determinism, synthetic_trace_kv_1_vs_2_threads, .timeout = 300)
 {
@@ -131,10 +129,10 @@ Test(replay, every_trace_with_every_router, .timeout = 600)
     replay_remove_outputs("all");
 }
 
-Test(replay_offload, conversation_identical_for_both_executors_and_threads, .timeout = 600)
+Test(replay_offload, mooncake_1000_identical_for_both_executors_and_threads, .timeout = 600)
 {
     char path[512];
-    kvsim_test_trace_path(path, sizeof path, "conversation_trace.jsonl");
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
     replay_check_offload_deterministic(path);
 }
 

@@ -62,17 +62,18 @@ static void assert_rel(double got, double want, double tol, const char *what)
 /* The sketch's documented bound: a, plus a few ulps of rounding at bucket boundaries. */
 #define SKETCH_TOL (KVSIM_SKETCH_ALPHA * (1.0 + 1e-9))
 
-static char tmpdir[64];
+static char tmpdir[1024];
 
 static void make_tmpdir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/kvsim-metrics-XXXXXX");
+    kvsim_test_tmp_path(tmpdir, sizeof tmpdir, "metrics-XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed: %s", strerror(errno));
 }
 
 static void tmp_path(char *buf, size_t len, const char *name)
 {
-    snprintf(buf, len, "%s/%s", tmpdir, name);
+    int n = snprintf(buf, len, "%s/%s", tmpdir, name);
+    cr_assert(n > 0 && (size_t)n < len, "the path of %s in %s is too long", name, tmpdir);
 }
 
 static void remove_tmpdir(const char *const *names, size_t n)

@@ -28,7 +28,7 @@ static void run_dir(char *dir, size_t len, const char *name)
 /* A temporary file's path (the file exists, empty). */
 static void temp_path(char *path, size_t len)
 {
-    snprintf(path, len, "/tmp/kvsim-validate-test-XXXXXX");
+    kvsim_test_tmp_path(path, len, "validate-XXXXXX");
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     close(fd);
@@ -54,7 +54,7 @@ static json_t *load(const char *path)
 /* Runs kvsim validate on run `name` (args after the run) and returns its JSON report. */
 static json_t *validate_with(const char *name, const char *extra)
 {
-    char out[64], args[2048];
+    char out[512], args[2048];
     temp_path(out, sizeof out);
     snprintf(args, sizeof args, "--quiet --report %s %s", out, extra);
     run_kvsim("validate", name, args);
@@ -126,14 +126,14 @@ Test(validate_traces, qwen3_32b_tp2)
  * (34 % off), on all of the run. */
 Test(validate_traces, calibrate_fits_the_polynomial)
 {
-    char cfg[64], args[256];
+    char cfg[512], args[600];
     temp_path(cfg, sizeof cfg);
     snprintf(args, sizeof args, "-o %s --max-trials 100", cfg);
     run_kvsim("calibrate", LLAMA, args);
     json_t *c = load(cfg);
     cr_assert(json_is_array(json_object_get(json_object_get(c, "step_model"), "decode_ms")));
     json_decref(c);
-    char empty[64], extra[128];
+    char empty[512], extra[600];
     temp_path(empty, sizeof empty);
     FILE *f = fopen(empty, "w");
     fputs("{}", f);
@@ -154,7 +154,7 @@ Test(validate_traces, calibrate_fits_the_polynomial)
  * is within a few %. */
 Test(validate_traces, calibrate_fits_a_profile_correction)
 {
-    char cfg[64], args[1400];
+    char cfg[512], args[1800];
     temp_path(cfg, sizeof cfg);
     snprintf(args, sizeof args, "-o %s %s", cfg, profiles_arg());
     run_kvsim("calibrate", QWEN, args);
@@ -172,7 +172,7 @@ Test(validate_traces, calibrate_fits_a_profile_correction)
  * Llama-3.1-8B, too few for 181 of Mooncake's prompts. */
 Test(validate_traces, derived_capacity_reaches_disaggregated_pools)
 {
-    char trace[1024], out[64], cmd[4096];
+    char trace[1024], out[512], cmd[4096];
     kvsim_test_trace_path(trace, sizeof trace, "mooncake_trace_1000.jsonl");
     temp_path(out, sizeof out);
     snprintf(cmd, sizeof cmd,

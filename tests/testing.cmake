@@ -1,0 +1,115 @@
+# testing.cmake - what every directory that adds tests shares (docs/testing.md):
+#
+# - labels per module: each test gets the labels of every rule below its name matches, so that
+#   `ctest -L sched` runs the tests that cover sched/; a test that matches no rule stops the
+#   configure step (add a rule);
+# - a temporary directory per run: every test runs with TMPDIR=<build>/test-tmp, which the
+#   tmpdir_setup fixture empties first and the tmpdir_left_clean fixture checks is empty at the
+#   end (tests write under a directory of their own there and remove it, pass or fail);
+# - kvsim_split_criterion_tests: one ctest per Criterion test of an executable, discovered from
+#   `EXE --list` when ctest starts (criterion_discover.cmake), for executables whose tests are
+#   long enough to be worth their own process and timing.
+#
+# Call kvsim_finish_tests() at the end of each CMakeLists.txt that calls add_test.
+
+set(KVSIM_TEST_TMPDIR ${CMAKE_BINARY_DIR}/test-tmp)
+
+# "<regex on the test name>|<labels, comma-separated>"; every matching rule adds its labels.
+set(KVSIM_TEST_LABEL_RULES
+  "^test_kvpool$|kvpool"
+  "^test_kvpool_registry|kvpool"
+  "^stress_registry$|kvpool"
+  "^bench_(kvpool|registry)_smoke$|kvpool"
+  "^test_sched|sched"
+  "^conform_(contract[12]_)?(SC|DIS|OFF)-|sched"
+  "^conform_(contract[12]_)?OFF-|offload"
+  "^(regression|soak)_|sched"
+  "^soak_ci_offload$|offload"
+  "^test_sched_offload$|offload"
+  "^test_offload|offload"
+  "^stress_offload|offload"
+  "^bench_(offload|settle)_smoke$|offload"
+  "^test_(engine|engine_tiers|model|handoff|profile|validate_traces)$|engine"
+  "^test_engine_tiers$|offload"
+  "^test_replay|replay"
+  "^bench_replay_smoke$|replay"
+  "^cli_replay_|replay"
+  "^cli_replay_(bad_trace_line|bad_csv|trace_sources|stdin_needs_a_format|trace_twice|missing_trace|bad_format)|input"
+  "^test_input|input"
+  "^test_(report|output|html)$|report"
+  "^cli_replay_(html|timeseries|slo|report|pools)|report"
+  "^(conform|regression|soak)_|verify"
+  "^cli_(soak|minimize|stress)|verify"
+  "^test_verify$|verify"
+  "^cli_(validate|calibrate)_|engine"
+  "^cli_|cli"
+  "^(conform|soak|regression)_|cli"
+  "^(test_api|api_threads|test_options)$|api"
+  "^python_|api"
+  "^(install_|exports_only_public_api$)|install"
+  "^python_|install"
+  "^(layering_includes_point_down|configure_names_missing_debian_package)$|build"
+  "^bench_|bench"
+  "^tmpdir_|tmpdir")
+
+# kvsim_test_labels(<test name> <out var>): the labels of the rules the name matches.
+function(kvsim_test_labels name out)
+  set(labels "")
+  foreach(rule IN LISTS KVSIM_TEST_LABEL_RULES)
+    string(FIND "${rule}" "|" bar REVERSE)
+    string(SUBSTRING "${rule}" 0 ${bar} re)
+    math(EXPR from "${bar} + 1")
+    string(SUBSTRING "${rule}" ${from} -1 these)
+    if(name MATCHES "${re}")
+      string(REPLACE "," ";" these "${these}")
+      list(APPEND labels ${these})
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES labels)
+  set(${out} "${labels}" PARENT_SCOPE)
+endfunction()
+
+# kvsim_finish_tests(): labels, TMPDIR and the tmpdir fixture for every test of this directory.
+function(kvsim_finish_tests)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(t IN LISTS tests)
+    kvsim_test_labels(${t} labels)
+    if(labels STREQUAL "")
+      message(FATAL_ERROR "test ${t} matches no label rule: add one to KVSIM_TEST_LABEL_RULES "
+                          "in tests/testing.cmake")
+    endif()
+    set_property(TEST ${t} APPEND PROPERTY LABELS ${labels})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION
+                 "TMPDIR=set:${KVSIM_TEST_TMPDIR}")
+    if(NOT t MATCHES "^tmpdir_")
+      set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED kvsim_tmpdir)
+    endif()
+  endforeach()
+endfunction()
+
+# kvsim_split_criterion_tests(<executable target> [TIMEOUT seconds]): instead of one ctest for
+# the whole executable, one ctest per Criterion test, named <exe>/<suite>/<test> and run with
+# `--filter suite/test -j1` (one test at a time inside: these tests start replay threads of
+# their own, which Criterion's parallel jobs would oversubscribe). The list is read when ctest
+# starts, so a new Test() is never left out.
+function(kvsim_split_criterion_tests target)
+  cmake_parse_arguments(arg "" "TIMEOUT" "" ${ARGN})
+  if(NOT arg_TIMEOUT)
+    set(arg_TIMEOUT 300)
+  endif()
+  kvsim_test_labels(${target} labels)
+  if(labels STREQUAL "")
+    message(FATAL_ERROR "test ${target} matches no label rule: add one to KVSIM_TEST_LABEL_RULES "
+                        "in tests/testing.cmake")
+  endif()
+  set(file ${CMAKE_CURRENT_BINARY_DIR}/${target}_criterion_tests.cmake)
+  file(GENERATE OUTPUT ${file} CONTENT
+"set(KVSIM_CD_EXE \"$<TARGET_FILE:${target}>\")
+set(KVSIM_CD_NAME \"${target}\")
+set(KVSIM_CD_LABELS \"${labels}\")
+set(KVSIM_CD_TIMEOUT \"${arg_TIMEOUT}\")
+set(KVSIM_CD_TMPDIR \"${KVSIM_TEST_TMPDIR}\")
+include(\"${CMAKE_SOURCE_DIR}/tests/criterion_discover.cmake\")
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${file})
+endfunction()

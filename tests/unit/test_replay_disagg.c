@@ -88,6 +88,9 @@ Test(disagg, every_request_completes_and_threads_change_nothing, .timeout = 300)
 {
     struct kvsim_replay_config c;
     disagg_config(&c);
+    /* Pools of 6000 blocks: ample for the workload, and the invariant check at every boundary
+     * walks fewer blocks. */
+    c.disagg.prefill_sched.num_blocks = c.disagg.decode_sched.num_blocks = 6000;
     struct kvsim_report a = run(&c, 1, "t1"), b = run(&c, 2, "t2");
     cr_assert_eq(a.completed, a.num_requests, "an ample decode pool serves everything");
     cr_assert_eq(a.disagg.handoffs, a.num_requests);
@@ -208,6 +211,7 @@ Test(disagg, the_event_log_rebuilds_every_pin, .timeout = 300)
 {
     struct kvsim_replay_config c;
     disagg_config(&c);
+    c.disagg.prefill_sched.num_blocks = c.disagg.decode_sched.num_blocks = 6000; /* see above */
     c.disagg.decode_sched.max_num_seqs = 16;
     struct kvsim_report r = run(&c, 2, "events");
     char ev[256];
@@ -483,6 +487,9 @@ Test(disagg, session_turns_arrive_exactly_when_due_slow_link, .timeout = 300)
 {
     struct kvsim_replay_config c;
     turns_config(&c);
+    /* 2 s transfers stretch the run over many more boundaries, each with an invariant check
+     * that walks the pools: pools of 3000 blocks keep the check and the test short. */
+    c.disagg.prefill_sched.num_blocks = c.disagg.decode_sched.num_blocks = 3000;
     c.disagg.transfer.latency_ns = INT64_C(2000000000);
     c.disagg.abort_timeout_ns = 0;
     assert_turns_on_time(&c, "turns-slow-link");

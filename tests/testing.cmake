@@ -52,7 +52,8 @@ set(KVSIM_TEST_LABEL_RULES
   "^bench_|bench"
   "^tmpdir_|tmpdir")
 
-# kvsim_test_labels(<test name> <out var>): the labels of the rules the name matches.
+# kvsim_test_labels(<test name> <out var>): the labels of the rules the name matches; a name
+# that matches none stops the configure step.
 function(kvsim_test_labels name out)
   set(labels "")
   foreach(rule IN LISTS KVSIM_TEST_LABEL_RULES)
@@ -65,6 +66,10 @@ function(kvsim_test_labels name out)
       list(APPEND labels ${these})
     endif()
   endforeach()
+  if(labels STREQUAL "")
+    message(FATAL_ERROR "test ${name} matches no label rule: add one to KVSIM_TEST_LABEL_RULES "
+                        "in tests/testing.cmake")
+  endif()
   list(REMOVE_DUPLICATES labels)
   set(${out} "${labels}" PARENT_SCOPE)
 endfunction()
@@ -74,10 +79,6 @@ function(kvsim_finish_tests)
   get_property(tests DIRECTORY PROPERTY TESTS)
   foreach(t IN LISTS tests)
     kvsim_test_labels(${t} labels)
-    if(labels STREQUAL "")
-      message(FATAL_ERROR "test ${t} matches no label rule: add one to KVSIM_TEST_LABEL_RULES "
-                          "in tests/testing.cmake")
-    endif()
     set_property(TEST ${t} APPEND PROPERTY LABELS ${labels})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION
                  "TMPDIR=set:${KVSIM_TEST_TMPDIR}")
@@ -98,10 +99,6 @@ function(kvsim_split_criterion_tests target)
     set(arg_TIMEOUT 300)
   endif()
   kvsim_test_labels(${target} labels)
-  if(labels STREQUAL "")
-    message(FATAL_ERROR "test ${target} matches no label rule: add one to KVSIM_TEST_LABEL_RULES "
-                        "in tests/testing.cmake")
-  endif()
   set(file ${CMAKE_CURRENT_BINARY_DIR}/${target}_criterion_tests.cmake)
   file(GENERATE OUTPUT ${file} CONTENT
 "set(KVSIM_CD_EXE \"$<TARGET_FILE:${target}>\")

@@ -112,8 +112,6 @@ void kvsim_test_tmp_path(char *buf, size_t len, const char *name)
               len);
 }
 
-/* ---- main ------------------------------------------------------------------------------------ */
-
 int main(int argc, char *argv[])
 {
     /* before the run, so that the tests' processes inherit it */

@@ -817,6 +817,36 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
     return 0;
 }
 
+/*
+ * Every step of every engine of the run within the step model's bounds (kvsim_step_model_check),
+ * at the batch limits of each pool. Returns 0 or -EINVAL naming the file (--config, the profile)
+ * or, for the default polynomial, the limit that stretches it.
+ */
+static int check_step_model(const struct kvsim_options *o, const struct kvsim_replay_config *cfg,
+                            char *err, size_t errlen)
+{
+    const struct kvsim_disagg_config *d = &cfg->disagg;
+    const struct sched_config *pools[2] = {&cfg->sched, NULL};
+    if (d->prefill_engines)
+        pools[0] = &d->prefill_sched, pools[1] = &d->decode_sched;
+    char e[768];
+    for (int k = 0; k < 2 && pools[k]; k++) {
+        if (!kvsim_step_model_check(&cfg->model, pools[k]->max_num_batched_tokens,
+                                    pools[k]->max_num_seqs, e, sizeof e))
+            continue;
+        if (cfg->model.profile)
+            snprintf(err, errlen, "--profiles %s", e);
+        else if (o->config_path)
+            snprintf(err, errlen, "--config %s: %s", o->config_path, e);
+        else
+            snprintf(err, errlen,
+                     "the default step model at --max-num-batched-tokens %" PRIu32 ": %s",
+                     pools[k]->max_num_batched_tokens, e);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
                           size_t errlen)
 {
@@ -860,7 +890,9 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
         kvsim_run_fini(run);
         return rc;
     }
-    return 0;
+    if ((rc = check_step_model(o, cfg, err, errlen)))
+        kvsim_run_fini(run);
+    return rc;
 }
 
 void kvsim_run_fini(struct kvsim_run *run) { kvsim_timing_fini(&run->timing); }

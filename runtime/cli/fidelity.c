@@ -447,6 +447,11 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     }
     if (cli_timing_apply(p, t, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token))
         return -EINVAL;
+    if (kvsim_step_model_check(&cfg->model, cfg->sched.max_num_batched_tokens,
+                               cfg->sched.max_num_seqs, err, sizeof err))
+        return cfg->model.profile ? cli_error(p, "--profiles %s", err)
+               : o->config_path   ? cli_error(p, "--config %s: %s", o->config_path, err)
+                                  : cli_error(p, "the default step model: %s", err);
     const struct kvsim_model_arch *arch = t->r.profile ? kvsim_profile_arch(t->r.profile) : NULL;
     if (ri.max_model_len)
         cfg->sched.max_model_len = ri.max_model_len;

@@ -308,6 +308,28 @@ KVSIM_EXTERN int64_t kvsim_step_model_min_duration_ns(const struct kvsim_step_mo
 KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err,
                                        size_t errlen);
 
+/*
+ * The bounds of a step model (docs/fidelity/timing.md). At load: every coefficient, the floor and
+ * the overhead within +-KVSIM_STEP_COEFF_MAX_MS, speedup_ratio within [KVSIM_STEP_SPEEDUP_MIN,
+ * KVSIM_STEP_SPEEDUP_MAX]. At resolve, where the batch limits are known: every step at least
+ * KVSIM_STEP_MIN_NS (a clock that stands still answers TTFT 0) and at most KVSIM_STEP_MAX_NS (an
+ * hour: a million of the longest steps still fit int64 nanoseconds).
+ */
+#define KVSIM_STEP_COEFF_MAX_MS 1e6
+#define KVSIM_STEP_SPEEDUP_MIN  1e-6
+#define KVSIM_STEP_SPEEDUP_MAX  1e6
+#define KVSIM_STEP_MIN_NS       1000
+#define KVSIM_STEP_MAX_NS       3600000000000LL
+/*
+ * kvsim_step_model_check - every step an engine of these limits can take (1 to
+ * max_batched_tokens prefill tokens, decodes at any KV usage, up to max_num_seqs sequences) lasts
+ * between KVSIM_STEP_MIN_NS and KVSIM_STEP_MAX_NS. Returns 0, or -EINVAL with a message in err
+ * naming the key (or the profile), the step and the allowed range. Any thread.
+ */
+KVSIM_EXTERN int kvsim_step_model_check(const struct kvsim_step_model *m,
+                                        uint32_t max_batched_tokens, uint32_t max_num_seqs,
+                                        char *err, size_t errlen);
+
 /* ---- the model and the GPU: capacity the vLLM way (model.c) ------------------------------- */
 
 /* What kvsim reads of a Hugging Face config.json. */

@@ -17,6 +17,8 @@
 double kvsim_profile__step_us(const struct kvsim_profile *p, const struct kvsim_step_batch *b,
                               unsigned *outside);
 double kvsim_profile__min_step_us(const struct kvsim_profile *p);
+/* An upper bound on the time of any step of at most max_seqs sequences, in microseconds. */
+double kvsim_profile__max_step_us(const struct kvsim_profile *p, uint32_t max_seqs);
 
 /* A prefill engine's pin and the instant its abort timeout expires. */
 struct engine_pin_deadline {

@@ -206,15 +206,26 @@ static int csv_next(struct csv *c, char **field, uint32_t n, char *err, size_t e
     return 1;
 }
 
+/*
+ * The documented ranges of a profile's numbers (docs/fidelity/timing.md): an operator's time at
+ * most 10 s (a step of many of them still fits the clock; kvsim_step_model_check bounds the
+ * step), an axis (tokens, sequences, context) at most 1e9, a skew fit's alpha within +-100.
+ */
+#define PROFILE_TIME_MAX_US 1e7
+#define PROFILE_AXIS_MAX    1e9
+#define PROFILE_ALPHA_MAX   100.0
+
+/* A field in [0, max] (a time_us field: PROFILE_TIME_MAX_US; an axis: PROFILE_AXIS_MAX). */
 static int csv_number(const struct csv *c, const char *s, const char *name, double *out, char *err,
                       size_t errlen)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(v) || v < 0)
-        return fail(err, errlen, -EINVAL, "%s:%u: field '%s' must be a number >= 0, got '%s'",
-                    c->path, c->line, name, s);
+    double max = !strcmp(name, "time_us") ? PROFILE_TIME_MAX_US : PROFILE_AXIS_MAX;
+    if (end == s || *end || errno || !isfinite(v) || v < 0 || v > max)
+        return fail(err, errlen, -EINVAL, "%s:%u: field '%s' must be a number in [0, %g], got '%s'",
+                    c->path, c->line, name, max, s);
     *out = v;
     return 0;
 }
@@ -625,8 +636,9 @@ static int load_skew(struct kvsim_profile *p, const char *path, yaml_document_t 
         if ((rc = csv_number(&c, f[0], "pc", &pc, err, errlen)))
             break;
         alpha = strtod(f[5], &end);
-        if (end == f[5] || *end || !isfinite(alpha)) {
-            rc = fail(err, errlen, -EINVAL, "%s:%u: field 'alpha' must be a number", path, c.line);
+        if (end == f[5] || *end || !(fabs(alpha) <= PROFILE_ALPHA_MAX)) {
+            rc = fail(err, errlen, -EINVAL, "%s:%u: field 'alpha' must be a number in [-%g, %g]",
+                      path, c.line, PROFILE_ALPHA_MAX, PROFILE_ALPHA_MAX);
             break;
         }
         int idx[4];
@@ -674,9 +686,10 @@ static int load_meta(struct kvsim_profile *p, const char *dir, char *err, size_t
         char *end = NULL;
         if (ad && ad->type == YAML_SCALAR_NODE)
             p->alpha_default = strtod((char *)ad->data.scalar.value, &end);
-        if (!end || *end || !isfinite(p->alpha_default))
+        if (!end || *end || !(fabs(p->alpha_default) <= PROFILE_ALPHA_MAX))
             rc = fail(err, errlen, -EINVAL,
-                      "%s: field 'skew_fit.per_tp.%s.alpha_default' must be a number", meta, tp);
+                      "%s: field 'skew_fit.per_tp.%s.alpha_default' must be a number in [-%g, %g]",
+                      meta, tp, PROFILE_ALPHA_MAX, PROFILE_ALPHA_MAX);
         if (!rc)
             rc = yaml_bins(&d, yaml_get(&d, axes, "n_bins"), &p->n_bins, meta,
                            "skew_fit.bucket_axes.n_bins", err, errlen);
@@ -1013,6 +1026,31 @@ double kvsim_profile__step_us(const struct kvsim_profile *p, const struct kvsim_
 }
 
 double kvsim_profile__min_step_us(const struct kvsim_profile *p) { return p->min_step_us; }
+
+/*
+ * An upper bound on any step of at most max_seqs sequences: each term's largest value, and the
+ * attention of one layer at most the largest profiled time for the biggest chunk with its skew
+ * correction (alpha) plus one more for each further prefill chunk (batch_attention).
+ */
+double kvsim_profile__max_step_us(const struct kvsim_profile *p, uint32_t max_seqs)
+{
+    double once = 0, layer = 0, seq = 0, attn = 0, alpha = p->alpha_default;
+    for (uint32_t t = 1; t <= p->max_tokens; t++) {
+        once = p->once_us[t] > once ? p->once_us[t] : once;
+        layer = p->layer_us[t] > layer ? p->layer_us[t] : layer;
+    }
+    for (uint32_t s = 1; s <= p->max_seqs; s++)
+        seq = p->seq_us[s] > seq ? p->seq_us[s] : seq;
+    for (size_t i = 0; i < (size_t)p->npc * p->nnd; i++)
+        for (size_t k = 0; k < (size_t)p->slice[i].nkp * p->slice[i].nkd; k++)
+            attn = p->slice[i].t[k] > attn ? p->slice[i].t[k] : attn;
+    for (uint32_t i = 0; i < p->num_alpha; i++)
+        alpha = p->alpha[i].alpha > alpha ? p->alpha[i].alpha : alpha;
+    double chunks = max_seqs > 1 ? max_seqs - 1 : 0;
+    double attn_max = attn * (1 + (alpha > 0 ? alpha : 0) + chunks);
+    return once + seq +
+           p->arch.num_layers * (layer + attn_max + 2 * allreduce_us(p, p->max_tokens));
+}
 
 /* A lower bound on any step: each term's smallest value (interpolation stays within them). */
 static void compute_min_step(struct kvsim_profile *p)

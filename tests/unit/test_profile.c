@@ -185,7 +185,7 @@ Test(profile, step_overhead_adds_to_every_step)
     cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
     close(fd);
     cr_assert_eq(kvsim_step_model_load(path, &m, err, sizeof err), -EINVAL);
-    cr_assert(strstr(err, "key 'step_overhead_ms' must be a number >= 0"), "%s", err);
+    cr_assert(strstr(err, "key 'step_overhead_ms' must be a number in [0, 1e+06]"), "%s", err);
     unlink(path);
     kvsim_profile_free(p);
 }
@@ -212,4 +212,125 @@ Test(step_model, rounds_to_the_nearest_nanosecond_like_llround)
         cr_assert_eq(kvsim_step_model_duration_ns(&m, &b), want < 1 ? 1 : want, "floor %.10g / 2",
                      floors_ms[i]);
     }
+}
+
+/* ---- the bounds of a step model (#33; docs/fidelity/timing.md) ------------------------------ */
+
+static int check(const struct kvsim_step_model *m, uint32_t tokens, uint32_t seqs, char *err,
+                 size_t len)
+{
+    return kvsim_step_model_check(m, tokens, seqs, err, len);
+}
+
+/* Every step of the polynomial between 1 us and an hour, at the engine's limits: the shortest
+ * step is found at the vertex or the ends, and the message names the key, the step, the range. */
+Test(step_model, check_bounds_every_step_of_the_polynomial)
+{
+    char err[768];
+    struct kvsim_step_model m;
+    kvsim_step_model_default(&m);
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    /* the default's quadratic prefill term makes 1e7-token steps last 12 hours */
+    cr_assert_eq(check(&m, 10000000, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "a step of 10000000 prefill tokens") && strstr(err, "at most 3.6e+06 ms"),
+              "%s", err);
+    /* a negative slope: the longest prefill is negative */
+    m.prefill_ms[0] = 0, m.prefill_ms[1] = -1, m.prefill_ms[2] = 0;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "key 'step_model.prefill_ms': a prefill step of 8192 tokens takes -8192 "
+                          "ms") &&
+                  strstr(err, "at least 0.001 ms"),
+              "%s", err);
+    /* a dip between the ends: p(T) = (T - 100)^2 / 1000 + 1e-4 is 1e-4 ms at T = 100 only */
+    m.prefill_ms[0] = 1e-3, m.prefill_ms[1] = -0.2, m.prefill_ms[2] = 10 + 1e-4;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "a prefill step of 100 tokens takes 0.0001 ms"), "%s", err);
+    m.prefill_ms[2] = 10 + 1e-3; /* 1 us exactly at the vertex: allowed */
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    /* decodes below the floor are floored; a zero floor lets a negative decode through */
+    kvsim_step_model_default(&m);
+    m.decode_ms[0] = 0, m.decode_ms[1] = 0, m.decode_ms[2] = -5;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    m.decode_floor_ms = 0;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "keys 'step_model.decode_ms' and 'step_model.decode_floor_ms'"), "%s",
+              err);
+    /* a speedup that makes the shortest step a few ns, or the longest a month */
+    kvsim_step_model_default(&m);
+    m.speedup_ratio = 1e4;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "a decode step") || strstr(err, "a prefill step"), "%s", err);
+    m.speedup_ratio = 1e-6;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "after speedup_ratio 1e-06"), "%s", err);
+    /* step_overhead_ms lifts every step */
+    m.speedup_ratio = 1e4;
+    m.step_overhead_ms = 0.01;
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+}
+
+/* The profile's shortest step (its smallest operators) and a bound on its longest (its largest
+ * operators, every further prefill chunk's attention) within the same range. */
+Test(step_model, check_bounds_every_step_of_a_profile)
+{
+    struct kvsim_profile *p = load_tiny();
+    struct kvsim_step_model m;
+    kvsim_step_model_default(&m);
+    m.profile = p;
+    char err[768];
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    m.speedup_ratio = 1e6; /* a 254 us step in 0.25 ns */
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "tiny/bf16/tp1: a step of this profile takes from") &&
+                  strstr(err, "between 0.001 ms and 3.6e+06 ms"),
+              "%s", err);
+    m.speedup_ratio = 1e-6; /* the longest step grows past an hour */
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    /* the bound covers a real step of the largest batch */
+    m.speedup_ratio = 1;
+    uint32_t chunk[256];
+    uint64_t prefix[256];
+    for (int i = 0; i < 256; i++)
+        chunk[i] = 32, prefix[i] = 1000;
+    struct kvsim_step_batch b = {.prefill_tokens = 32 * 256,
+                                 .num_prefill_reqs = 256,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix};
+    double us = kvsim_step_model_duration_ns(&m, &b) / 1e3;
+    cr_assert_gt(us, 0);
+    m.speedup_ratio = us / 1e3 / 3.6e6 * 1.01; /* that step alone just past an hour */
+    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL, "a %.0f us step", us);
+    kvsim_profile_free(p);
+}
+
+/* A profile's time past 10 s, an axis past 1e9 or a skew alpha past 100 is refused at load,
+ * naming the file, the line and the field. */
+Test(profile, refuses_values_out_of_range)
+{
+    char root[1024], cmd[4096], err[768];
+    kvsim_test_tmp_path(root, sizeof root, "tiny-copy");
+    static const struct {
+        const char *file, *sed, *want;
+    } cases[] = {
+        {"dense.csv", "s/^embedding,1,1$/embedding,1,1e300/",
+         "dense.csv:2: field 'time_us' must be a number in [0, 1e+07], got '1e300'"},
+        {"dense.csv", "s/^embedding,101,2$/embedding,1e12,2/",
+         "dense.csv:3: field 'tokens' must be a number in [0, 1e+09], got '1e12'"},
+        {"attention.csv", "2s/,[^,]*$/,2e7/",
+         "attention.csv:2: field 'time_us' must be a number "
+         "in [0, 1e+07], got '2e7'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf '%s' && cp -r '%s' '%s' && sed -i '%s' '%s/TESTHW/test/tiny/bf16/tp1/%s'",
+                 root, TINY, root, cases[i].sed, root, cases[i].file);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+        struct kvsim_profile_config c = {
+            .root = root, .hardware = "TESTHW", .model = "test/tiny", .tp = 1};
+        struct kvsim_profile *p = NULL;
+        cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -EINVAL, "%s", cases[i].sed);
+        cr_assert(strstr(err, cases[i].want), "%s", err);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
 }

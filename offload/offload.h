@@ -459,6 +459,9 @@ KVSIM_EXTERN int64_t offload_now(const struct offload_pipeline *p);
 /* Earliest virtual time at which a batch will drain (the current time if one is due already),
  * or OFFLOAD_NEVER. O(lanes). */
 KVSIM_EXTERN int64_t offload_next_deadline(const struct offload_pipeline *p);
+/* The lane whose next transfer cannot end before OFFLOAD_NEVER - 1 (its deadline saturated:
+ * the link is too slow for the int64 clock), or -1 when every deadline is exact. O(lanes). */
+KVSIM_EXTERN int offload_lane_past_the_clock(const struct offload_pipeline *p);
 /* Unique id of the pipeline in this process (never 0). */
 KVSIM_EXTERN uint64_t offload_pipeline_id(const struct offload_pipeline *p);
 /* Current generation (0, then +1 per offload_reset). */

@@ -849,6 +849,14 @@ int64_t offload_next_deadline(const struct offload_pipeline *p)
     return d;
 }
 
+int offload_lane_past_the_clock(const struct offload_pipeline *p)
+{
+    for (uint32_t l = 0; l < OFFLOAD_NUM_LANES; l++)
+        if (p->lanes[l].bw && offload_bw_next_deadline(p->lanes[l].bw) == OFFLOAD_NEVER - 1)
+            return (int)l;
+    return -1;
+}
+
 bool offload_is_stable(const struct offload_pipeline *p)
 {
     if (p->starting > 0 || p->pend_len > 0 || offload_next_deadline(p) <= p->now)

@@ -245,7 +245,9 @@ typedef struct kvsim_event {
  * Advancing. Each returns the number of events now waiting to be read (>= 0), or a negative
  * errno: KVSIM_EDEADEND (unfinished requests that nothing can ever wake: a request whose KV
  * never fits; kvsim_engine_errmsg says which), KVSIM_EINVARIANT (with "check-invariants"),
- * -ENOMEM. After an error the engine is unusable except for observing and freeing.
+ * -EOVERFLOW (a step or transfer would end past the int64 nanosecond clock: kvsim_engine_errmsg
+ * names it, the step and the value), -ENOMEM. After an error the engine is unusable except for
+ * observing and freeing.
  *
  * kvsim_engine_run_until - process everything that happens at or before t (arrivals, steps,
  *   offload transfers); the clock becomes t.
@@ -420,7 +422,8 @@ static inline kvsim_summary_t kvsim_summary_init(void)
  * the built-in synthetic workload), engines, router, threads, offload, disaggregation, and its
  * outputs ("requests-out", "handoff-events"; "report" writes the JSON file too). Fills *summary
  * (if not NULL) and *report_json (if not NULL; free with kvsim_free). Returns 0, or -EINVAL /
- * -ENOENT (bad input or configuration), KVSIM_EDEADEND, KVSIM_EINVARIANT, -ENOMEM, with the
+ * -ENOENT (bad input or configuration), -EOVERFLOW (a step, transfer or session turn would end
+ * past the int64 nanosecond clock), KVSIM_EDEADEND, KVSIM_EINVARIANT, -ENOMEM, with the
  * message in kvsim_config_error(cfg) (cfg is not otherwise changed).
  */
 KVSIM_API int kvsim_replay(kvsim_config_t *cfg, kvsim_summary_t *summary, char **report_json);

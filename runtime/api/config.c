@@ -253,8 +253,8 @@ static const struct opt opts[] = {
     {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL},
     /* At least 1 MB/s: a slower link would be rounded to 0 B/s (read as infinite) below
      * 1e-9, and would stretch a replay over simulated years long before that (issue #33). */
-    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e12, false, NULL},
-    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e12, false, NULL},
+    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL},
+    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL},
     {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
     {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL},
     {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL},

@@ -349,7 +349,8 @@ int cli_replay_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_sa);
     if (status == CLI_EXIT_OK && (rc = kvsim_replay_run(&run.replay, &report, err, sizeof err))) {
         cli_error(&p, "%s", err);
-        status = rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
+        status =
+            rc == -EINVAL || rc == -ENOENT || rc == -EOVERFLOW ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
     } else if (status == CLI_EXIT_OK) {
         /* With a JSON report on standard output, the table goes to standard error. */
         bool json_on_stdout = o.report_path && strcmp(o.report_path, "-") == 0;

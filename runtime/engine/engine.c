@@ -303,6 +303,15 @@ int engine__fail(struct kvsim_engine *e, int rc)
     return rc;
 }
 
+int engine__clock_overflow(struct kvsim_engine *e, const char *what, int64_t dur)
+{
+    snprintf(e->err, sizeof e->err,
+             "engine %u at t=%" PRId64 " ns, step %" PRIu64 ": a %s of %" PRId64
+             " ns would end past the clock's last instant (%" PRId64 " ns, int64)",
+             e->cfg.id, e->now, e->steps, what, dur, (int64_t)KVSIM_CLOCK_END_NS);
+    return -EOVERFLOW;
+}
+
 int engine__push_done(struct kvsim_engine *e, uint32_t req, int64_t t)
 {
     if (e->num_done == e->cap_done) {
@@ -591,7 +600,8 @@ static int start_step(struct kvsim_engine *e)
             return 0; /* idle: the caller decides whether anything can wake it */
         }
         e->step = st;
-        e->step_end = e->now + dur;
+        if (!kvsim_clock_add(e->now, dur, &e->step_end))
+            return engine__clock_overflow(e, "step", dur);
         e->step_prompt_tokens = prompt;
         return e->pipelined ? schedule_ahead(e) : 0;
     }
@@ -608,7 +618,8 @@ static int promote_ahead(struct kvsim_engine *e)
         return rc ? engine__fail(e, rc) : 0;
     }
     e->step = a;
-    e->step_end = e->now + e->ahead_dur;
+    if (!kvsim_clock_add(e->now, e->ahead_dur, &e->step_end))
+        return engine__clock_overflow(e, "step", e->ahead_dur);
     e->step_prompt_tokens = e->ahead_prompt_tokens;
     return schedule_ahead(e);
 }
@@ -1004,7 +1015,19 @@ static int tiers_advance(struct kvsim_engine *e, int64_t t)
     if (!e->tiers)
         return 0;
     int rc = kvsim_tiers_advance_to(e->tiers, t);
-    return rc < 0 ? engine__fail(e, rc) : 0;
+    if (rc < 0)
+        return engine__fail(e, rc);
+    /* A transfer whose end saturated at the clock's end would complete there, silently. */
+    const char *link = kvsim_tiers_link_past_the_clock(e->tiers);
+    if (link) {
+        snprintf(e->err, sizeof e->err,
+                 "engine %u at t=%" PRId64 " ns, step %" PRIu64 ": a transfer on the %s link "
+                 "would end past the clock's last instant (%" PRId64
+                 " ns, int64): the link is too slow for its load",
+                 e->cfg.id, e->now, e->steps, link, (int64_t)KVSIM_CLOCK_END_NS);
+        return -EOVERFLOW;
+    }
+    return 0;
 }
 
 /* What happens at t besides a step's end: transfers ending, posted messages, and (when the

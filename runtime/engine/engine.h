@@ -309,6 +309,21 @@ KVSIM_EXTERN int kvsim_step_model_load(const char *path, struct kvsim_step_model
                                        size_t errlen);
 
 /*
+ * The clock: int64 nanoseconds of virtual time, INT64_MAX meaning "never" throughout, so the last
+ * instant a run may reach is KVSIM_CLOCK_END_NS. kvsim_clock_add is the checked addition of every
+ * step, transfer and epoch: *out = t + d and true when d >= 0 and the sum is on the clock; false
+ * (and *out untouched) otherwise, and the caller stops with -EOVERFLOW naming what overflowed.
+ */
+#define KVSIM_CLOCK_END_NS (INT64_MAX - 1)
+static inline bool kvsim_clock_add(int64_t t, int64_t d, int64_t *out)
+{
+    if (d < 0 || t > KVSIM_CLOCK_END_NS - d)
+        return false;
+    *out = t + d;
+    return true;
+}
+
+/*
  * The bounds of a step model (docs/fidelity/timing.md). At load: every coefficient, the floor and
  * the overhead within +-KVSIM_STEP_COEFF_MAX_MS, speedup_ratio within [KVSIM_STEP_SPEEDUP_MIN,
  * KVSIM_STEP_SPEEDUP_MAX]. At resolve, where the batch limits are known: every step at least

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,10 +87,41 @@ static int apply_key(const char *key, json_t *v, const char *path, struct sched_
     return 1;
 }
 
+/*
+ * A file jansson refuses for an integer past int64 ("too big integer"): read again with every
+ * number a real, and refuse the first key holding such a value by its own rule, so that the
+ * message names the key. Returns -EINVAL with the message, or 0 when no key is found.
+ */
+static int refuse_huge_integer(const char *path, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
+    const char *key;
+    json_t *v;
+    int rc = 0;
+    struct sched_config scratch;
+    memset(&scratch, 0, sizeof scratch);
+    if (json_is_object(root))
+        json_object_foreach(root, key, v)
+        {
+            if (!json_is_real(v) || fabs(json_real_value(v)) < 0x1p63)
+                continue;
+            rc = apply_key(key, v, path, &scratch, err, errlen);
+            if (rc == 1)
+                snprintf(err, errlen, "%s: unknown key '%s'", path, key);
+            rc = -EINVAL;
+            break;
+        }
+    json_decref(root);
+    return rc;
+}
+
 int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && strstr(jerr.text, "too big integer") && refuse_huge_integer(path, err, errlen))
+        return -EINVAL;
     if (!root) {
         if (jerr.line > 0)
             snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);

@@ -108,6 +108,9 @@ struct kvsim_engine {
 void engine__publish(struct kvsim_engine *e);
 /* Formats an error of engine e at its clock into e->err and returns rc. */
 int engine__fail(struct kvsim_engine *e, int rc);
+/* Records that a `what` ("step", "transfer") of dur ns starting at e->now would pass
+ * KVSIM_CLOCK_END_NS, naming the engine, its step count and the value. Returns -EOVERFLOW. */
+int engine__clock_overflow(struct kvsim_engine *e, const char *what, int64_t dur);
 /* Lists req as finished at t for session follow-ups. Returns 0 or -ENOMEM. */
 int engine__push_done(struct kvsim_engine *e, uint32_t req, int64_t t);
 

@@ -207,7 +207,9 @@ static int load_coeffs(json_t *v, double out[3], const char *path, const char *k
 int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err, size_t errlen)
 {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    /* Every value is a real: an integer past int64 (2^64) reaches the range check, which names
+     * its key, instead of failing the parse. */
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
     if (!root) {
         snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
         return jerr.line <= 0 ? -ENOENT : -EINVAL;

@@ -911,6 +911,12 @@ int kvsim_tiers_settle(struct kvsim_tiers *t)
     return rc == -EAGAIN ? 0 : rc;
 }
 
+const char *kvsim_tiers_link_past_the_clock(const struct kvsim_tiers *t)
+{
+    int l = offload_lane_past_the_clock(t->pipe);
+    return l < 0 ? NULL : offload_lane_name((enum offload_lane)l);
+}
+
 int64_t kvsim_tiers_next_deadline(const struct kvsim_tiers *t)
 {
     return offload_next_deadline(t->pipe);

@@ -72,6 +72,9 @@ int kvsim_tiers_settle(struct kvsim_tiers *t);
 int kvsim_tiers_publish(struct kvsim_tiers *t, int64_t until);
 /* Earliest virtual time a transfer ends, or OFFLOAD_NEVER. */
 int64_t kvsim_tiers_next_deadline(const struct kvsim_tiers *t);
+/* The name of the link ("G1->G2", ...) whose next transfer would end past the int64 clock, or
+ * NULL. The engine's thread. */
+const char *kvsim_tiers_link_past_the_clock(const struct kvsim_tiers *t);
 /* Transfers enqueued and not yet drained. */
 uint32_t kvsim_tiers_pending(const struct kvsim_tiers *t);
 

@@ -294,12 +294,14 @@ static int links_start(struct replay *rp, int64_t t, bool inclusive, char *err, 
         struct replay_link *l = &rp->links[best];
         struct kvsim_handoff *h = &rp->handoffs[l->queue[l->head]];
         int64_t d = kvsim_transfer_duration_ns(&tm, h->transfer_tokens);
-        int64_t end = add_sat(best_start, d);
-        if (end == INT64_MAX) {
+        int64_t end;
+        if (!kvsim_clock_add(best_start, d, &end)) {
             snprintf(err, errlen,
-                     "handoff %" PRIu64 ": its KV transfer would end beyond any representable "
-                     "instant (%" PRId64 " ns after %" PRId64 " ns): the link is too slow",
-                     h->id, d, best_start);
+                     "the KV transfer link of prefill engine %" PRIu32 ", handoff %" PRIu64
+                     " (%" PRIu64 " tokens): a transfer of %" PRId64 " ns starting at %" PRId64
+                     " ns would end past the clock's last instant (%" PRId64
+                     " ns, int64): the link is too slow (--kv-transfer-gbps)",
+                     best, h->id, h->transfer_tokens, d, best_start, (int64_t)KVSIM_CLOCK_END_NS);
             return -EOVERFLOW;
         }
         if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */

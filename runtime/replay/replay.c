@@ -367,7 +367,16 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
             if (nx < 0)
                 continue;
             rp->parents_in_flight--;
-            int64_t t = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
+            int64_t t;
+            if (!kvsim_clock_add(d[i].finish_ns, rp->trace.reqs[nx].delay_ns, &t)) {
+                snprintf(err, errlen,
+                         "request %" PRId32 " (a session's next turn, trace line %" PRIu32
+                         "): its parent's finish at %" PRId64 " ns plus its delay of %" PRId64
+                         " ns passes the clock's last instant (%" PRId64 " ns, int64)",
+                         nx, rp->trace.reqs[nx].line, d[i].finish_ns, rp->trace.reqs[nx].delay_ns,
+                         (int64_t)KVSIM_CLOCK_END_NS);
+                return -EOVERFLOW;
+            }
             if (t < rp->b_cur) {
                 snprintf(err, errlen,
                          "internal error: request %" PRId32
@@ -444,13 +453,15 @@ static int64_t next_boundary(struct replay *rp)
         const struct kvsim_engine_done *d = kvsim_engine_peek_done(rp->engines[e], &n);
         for (uint32_t i = 0; i < n; i++) {
             int32_t nx = rp->next_turn[d[i].req];
-            if (nx >= 0 && d[i].finish_ns + rp->trace.reqs[nx].delay_ns < nb)
-                nb = d[i].finish_ns + rp->trace.reqs[nx].delay_ns;
+            int64_t due; /* one that passes the clock's end is an error when it is collected */
+            if (nx >= 0 && kvsim_clock_add(d[i].finish_ns, rp->trace.reqs[nx].delay_ns, &due) &&
+                due < nb)
+                nb = due;
             if (nx < 0 && releases_slot(rp, d[i].req) && d[i].finish_ns < nb)
                 nb = d[i].finish_ns;
         }
         int64_t f = rp->pubs[e]->earliest_parent_finish;
-        if (f != INT64_MAX && f + rp->min_delay < nb)
+        if (f != INT64_MAX && f < nb - rp->min_delay) /* nb >= 0, min_delay >= 0: no overflow */
             nb = f + rp->min_delay;
     }
     return nb;

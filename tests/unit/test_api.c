@@ -652,3 +652,29 @@ Test(api, decode_fast_path_changes_no_event)
         cr_assert_gt(fast_any, 0, "config %zu: the fast path ran", c);
     }
 }
+
+/* The clock's end (#33): a step that would end past int64 nanoseconds stops the engine with
+ * -EOVERFLOW and a message naming the engine, the step and the value; the steps before it run. */
+Test(api, a_step_past_the_end_of_the_clock_is_an_error)
+{
+    kvsim_engine_t *e = engine(NULL);
+    /* the default model's prefill of 64 tokens takes ~17.5 ms: the first step fits, a decode
+     * step of >= 1 ms after it does not */
+    int64_t t = INT64_MAX - 1 - 18000000;
+    add(e, 1, t, 64, 3, 0);
+    kvsim_event_t ev[16];
+    int rc = 0;
+    for (int i = 0; i < 10 && rc >= 0; i++) {
+        rc = kvsim_engine_step(e);
+        drain(e, ev, 16);
+    }
+    cr_assert_eq(rc, -EOVERFLOW, "%d: %s", rc, kvsim_engine_errmsg(e));
+    /* the second step (the first decode) starts where the prefill ended, after t */
+    long long at = 0;
+    const char *msg = kvsim_engine_errmsg(e);
+    cr_assert_eq(sscanf(msg, "engine 0 at t=%lld ns, step 2: a step of", &at), 1, "%s", msg);
+    cr_assert_gt(at, t, "%s", msg);
+    cr_assert(strstr(msg, "would end past the clock's last instant"), "%s", msg);
+    cr_assert_geq(kvsim_engine_now(e), t, "no time went backwards");
+    kvsim_engine_free(e);
+}

@@ -87,3 +87,115 @@ Test(options, a_refused_value_changes_nothing_and_names_the_option)
     cr_assert_eq(kvsim_options_set(&o, "seed", "18446744073709551615", err, sizeof err), 0);
     cr_assert_eq(o.replay.seed, UINT64_MAX);
 }
+
+/* ---- link options (#33): every value the table accepts gives a finite, monotone time ------ */
+
+/* The decades from lo to hi (both accepted), the value below lo and above hi refused. */
+static int decades(double lo, double hi, double *out, int cap)
+{
+    int n = 0;
+    for (double v = lo; v <= hi * 1.0000001 && n < cap; v *= 10)
+        out[n++] = v;
+    return n;
+}
+
+static void set_ok(struct kvsim_options *o, const char *name, double v)
+{
+    char val[64], err[256];
+    snprintf(val, sizeof val, "%.17g", v);
+    cr_assert_eq(kvsim_options_set(o, name, val, err, sizeof err), 0, "--%s %s: %s", name, val,
+                 err);
+}
+
+static void set_refused(const char *name, double v)
+{
+    struct kvsim_options o;
+    kvsim_options_default(&o);
+    char val[64], err[256];
+    snprintf(val, sizeof val, "%.17g", v);
+    cr_assert_eq(kvsim_options_set(&o, name, val, err, sizeof err), -EINVAL, "--%s %s", name, val);
+    cr_assert(strstr(err, name), "%s", err);
+    kvsim_options_fini(&o);
+}
+
+/* One copy of `bytes` alone on a G1<->G2 or G2<->G3 lane of the options' pipeline: its end. */
+static int64_t lane_copy_ns(const struct kvsim_options *o, enum offload_lane lane, uint64_t bytes)
+{
+    int64_t bw = o->replay.tiers.pipe.lanes[lane].bandwidth;
+    cr_assert_gt(bw, 0, "lane %s: %lld B/s (0 or less is an infinite link)",
+                 offload_lane_name(lane), (long long)bw);
+    struct offload_bw *link;
+    cr_assert_eq(offload_bw_create(bw, &link), 0);
+    cr_assert_eq(offload_bw_start(link, 0, bytes, 1), 0);
+    int64_t t = offload_bw_next_deadline(link);
+    offload_bw_destroy(link);
+    return t;
+}
+
+Test(options, every_link_option_gives_a_finite_monotone_transfer_time)
+{
+    static const struct {
+        const char *name;
+        enum offload_lane up, down;
+        double lo, hi;
+    } lanes[] = {
+        {"g1-g2-gbps", OFFLOAD_LANE_G1_G2, OFFLOAD_LANE_G2_G1, 1e-3, 1e9},
+        {"g2-g3-gbps", OFFLOAD_LANE_G2_G3, OFFLOAD_LANE_G3_G2, 1e-3, 1e9},
+    };
+    /* a 16-token block of a 70B-class model (320 KiB a token) and a 1-byte copy */
+    const uint64_t sizes[] = {16 * 327680, 1};
+    for (size_t k = 0; k < sizeof lanes / sizeof lanes[0]; k++) {
+        double v[32];
+        int n = decades(lanes[k].lo, lanes[k].hi, v, 32);
+        cr_assert_geq(n, 10, "%s: %d decades", lanes[k].name, n);
+        set_refused(lanes[k].name, lanes[k].lo / 10);
+        set_refused(lanes[k].name, lanes[k].hi * 10);
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            int64_t prev = INT64_MAX;
+            for (int i = 0; i < n; i++) {
+                struct kvsim_options o;
+                kvsim_options_default(&o);
+                set_ok(&o, lanes[k].name, v[i]);
+                int64_t up = lane_copy_ns(&o, lanes[k].up, sizes[s]);
+                int64_t down = lane_copy_ns(&o, lanes[k].down, sizes[s]);
+                kvsim_options_fini(&o);
+                cr_assert_eq(up, down, "--%s %g: both directions", lanes[k].name, v[i]);
+                cr_assert(up >= 1 && up < OFFLOAD_NEVER - 1, "--%s %g: %llu bytes in %lld ns",
+                          lanes[k].name, v[i], (unsigned long long)sizes[s], (long long)up);
+                cr_assert_leq(up, prev, "--%s %g: slower than a slower link", lanes[k].name, v[i]);
+                if (prev != INT64_MAX && prev > 1)
+                    cr_assert_lt(up, prev, "--%s %g: ten times the bandwidth gains nothing",
+                                 lanes[k].name, v[i]);
+                prev = up;
+            }
+        }
+    }
+    /* The prefill->decode link: 1 to 131072 tokens of 320 KiB, latency 0 and 1 ms. */
+    double v[32];
+    int n = decades(1e-6, 1e6, v, 32);
+    set_refused("kv-transfer-gbps", 1e-7);
+    set_refused("kv-transfer-gbps", 1e7);
+    const uint64_t tokens[] = {1, 1000, 131072};
+    const char *lat[] = {"0", "1000"};
+    for (size_t t = 0; t < 3; t++)
+        for (size_t l = 0; l < 2; l++) {
+            int64_t prev = INT64_MAX;
+            for (int i = 0; i < n; i++) {
+                struct kvsim_options o;
+                kvsim_options_default(&o);
+                char err[256];
+                set_ok(&o, "kv-transfer-gbps", v[i]);
+                cr_assert_eq(
+                    kvsim_options_set(&o, "kv-transfer-latency-us", lat[l], err, sizeof err), 0,
+                    "%s", err);
+                struct kvsim_transfer_model m = o.replay.disagg.transfer;
+                m.kv_bytes_per_token = 327680;
+                kvsim_options_fini(&o);
+                int64_t d = kvsim_transfer_duration_ns(&m, tokens[t]);
+                cr_assert(d >= 1 && d < KVSIM_CLOCK_END_NS, "%g GB/s, %llu tokens: %lld ns", v[i],
+                          (unsigned long long)tokens[t], (long long)d);
+                cr_assert_leq(d, prev, "%g GB/s, %llu tokens", v[i], (unsigned long long)tokens[t]);
+                prev = d;
+            }
+        }
+}

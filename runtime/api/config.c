@@ -238,7 +238,7 @@ static const struct opt opts[] = {
     {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL},
     {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL},
     {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL},
-    {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 0, 1e6, true, NULL},
+    {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 1e-3, 1e6, false, NULL},
     {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL},
     {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL},
     {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL},

@@ -100,7 +100,7 @@ static void replay_usage(FILE *out)
             "                             profile step model instead of the polynomial)\n"
             "  --model ORG/NAME           the model (ROOT/configs/model/ORG/NAME.json)\n"
             "  --tp N                     tensor parallel degree (1)\n"
-            "  --tp-link-gbps X           all-reduce link bandwidth, GiB/s (16)\n"
+            "  --tp-link-gbps X           all-reduce link bandwidth, GiB/s, >= 0.001 (16)\n"
             "  --tp-link-latency-us X     all-reduce link latency per message (20)\n"
             "  --gpu-memory-gib G         one GPU's memory: derive --num-gpu-blocks and\n"
             "                             --kv-bytes-per-token the vLLM way (either option\n"

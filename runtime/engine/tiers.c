@@ -894,7 +894,12 @@ int kvsim_tiers_advance_to(struct kvsim_tiers *t, int64_t now)
             return rc;
         if (t->npg3 && (rc = flush_g3(t)) != 0)
             return rc;
-        if (to == now && offload_next_deadline(t->pipe) > now)
+        if (to < now)
+            continue;
+        int64_t next = offload_next_deadline(t->pipe);
+        if (next == OFFLOAD_NEVER - 1) /* saturated: the transfer would end past the clock */
+            return -EOVERFLOW;
+        if (next > now)
             return drained;
     }
 }

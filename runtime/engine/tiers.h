@@ -57,8 +57,9 @@ int kvsim_tiers_flush(struct kvsim_tiers *t);
 /*
  * kvsim_tiers_advance_to - move virtual time to now and apply every transfer that ends at or
  * before it, in completion order: holds released, blocks entering G2/G3, finished loads handed
- * to the scheduler (sched_load_finished). Returns the number of batches drained or a negative
- * errno (the pipeline's).
+ * to the scheduler (sched_load_finished). Returns the number of batches drained, -EOVERFLOW (a
+ * transfer would end past the int64 clock: kvsim_tiers_link_past_the_clock names its link) or
+ * another negative errno (the pipeline's).
  */
 int kvsim_tiers_advance_to(struct kvsim_tiers *t, int64_t now);
 /* Waits until the pipeline is stable at its current time (the end of an engine's advance). */

@@ -10,9 +10,11 @@
 #include <unistd.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "runtime/api/api.h"
 #include "runtime/runtime.h"
 
 #define TINY KVSIM_SOURCE_DIR "/tests/inputs/profiles/tiny"
@@ -330,6 +332,62 @@ Test(profile, refuses_values_out_of_range)
         struct kvsim_profile *p = NULL;
         cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), -EINVAL, "%s", cases[i].sed);
         cr_assert(strstr(err, cases[i].want), "%s", err);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* --tp-link-gbps (#33): from its minimum to its maximum by decades, the all-reduce of a TP 2
+ * step (the tiny profile, its tp1 tables copied as tp2) gives a finite step time that falls as
+ * the bandwidth grows, and the value below the minimum is refused. */
+Test(profile, every_tp_link_bandwidth_gives_a_finite_monotone_step)
+{
+    char root[1024], cmd[8192], err[768];
+    kvsim_test_tmp_path(root, sizeof root, "tiny-tp2");
+    snprintf(cmd, sizeof cmd,
+             "rm -rf '%s' && cp -r '%s' '%s' && cp -r '%s/TESTHW/test/tiny/bf16/tp1' "
+             "'%s/TESTHW/test/tiny/bf16/tp2'",
+             root, TINY, root, root, root);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    struct kvsim_options o;
+    kvsim_options_default(&o);
+    cr_assert_eq(kvsim_options_set(&o, "tp-link-gbps", "0.0001", err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "--tp-link-gbps"), "%s", err);
+    cr_assert_eq(kvsim_options_set(&o, "tp-link-gbps", "1e7", err, sizeof err), -EINVAL);
+    kvsim_options_fini(&o);
+    uint32_t chunk[] = {512};
+    uint64_t prefix[] = {0};
+    struct kvsim_step_batch b = {.prefill_tokens = 512,
+                                 .num_prefill_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix};
+    int64_t prev = INT64_MAX;
+    for (double v = 1e-3; v <= 1e6 * 1.0000001; v *= 10) {
+        char val[64];
+        snprintf(val, sizeof val, "%.17g", v);
+        kvsim_options_default(&o);
+        cr_assert_eq(kvsim_options_set(&o, "tp-link-gbps", val, err, sizeof err), 0, "%s", err);
+        struct kvsim_profile_config c = {.root = root,
+                                         .hardware = "TESTHW",
+                                         .model = "test/tiny",
+                                         .tp = 2,
+                                         .tp_link_gbps = o.timing.tp_link_gbps,
+                                         .tp_link_latency_ns = 20000};
+        kvsim_options_fini(&o);
+        struct kvsim_profile *p = NULL;
+        cr_assert_eq(kvsim_profile_load(&c, &p, err, sizeof err), 0, "%s", err);
+        struct kvsim_step_model m;
+        kvsim_step_model_default(&m);
+        m.profile = p;
+        int64_t ns = kvsim_step_model_duration_ns(&m, &b);
+        /* the slowest links make steps past an hour: refused at resolve, never run */
+        bool runs = kvsim_step_model_check(&m, 8192, 256, err, sizeof err) == 0;
+        kvsim_profile_free(p);
+        cr_assert(ns >= 1000 && ns < KVSIM_CLOCK_END_NS, "%s GiB/s: a %lld ns step", val,
+                  (long long)ns);
+        cr_assert_leq(ns, prev, "%s GiB/s: slower than a slower link", val);
+        cr_assert(runs || v < 1, "%s GiB/s refused: %s", val, err);
+        prev = ns;
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     cr_assert_eq(system(cmd), 0);

@@ -215,14 +215,13 @@ static int csv_next(struct csv *c, char **field, uint32_t n, char *err, size_t e
 #define PROFILE_AXIS_MAX    1e9
 #define PROFILE_ALPHA_MAX   100.0
 
-/* A field in [0, max] (a time_us field: PROFILE_TIME_MAX_US; an axis: PROFILE_AXIS_MAX). */
-static int csv_number(const struct csv *c, const char *s, const char *name, double *out, char *err,
-                      size_t errlen)
+/* A field in [0, max] (PROFILE_TIME_MAX_US for a time, PROFILE_AXIS_MAX for an axis). */
+static int csv_number(const struct csv *c, const char *s, const char *name, double max, double *out,
+                      char *err, size_t errlen)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    double max = !strcmp(name, "time_us") ? PROFILE_TIME_MAX_US : PROFILE_AXIS_MAX;
     if (end == s || *end || errno || !isfinite(v) || v < 0 || v > max)
         return fail(err, errlen, -EINVAL, "%s:%u: field '%s' must be a number in [0, %g], got '%s'",
                     c->path, c->line, name, max, s);
@@ -370,8 +369,8 @@ static int load_ops(const char *path, const char *header, const char *axis, stru
     char *f[3] = {0};
     while ((rc = csv_next(&c, f, 3, err, errlen)) == 1) {
         double x = 0, y = 0;
-        if ((rc = csv_number(&c, f[1], axis, &x, err, errlen)) ||
-            (rc = csv_number(&c, f[2], "time_us", &y, err, errlen)))
+        if ((rc = csv_number(&c, f[1], axis, PROFILE_AXIS_MAX, &x, err, errlen)) ||
+            (rc = csv_number(&c, f[2], "time_us", PROFILE_TIME_MAX_US, &y, err, errlen)))
             break;
         if (x < 1) {
             rc = fail(err, errlen, -EINVAL, "%s:%u: field '%s' must be >= 1", path, c.line, axis);
@@ -554,7 +553,8 @@ static int load_attention(struct kvsim_profile *p, const char *path, char *err, 
         double v[5];
         rc = 0;
         for (int i = 0; i < 5 && !rc; i++)
-            rc = csv_number(&c, f[i], names[i], &v[i], err, errlen);
+            rc = csv_number(&c, f[i], names[i], i == 4 ? PROFILE_TIME_MAX_US : PROFILE_AXIS_MAX,
+                            &v[i], err, errlen);
         if (!rc && v[0] == 0 && v[2] == 0)
             rc = fail(err, errlen, -EINVAL, "%s:%u: a row with neither a prefill nor a decode",
                       path, c.line);
@@ -633,7 +633,7 @@ static int load_skew(struct kvsim_profile *p, const char *path, yaml_document_t 
     while ((rc = csv_next(&c, f, 7, err, errlen)) == 1) {
         double pc = 0, alpha;
         char *end;
-        if ((rc = csv_number(&c, f[0], "pc", &pc, err, errlen)))
+        if ((rc = csv_number(&c, f[0], "pc", PROFILE_AXIS_MAX, &pc, err, errlen)))
             break;
         alpha = strtod(f[5], &end);
         if (end == f[5] || *end || !(fabs(alpha) <= PROFILE_ALPHA_MAX)) {

@@ -218,12 +218,6 @@ Test(step_model, rounds_to_the_nearest_nanosecond_like_llround)
 
 /* ---- the bounds of a step model (#33; docs/fidelity/timing.md) ------------------------------ */
 
-static int check(const struct kvsim_step_model *m, uint32_t tokens, uint32_t seqs, char *err,
-                 size_t len)
-{
-    return kvsim_step_model_check(m, tokens, seqs, err, len);
-}
-
 /* Every step of the polynomial between 1 us and an hour, at the engine's limits: the shortest
  * step is found at the vertex or the ends, and the message names the key, the step, the range. */
 Test(step_model, check_bounds_every_step_of_the_polynomial)
@@ -231,44 +225,44 @@ Test(step_model, check_bounds_every_step_of_the_polynomial)
     char err[768];
     struct kvsim_step_model m;
     kvsim_step_model_default(&m);
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
     /* the default's quadratic prefill term makes 1e7-token steps last 12 hours */
-    cr_assert_eq(check(&m, 10000000, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 10000000, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "a step of 10000000 prefill tokens") && strstr(err, "at most 3.6e+06 ms"),
               "%s", err);
     /* a negative slope: the longest prefill is negative */
     m.prefill_ms[0] = 0, m.prefill_ms[1] = -1, m.prefill_ms[2] = 0;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "key 'step_model.prefill_ms': a prefill step of 8192 tokens takes -8192 "
                           "ms") &&
                   strstr(err, "at least 0.001 ms"),
               "%s", err);
     /* a dip between the ends: p(T) = (T - 100)^2 / 1000 + 1e-4 is 1e-4 ms at T = 100 only */
     m.prefill_ms[0] = 1e-3, m.prefill_ms[1] = -0.2, m.prefill_ms[2] = 10 + 1e-4;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "a prefill step of 100 tokens takes 0.0001 ms"), "%s", err);
     m.prefill_ms[2] = 10 + 1e-3; /* 1 us exactly at the vertex: allowed */
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
     /* decodes below the floor are floored; a zero floor lets a negative decode through */
     kvsim_step_model_default(&m);
     m.decode_ms[0] = 0, m.decode_ms[1] = 0, m.decode_ms[2] = -5;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
     m.decode_floor_ms = 0;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "keys 'step_model.decode_ms' and 'step_model.decode_floor_ms'"), "%s",
               err);
     /* a speedup that makes the shortest step a few ns, or the longest a month */
     kvsim_step_model_default(&m);
     m.speedup_ratio = 1e4;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "a decode step") || strstr(err, "a prefill step"), "%s", err);
     m.speedup_ratio = 1e-6;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "after speedup_ratio 1e-06"), "%s", err);
     /* step_overhead_ms lifts every step */
     m.speedup_ratio = 1e4;
     m.step_overhead_ms = 0.01;
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
 }
 
 /* The profile's shortest step (its smallest operators) and a bound on its longest (its largest
@@ -280,14 +274,14 @@ Test(step_model, check_bounds_every_step_of_a_profile)
     kvsim_step_model_default(&m);
     m.profile = p;
     char err[768];
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), 0, "%s", err);
     m.speedup_ratio = 1e6; /* a 254 us step in 0.25 ns */
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "tiny/bf16/tp1: a step of this profile takes from") &&
                   strstr(err, "between 0.001 ms and 3.6e+06 ms"),
               "%s", err);
     m.speedup_ratio = 1e-6; /* the longest step grows past an hour */
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL);
     /* the bound covers a real step of the largest batch */
     m.speedup_ratio = 1;
     uint32_t chunk[256];
@@ -301,7 +295,8 @@ Test(step_model, check_bounds_every_step_of_a_profile)
     double us = kvsim_step_model_duration_ns(&m, &b) / 1e3;
     cr_assert_gt(us, 0);
     m.speedup_ratio = us / 1e3 / 3.6e6 * 1.01; /* that step alone just past an hour */
-    cr_assert_eq(check(&m, 8192, 256, err, sizeof err), -EINVAL, "a %.0f us step", us);
+    cr_assert_eq(kvsim_step_model_check(&m, 8192, 256, err, sizeof err), -EINVAL, "a %.0f us step",
+                 us);
     kvsim_profile_free(p);
 }
 

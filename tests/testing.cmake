@@ -36,6 +36,7 @@ set(KVSIM_TEST_LABEL_RULES
   "^cli_replay_|replay"
   "^cli_replay_(bad_trace_line|bad_csv|trace_sources|stdin_needs_a_format|trace_twice|missing_trace|bad_format)|input"
   "^test_input|input"
+  "^cli_(replay|validate)_bounded_|input"
   "^test_(report|output|html)$|report"
   "^cli_replay_(html|timeseries|slo|report|pools)|report"
   "^(conform|regression|soak)_|verify"

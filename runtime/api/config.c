@@ -4,6 +4,7 @@
  * line and the API both set options through it, so they cannot drift apart.
  */
 #include "runtime/api/api.h"
+#include "runtime/input/input.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -405,7 +406,8 @@ static int read_run_config(struct kvsim_options *o, const char *path, char *err,
 {
     o->config_path = path;
     json_error_t je;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = NULL; /* bounded (64 MiB); an error is the step model loader's to report */
+    kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &root, &je);
     json_t *given = json_object_get(root, "options");
     if (!given) { /* a step model file, or an error the step model loader reports */
         json_decref(root);

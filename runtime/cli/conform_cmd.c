@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/input/input.h"
 #include "runtime/verify/verify.h"
 
 /* Runs one file, printing its PASS/FAIL line; contract > 0 replaces the file's config key
@@ -17,7 +18,8 @@
 static bool run_file(const char *path, bool trace, bool lenient, uint32_t contract)
 {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = NULL; /* bounded: a scenario file of at most KVSIM_INPUT_MAX_JSON_BYTES */
+    kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &root, &jerr);
     struct kvsim_conform_result res;
     int rc;
     const char *name = path;
@@ -28,8 +30,14 @@ static bool run_file(const char *path, bool trace, bool lenient, uint32_t contra
         if (jerr.line > 0)
             snprintf(res.message, sizeof res.message, "line %d, column %d: %s", jerr.line,
                      jerr.column, jerr.text);
-        else /* jansson's text names the file and the system error */
-            snprintf(res.message, sizeof res.message, "%s", jerr.text);
+        else { /* the text names the file (and the system error, or the size limit); the
+                * FAIL line names it already */
+            size_t n = strlen(path);
+            const char *t = jerr.text;
+            if (!strncmp(t, path, n) && t[n] == ':' && t[n + 1] == ' ')
+                t += n + 2;
+            snprintf(res.message, sizeof res.message, "%s", t);
+        }
     } else {
         json_t *n = json_object_get(root, "name");
         if (json_is_string(n))

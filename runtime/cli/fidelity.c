@@ -29,9 +29,9 @@ struct run_info {
 static json_t *load_json(const struct cli_parser *p, const char *path)
 {
     json_error_t e;
-    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
-    if (!j && e.line <= 0)
-        cli_error(p, "%s: %s", path, e.text); /* unreadable */
+    json_t *j;
+    if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &j, &e) && e.line <= 0)
+        cli_error(p, "%s", e.text); /* unreadable or too large: the text names the file */
     else if (!j)
         cli_error(p, "%s:%d: %s", path, e.line, e.text);
     else if (!json_is_object(j)) {
@@ -269,13 +269,26 @@ static int read_jsonl(const struct cli_parser *p, const char *path, struct fid_s
     if (!f)
         return cli_error(p, "%s: cannot read: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t cap = 0, line = 0;
+    size_t cap = 0, line = 0, n;
     int rc = 0;
     s->n = 0;
-    while (!rc && getline(&buf, &cap, f) > 0) {
+    for (;;) {
+        errno = 0;
+        enum kvsim_read got = kvsim_read_line(f, &buf, &cap, KVSIM_INPUT_MAX_LINE_BYTES, &n);
+        if (got == KVSIM_READ_END)
+            break;
         line++;
+        if (got == KVSIM_READ_TOO_LONG)
+            rc = cli_error(p, "%s:%zu: line longer than %zu MiB", path, line,
+                           KVSIM_INPUT_MAX_LINE_BYTES >> 20);
+        else if (got == KVSIM_READ_ERROR)
+            rc = cli_error(p, "%s:%zu: read error: %s", path, line, strerror(errno ? errno : EIO));
+        else if (got == KVSIM_READ_NOMEM)
+            rc = cli_error(p, "%s:%zu: out of memory", path, line);
+        if (rc)
+            break;
         json_error_t e;
-        json_t *o = json_loads(buf, 0, &e);
+        json_t *o = json_loadb(buf, n, 0, &e);
         if (!o) {
             rc = cli_error(p, "%s:%zu: %s", path, line, e.text);
             break;

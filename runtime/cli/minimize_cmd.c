@@ -96,11 +96,11 @@ int cli_minimize_main(int argc, char **argv)
     out = outbuf;
     FILE *msg = strcmp(out, "-") ? stdout : stderr; /* keep stdout for the scenario */
     json_error_t jerr;
-    json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!doc) {
+    json_t *doc;
+    if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &doc, &jerr)) {
         if (jerr.line > 0)
             cli_error(&p, "%s: line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
-        else /* jansson's text names the file and the system error */
+        else /* the text names the file and what went wrong (cannot open, too large, ...) */
             cli_error(&p, "%s", jerr.text);
         return CLI_EXIT_USAGE;
     }

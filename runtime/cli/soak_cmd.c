@@ -97,7 +97,8 @@ static int save_seed(const char *dir, uint64_t seed, json_t *doc,
     if (!failed)
         return 0;
     json_error_t jerr;
-    json_t *back = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *back;
+    (void)kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &back, &jerr);
     struct kvsim_conform_result again;
     int vr = back ? kvsim_conform_run_json(back, NULL, &again, NULL) : 0;
     json_decref(back);

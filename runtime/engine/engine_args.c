@@ -3,6 +3,7 @@
  * (engine.h, kvsim_engine_args_load). Pure function of the file: any thread.
  */
 #include "runtime/engine/engine.h"
+#include "runtime/input/input.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -94,8 +95,8 @@ static int apply_key(const char *key, json_t *v, const char *path, struct sched_
  */
 static int refuse_huge_integer(const char *path, char *err, size_t errlen)
 {
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
+    json_t *root;
+    (void)kvsim_json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &root, NULL);
     const char *key;
     json_t *v;
     int rc = 0;
@@ -119,15 +120,17 @@ static int refuse_huge_integer(const char *path, char *err, size_t errlen)
 int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err, size_t errlen)
 {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root && strstr(jerr.text, "too big integer") && refuse_huge_integer(path, err, errlen))
+    json_t *root;
+    int lrc = kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &root, &jerr);
+    if (lrc && jerr.line > 0 && strstr(jerr.text, "too big integer") &&
+        refuse_huge_integer(path, err, errlen))
         return -EINVAL;
-    if (!root) {
+    if (lrc) {
         if (jerr.line > 0)
             snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        else
+        else /* cannot open, too large, a read error: the text names the file */
             snprintf(err, errlen, "%s", jerr.text);
-        return jerr.line > 0 ? -EINVAL : -ENOENT;
+        return lrc;
     }
     int rc = 0;
     if (!json_is_object(root)) {

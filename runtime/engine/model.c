@@ -18,6 +18,7 @@
  * estimates them (activation_bytes), as documented at estimate_activation_bytes below.
  */
 #include "runtime/engine/engine.h"
+#include "runtime/input/input.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -227,14 +228,18 @@ int kvsim_model_arch_load(const char *path, const char *name, struct kvsim_model
                           char *err, size_t errlen)
 {
     json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
+    json_t *root;
+    int lrc = kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &root, &jerr);
+    if (lrc) {
         if (json_error_code(&jerr) == json_error_cannot_open_file) {
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-lrc));
             return -ENOENT;
         }
-        snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        return -EINVAL;
+        if (jerr.line > 0)
+            snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
+        else /* too large, a read error: the text names the file */
+            snprintf(err, errlen, "%s", jerr.text);
+        return lrc;
     }
     struct kvsim_model_arch a;
     memset(&a, 0, sizeof a);

@@ -16,6 +16,7 @@
  * Loading allocates; a loaded profile is immutable, so any thread may compute with it.
  */
 #include "runtime/engine/engine_internal.h"
+#include "runtime/input/input.h"
 
 #include <errno.h>
 #include <math.h>
@@ -162,33 +163,69 @@ static double curve_at(const struct prof_curve *c, double v)
 
 /* ---- CSV ------------------------------------------------------------------------------------ */
 
+/* The longest line of a profile's CSV file, its line end not counted (docs/fidelity/timing.md):
+ * its rows are a few numbers, so a longer line is a damaged file, refused naming the line. */
+#define PROFILE_CSV_LINE_MAX 4096
+
 struct csv {
     FILE *f;
     const char *path;
-    uint32_t line;
-    char buf[512];
+    uint32_t line; /* the line in buf */
+    char *buf;     /* the line (kvsim_read_line) */
+    size_t cap;
 };
+
+/* Reads the next line into c->buf (c->line counts it). Returns 1, 0 at the end, or a negative
+ * errno with a message naming the file and the line. */
+static int csv_line(struct csv *c, char *err, size_t errlen)
+{
+    size_t len;
+    errno = 0;
+    enum kvsim_read got = kvsim_read_line(c->f, &c->buf, &c->cap, PROFILE_CSV_LINE_MAX, &len);
+    if (got == KVSIM_READ_END)
+        return 0;
+    c->line++;
+    switch (got) {
+    case KVSIM_READ_LINE: return 1;
+    case KVSIM_READ_TOO_LONG:
+        return fail(err, errlen, -EINVAL, "%s:%u: line longer than %d bytes", c->path, c->line,
+                    PROFILE_CSV_LINE_MAX);
+    case KVSIM_READ_NOMEM:
+        return fail(err, errlen, -ENOMEM, "%s:%u: out of memory", c->path, c->line);
+    default: {
+        int e = errno ? errno : EIO;
+        return fail(err, errlen, -e, "%s:%u: read error: %s", c->path, c->line, strerror(e));
+    }
+    }
+}
+
+static void csv_close(struct csv *c)
+{
+    fclose(c->f);
+    free(c->buf);
+}
 
 static int csv_open(struct csv *c, const char *path, const char *header, char *err, size_t errlen)
 {
+    memset(c, 0, sizeof *c);
     c->path = path;
-    c->line = 1;
     c->f = fopen(path, "r");
     if (!c->f)
         return fail(err, errlen, -ENOENT, "%s: cannot read: %s", path, strerror(errno));
-    if (!fgets(c->buf, sizeof c->buf, c->f) || strncmp(c->buf, header, strlen(header))) {
-        fclose(c->f);
-        return fail(err, errlen, -EINVAL, "%s:1: expected the header '%s'", path, header);
-    }
-    return 0;
+    int rc = csv_line(c, err, errlen);
+    if (rc == 1 && strncmp(c->buf, header, strlen(header)) == 0)
+        return 0;
+    csv_close(c);
+    return rc < 0 ? rc : fail(err, errlen, -EINVAL, "%s:1: expected the header '%s'", path, header);
 }
 
-/* Next data line split into at most n comma-separated fields: 1, 0 at the end, or -EINVAL. */
+/* Next data line split into at most n comma-separated fields: 1, 0 at the end, or a negative
+ * errno (-EINVAL for a bad line). */
 static int csv_next(struct csv *c, char **field, uint32_t n, char *err, size_t errlen)
 {
-    if (!fgets(c->buf, sizeof c->buf, c->f))
-        return 0;
-    c->line++;
+    int rc = csv_line(c, err, errlen);
+    if (rc != 1)
+        return rc;
     c->buf[strcspn(c->buf, "\r\n")] = 0;
     uint32_t k = 0;
     char *s = c->buf;
@@ -394,7 +431,7 @@ static int load_ops(const char *path, const char *header, const char *axis, stru
         o->c.x[o->c.n] = x;
         o->c.y[o->c.n++] = y;
     }
-    fclose(c.f);
+    csv_close(&c);
     return rc < 0 ? rc : 0;
 }
 
@@ -564,7 +601,7 @@ static int load_attention(struct kvsim_profile *p, const char *path, char *err, 
             break;
         r[n++] = (struct attn_row){.pc = v[0], .kp = v[1], .nd = v[2], .kd = v[3], .t = v[4]};
     }
-    fclose(c.f);
+    csv_close(&c);
     if (rc >= 0 && !n)
         rc = fail(err, errlen, -EINVAL, "%s: no rows", path);
     if (rc < 0) {
@@ -657,7 +694,7 @@ static int load_skew(struct kvsim_profile *p, const char *path, yaml_document_t 
                                                  (uint32_t)idx[2], (uint32_t)idx[3]),
                                 .alpha = alpha};
     }
-    fclose(c.f);
+    csv_close(&c);
     if (rc < 0)
         return rc;
     qsort(p->alpha, p->num_alpha, sizeof *p->alpha, cmp_alpha);

@@ -4,6 +4,7 @@
  * functions: any thread.
  */
 #include "runtime/engine/engine_internal.h"
+#include "runtime/input/input.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -207,14 +208,18 @@ static int load_coeffs(json_t *v, double out[3], const char *path, const char *k
 int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *err, size_t errlen)
 {
     json_error_t jerr;
+    json_t *root;
     /* Every value is a real: an integer past int64 (2^64) reaches the range check, which names
      * its key, instead of failing the parse. */
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
-    if (!root) {
-        snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        return jerr.line <= 0 ? -ENOENT : -EINVAL;
+    int rc =
+        kvsim_json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &root, &jerr);
+    if (rc) {
+        if (jerr.line > 0)
+            snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
+        else /* cannot open, too large, a read error: the text names the file */
+            snprintf(err, errlen, "%s", jerr.text);
+        return rc;
     }
-    int rc = 0;
     const char *key;
     json_t *v;
     if (!json_is_object(root)) {

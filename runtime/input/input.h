@@ -21,6 +21,11 @@
  * engine re-chunk and re-hash them with its own block size.
  *
  * Errors are negative errno values, with a one-line message in the caller's buffer.
+ *
+ * Lines and JSON documents are read bounded, here and by the rest of the tree, through
+ * kvsim_read_line and kvsim_json_load_file (at the end): a line or a document past 64 MiB is
+ * refused naming the file (and the line), and a read error is an error naming them, never an
+ * early end of the file.
  */
 #ifndef KVSIM_INPUT_H
 #define KVSIM_INPUT_H
@@ -28,6 +33,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvsim_export.h"
 
@@ -141,12 +147,13 @@ KVSIM_EXTERN void kvsim_trace_opts_default(struct kvsim_trace_opts *o);
  * NULL and errlen > 0; truncated to errlen):
  *   -EINVAL  "<file>:<line>: field '<name>': <what is wrong>" for a bad value, a wrong type,
  *            a missing or unknown field; "<file>:<line>: <what>" for a line that is not JSON
- *            or has the wrong number of CSV columns; "<file>: <what>" for an empty trace, an
+ *            or has the wrong number of CSV columns, and "<file>:<line>: line longer than
+ *            64 MiB" (KVSIM_INPUT_MAX_LINE_BYTES); "<file>: <what>" for an empty trace, an
  *            unknown extension or bad options;
- *   -ENOENT, -EACCES, -EIO, ...  "<file>: cannot open: <strerror>" / "<file>: read error";
- *            a corrupt or truncated gzip stream is -EINVAL; standard input is named
- *            "standard input";
- *   -ENOMEM  when memory runs out.
+ *   -ENOENT, -EACCES, -EIO, ...  "<file>: cannot open: <strerror>" /
+ *            "<file>:<line>: read error: <strerror>"; a corrupt or truncated gzip stream is
+ *            -EINVAL; standard input is named "standard input";
+ *   -ENOMEM  when memory runs out ("<file>:<line>: out of memory" while reading a line).
  * On error *out is left empty (as after kvsim_trace_free()). Cost: O(file size + N log N).
  */
 KVSIM_EXTERN int kvsim_trace_load(const char *path, const struct kvsim_trace_opts *opts,
@@ -217,6 +224,70 @@ KVSIM_EXTERN int kvsim_workload_synthetic(const struct kvsim_synth_opts *o, stru
  */
 KVSIM_EXTERN uint32_t kvsim_prompt_runs(const struct kvsim_trace *t, uint32_t req,
                                         struct kvpool_token_run *runs, uint32_t cap);
+
+/* ---- bounded reads (read.c): the tree's readers of lines and of JSON files ------------------ */
+
+/*
+ * The longest line a line-oriented input may have (a trace row, a recorded run's request):
+ * 64 MiB, its line end not counted. A longer line is refused naming the file and the line
+ * ("<file>:<line>: line longer than 64 MiB") as soon as the reader is past the limit, so an
+ * endless line (/dev/zero, a pipe that never sends a newline) fails there, in well under a
+ * second, instead of growing memory until it runs out.
+ */
+#define KVSIM_INPUT_MAX_LINE_BYTES ((size_t)64 << 20)
+/* The largest JSON document read whole (kvsim_json_load_file): 64 MiB. */
+#define KVSIM_INPUT_MAX_JSON_BYTES ((size_t)64 << 20)
+
+/* The outcome of kvsim_read_line. */
+enum kvsim_read {
+    KVSIM_READ_LINE = 0, /* a line, in (*buf)[0 .. *len) */
+    KVSIM_READ_END,      /* the end of the stream: nothing was left to read */
+    KVSIM_READ_TOO_LONG, /* more than max bytes before the line's end */
+    KVSIM_READ_ERROR,    /* the read failed (ferror(f); errno as the failed read set it) */
+    KVSIM_READ_NOMEM     /* the buffer could not grow */
+};
+
+/*
+ * kvsim_read_line - read the next line of f into *buf (capacity *cap; both may start as NULL
+ * and 0, and are reused from line to line; the caller frees *buf), never holding more than
+ * max + 2 bytes: a line of at most max bytes, its '\n' not counted, is stored whole.
+ *
+ * LINE: (*buf)[0 .. *len) is the line, with its '\n' if it has one (a last line may lack it),
+ * followed by a NUL; NUL bytes inside it are kept and counted. Any other outcome leaves *len 0
+ * and the rest of the line unread. Reads in chunks with fgets, so a line costs O(its length +
+ * 256 bytes), and a 64 MiB line of /dev/zero is refused in about 0.3 s. The caller's thread.
+ */
+KVSIM_EXTERN enum kvsim_read kvsim_read_line(FILE *f, char **buf, size_t *cap, size_t max,
+                                             size_t *len);
+
+/* jansson's types (<jansson.h>), declared here so that this header needs no jansson. */
+struct json_t;
+struct json_error_t;
+
+/*
+ * kvsim_json_load_file - json_load_file(path, flags, jerr), bounded: the file (or pipe, or
+ * device) is read whole, at most KVSIM_INPUT_MAX_JSON_BYTES of it, then parsed; a larger one is
+ * refused as soon as the reading passes the limit (a regular file by its size, before reading),
+ * so an endless stream fails in well under a second. A read error is an error, never an early
+ * end of the document.
+ *
+ * Returns 0 with *out the document (the caller's reference), or a negative errno with *out NULL
+ * and *jerr (if not NULL) saying why:
+ *   -EINVAL  jansson refused the text: *jerr as jansson sets it (line >= 1, column, and a text
+ *            that does not name the file: callers print "<file>:<line>: <text>" as they did);
+ *   -EINVAL  jerr->line -1, text "<file>: larger than 64 MiB";
+ *   -ENOENT, -EACCES, ...  jerr->line -1, text "unable to open <file>: <strerror>" (jansson's
+ *            own words);
+ *   -EIO, ...  jerr->line -1, text "<file>:<line>: read error: <strerror>";
+ *   -ENOMEM  jansson's "out of memory" at jerr->line, or jerr->line -1 and
+ *            "<file>:<line>: out of memory".
+ * So jerr->line >= 1 means a syntax error at that line; otherwise jerr->text is the whole
+ * message (cut, as jansson's own, at JSON_ERROR_TEXT_LENGTH - 2 bytes); json_error_code() is
+ * json_error_cannot_open_file, json_error_invalid_argument (too large), json_error_unknown (a
+ * read error) or json_error_out_of_memory. jerr->source is path.
+ */
+KVSIM_EXTERN int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
+                                      struct json_error_t *jerr);
 
 #ifdef __cplusplus
 }

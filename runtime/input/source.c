@@ -4,7 +4,7 @@
  * stored, which the report records so that a sweep's reports name exactly what they replayed.
  *
  * Why a FILE cookie (fopencookie) and our own inflate loop rather than gzread: the parsers read
- * lines with getline from one FILE whatever the source, and the hash must cover the stored
+ * lines with kvsim_read_line from one FILE whatever the source, and the hash must cover the stored
  * (compressed) bytes, which only a loop that reads them itself sees. Private to runtime/input/;
  * the caller's thread.
  */
@@ -109,7 +109,7 @@ static ssize_t source_read(void *cookie, char *buf, size_t size)
     else if (!s->error)
         got = read_plain(s, buf, size);
     if (got < 0)
-        errno = s->error; /* what getline's caller reads */
+        errno = s->error; /* what kvsim_read_line's caller reads */
     return got;
 }
 

@@ -353,6 +353,23 @@ static enum kvsim_trace_format format_from_name(const char *path)
     return KVSIM_TRACE_AUTO;
 }
 
+/* The error of a line that could not be read (kvsim_read_line's outcome): names the file and the
+ * line. */
+static int read_failed(struct loader *ld, const struct input_source *src, enum kvsim_read got,
+                       uint32_t line)
+{
+    if (got == KVSIM_READ_TOO_LONG)
+        return input__fail(ld, -EINVAL, line, "line longer than %zu MiB",
+                           KVSIM_INPUT_MAX_LINE_BYTES >> 20);
+    if (got == KVSIM_READ_NOMEM)
+        return input__fail(ld, -ENOMEM, line, "out of memory");
+    int e = input__source_error(src); /* what the source saw, before any errno of stdio */
+    if (!e)
+        e = errno ? errno : EIO;
+    return e == EILSEQ ? input__fail(ld, -EINVAL, line, "corrupt or truncated gzip stream")
+                       : input__fail(ld, -e, line, "read error: %s", strerror(e));
+}
+
 /* Reads the file line by line into ld->t (file order, raw times). */
 static int read_rows(struct loader *ld, FILE *f, const struct input_source *src,
                      enum kvsim_trace_format format)
@@ -367,31 +384,21 @@ static int read_rows(struct loader *ld, FILE *f, const struct input_source *src,
     for (;;) {
         if (max && ld->t->num_reqs >= max)
             break;
+        size_t n;
         errno = 0;
-        ssize_t got = getline(&buf, &cap, f);
-        if (got < 0) {
-            int e = errno ? errno : EIO;
-            if (ferror(f))
-                rc = e == EILSEQ
-                         ? input__fail(ld, -EINVAL, line + 1, "corrupt or truncated gzip stream")
-                         : input__fail(ld, -e, line + 1, "read error: %s", strerror(e));
+        enum kvsim_read got = kvsim_read_line(f, &buf, &cap, KVSIM_INPUT_MAX_LINE_BYTES, &n);
+        if (got == KVSIM_READ_END)
             break;
-        }
         if (line == UINT32_MAX) {
             rc = input__fail(ld, -EINVAL, 0, "more than %" PRIu32 " lines", UINT32_MAX);
             break;
         }
         line++;
-        const char *s = buf;
-        size_t n = (size_t)got;
-        /* A last line cut short by a failed read or a broken gzip stream is not a line. */
-        int src_err = n && buf[n - 1] != '\n' ? input__source_error(src) : 0;
-        if (src_err) {
-            rc = src_err == EILSEQ
-                     ? input__fail(ld, -EINVAL, line, "corrupt or truncated gzip stream")
-                     : input__fail(ld, -src_err, line, "read error: %s", strerror(src_err));
+        if (got != KVSIM_READ_LINE) {
+            rc = read_failed(ld, src, got, line);
             break;
         }
+        const char *s = buf;
         if (line == 1 && n >= 3 && memcmp(s, bom, 3) == 0) { /* a UTF-8 byte order mark */
             s += 3;
             n -= 3;

@@ -101,7 +101,8 @@ struct kvsim_conform_runner {
     struct creq *reqs;
     size_t nreqs, cap_reqs;
     uint64_t adds;
-    size_t nsteps; /* steps run so far (the next step's index) */
+    size_t nsteps;        /* steps run so far (the next step's index) */
+    uint64_t list_tokens; /* tokens the token lists validated so far expand to (a budget) */
     struct kvsim_conform_stats stats;
     /* the two-engine form's handoffs */
     struct conform_handoff_cfg hcfg;
@@ -152,10 +153,14 @@ struct conform_config {
 /* conform_schema.c */
 int conform__check_keys(struct kvsim_conform_runner *c, json_t *obj, const char *const *allowed,
                         const char *where);
+int conform__tokens_check(struct kvsim_conform_runner *c, json_t *v, const char *where,
+                          const char *key);
 int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
                           size_t *cap, const char *where);
 json_t *conform__tokens_json(struct kvsim_conform_runner *c, json_t *v, const char *where);
 int conform__parse_config(struct kvsim_conform_runner *c, json_t *cfg, struct conform_config *cc);
+int conform__engine_config_check(struct kvsim_conform_runner *c, const struct sched_config *sc,
+                                 const char *where);
 uint64_t conform__offload_field(const struct kvsim_tiers_stats *t,
                                 const struct sched_offload_counters *k, const char *f);
 int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k);

@@ -140,6 +140,21 @@ void conform__fifo_free(struct conform_fifo *f)
 
 /* ---- add ---- */
 
+/* Why sched_add would refuse p (it only says -EINVAL), or NULL. The text is static. */
+static const char *add_refusal(const struct sched_request_params *p, const struct sched_config *sc)
+{
+    uint32_t mml = sc->max_model_len ? sc->max_model_len : sc->max_num_batched_tokens;
+    if (p->num_prompt_tokens == 0)
+        return "key 'prompt' is empty (a request needs at least one prompt token)";
+    if (p->max_tokens == 0)
+        return "key 'max_tokens' must be at least 1";
+    if (p->min_tokens > p->max_tokens)
+        return "key 'min_tokens' must be at most max_tokens";
+    if ((uint64_t)p->num_prompt_tokens + p->min_tokens > mml)
+        return "its prompt and min_tokens exceed max_model_len (vLLM's frontend refuses it)";
+    return NULL;
+}
+
 /* The request parameters of an add op (prompt and stop tokens into *prompt / *stops, owned by
  * the caller). Returns 0 or the failure. */
 static int add_params(struct kvsim_conform_runner *c, json_t *st, const char *where,
@@ -238,9 +253,14 @@ int conform__op_add(struct kvsim_conform_runner *c, json_t *st, const char *wher
     memset(q, 0, sizeof *q);
     q->name = name;
     q->eng = eng;
-    int rc = sched_add(c->eng[eng].s, &p, &q->r[eng]);
+    const char *why = add_refusal(&p, sched_get_config(c->eng[eng].s));
+    int rc = why ? -EINVAL : sched_add(c->eng[eng].s, &p, &q->r[eng]);
     free(prompt);
     free(stops);
+    if (why) {
+        free(name);
+        return conform__fail(c, "%s: request '%s': %s", where, id, why);
+    }
     if (rc) {
         free(name);
         return conform__fail(

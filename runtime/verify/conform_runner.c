@@ -681,6 +681,11 @@ static int runner_start(struct kvsim_conform_runner *c, json_t *config)
         /* With the check after every op, the scheduler's own boundary checks would only repeat
          * it on the same state (and report the same violation at the same step). */
         sc->check_invariants = !c->check_invariants && c->scheduler_checks;
+        char where[32];
+        snprintf(where, sizeof where, "config%s%s", c->disagg ? ": " : "",
+                 c->disagg ? conform__engine_name(e) : "");
+        if (conform__engine_config_check(c, sc, where))
+            return conform__failed(c);
         if (cc.offload) { /* the tiers first: the scheduler calls into them from its first
                            * schedule */
             if ((rc = kvsim_tiers_create(&cc.tc, &c->tiers)) != 0)

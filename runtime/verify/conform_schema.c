@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,73 +40,209 @@ int conform__check_keys(struct kvsim_conform_runner *c, json_t *obj, const char 
 
 static bool is_uint(json_t *v) { return json_is_integer(v) && json_integer_value(v) >= 0; }
 
-/* Expands a token list (array, repeat, range, concat) into *out. Returns the count or -1. */
-int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
-                          size_t *cap, const char *where)
+/* ---- token lists (FORMAT.md: an array, {"repeat", "n"}, {"range"}, {"concat"}) ------------- */
+
+/* A JSON path inside a token list, for messages ("prompt.concat[1].range"). */
+struct tokens_path {
+    char s[256];
+    size_t len;
+    size_t key_len; /* the key the list is under ("prompt") */
+};
+
+static size_t path_push(struct tokens_path *p, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Appends to the path; returns the length to restore with path_pop. */
+static size_t path_push(struct tokens_path *p, const char *fmt, ...)
 {
+    size_t saved = p->len;
+    if (p->len < sizeof p->s - 1) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(p->s + p->len, sizeof p->s - p->len, fmt, ap);
+        va_end(ap);
+        if (w > 0)
+            p->len += (size_t)w < sizeof p->s - p->len ? (size_t)w : sizeof p->s - 1 - p->len;
+    }
+    return saved;
+}
+
+static void path_pop(struct tokens_path *p, size_t saved)
+{
+    p->len = saved;
+    p->s[saved] = '\0';
+}
+
+static bool is_token_id(json_t *v) { return is_uint(v) && json_integer_value(v) <= UINT32_MAX; }
+
+#define LIMITS_DOC "(docs/conformance.md, Limits)"
+
+/*
+ * Checks the shape of a token list and counts the tokens it expands to, without expanding it:
+ * the count is exact, each piece is checked against KVSIM_SCENARIO_MAX_LIST_TOKENS before it is
+ * added, so nothing here grows with the count. Returns 0 with *count, or the failure naming the
+ * piece's path.
+ */
+static int tokens_measure(struct kvsim_conform_runner *c, json_t *v, unsigned depth,
+                          const char *where, struct tokens_path *p, uint64_t *count)
+{
+    const uint64_t max = KVSIM_SCENARIO_MAX_LIST_TOKENS;
+    if (depth > KVSIM_SCENARIO_MAX_LIST_DEPTH)
+        return conform__fail(c, "%s: %.*s: token lists nest more than %d deep " LIMITS_DOC, where,
+                             (int)p->key_len, p->s, KVSIM_SCENARIO_MAX_LIST_DEPTH);
     if (json_is_array(v)) {
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e)
         {
-            if (!is_uint(e) || json_integer_value(e) > UINT32_MAX)
-                return conform__fail(c, "%s: token %zu is not a token id", where, i);
-            if (*n == *cap) {
-                *cap = *cap ? *cap * 2 : 64;
-                kvpool_token *na = realloc(*out, *cap * sizeof *na);
-                if (!na)
-                    return conform__fail(c, "out of memory");
-                *out = na;
-            }
-            (*out)[(*n)++] = (kvpool_token)json_integer_value(e);
+            if (!is_token_id(e))
+                return conform__fail(c, "%s: %s[%zu] is not a token id (an integer in [0, 2^32))",
+                                     where, p->s, i);
         }
+        if (json_array_size(v) > max)
+            return conform__fail(
+                c, "%s: %s has %zu tokens; a token list expands to at most %" PRIu64 " " LIMITS_DOC,
+                where, p->s, json_array_size(v), max);
+        *count = json_array_size(v);
         return 0;
     }
     if (!json_is_object(v))
-        return conform__fail(c, "%s: a token list must be an array or an object", where);
+        return conform__fail(c, "%s: %s must be an array or an object", where, p->s);
     json_t *rep = json_object_get(v, "repeat"), *rng = json_object_get(v, "range"),
            *cat = json_object_get(v, "concat");
     size_t nkeys = json_object_size(v);
     if ((rep && (nkeys != 2 || !json_object_get(v, "n"))) || (!rep && nkeys != 1) ||
         (!rep && !rng && !cat))
-        return conform__fail(c, "%s: expected {\"repeat\",\"n\"}, {\"range\"} or {\"concat\"}",
-                             where);
+        return conform__fail(c,
+                             "%s: %s: expected {\"repeat\": V, \"n\": K}, {\"range\": [A, B]} or "
+                             "{\"concat\": [LIST, ...]}",
+                             where, p->s);
     if (rep) {
         json_t *k = json_object_get(v, "n");
-        if (!is_uint(rep) || json_integer_value(rep) > UINT32_MAX || !is_uint(k) ||
-            json_integer_value(k) > 100000000)
-            return conform__fail(c, "%s: repeat needs a token id and a count n", where);
-        json_t *arr = json_array();
-        for (json_int_t i = 0; i < json_integer_value(k); i++)
-            json_array_append_new(arr, json_integer(json_integer_value(rep)));
-        int rc = conform__tokens_parse(c, arr, out, n, cap, where);
-        json_decref(arr);
-        return rc;
+        if (!is_token_id(rep) || !is_uint(k))
+            return conform__fail(c, "%s: %s.repeat needs a token id and a count n >= 0", where,
+                                 p->s);
+        if ((uint64_t)json_integer_value(k) > max)
+            return conform__fail(c,
+                                 "%s: %s.repeat: n = %" JSON_INTEGER_FORMAT
+                                 " tokens; a token list expands to at most %" PRIu64 " " LIMITS_DOC,
+                                 where, p->s, json_integer_value(k), max);
+        *count = (uint64_t)json_integer_value(k);
+        return 0;
     }
     if (rng) {
         json_t *a = json_array_get(rng, 0), *b = json_array_get(rng, 1);
         if (!json_is_array(rng) || json_array_size(rng) != 2 || !is_uint(a) || !is_uint(b) ||
             json_integer_value(b) < json_integer_value(a) ||
-            json_integer_value(b) - json_integer_value(a) > 100000000)
-            return conform__fail(c, "%s: range needs [A, B] with 0 <= A <= B", where);
-        json_t *arr = json_array();
-        for (json_int_t i = json_integer_value(a); i < json_integer_value(b); i++)
-            json_array_append_new(arr, json_integer(i));
-        int rc = conform__tokens_parse(c, arr, out, n, cap, where);
-        json_decref(arr);
-        return rc;
-    }
-    if (cat && json_is_array(cat)) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(cat, i, e)
-        {
-            if (conform__tokens_parse(c, e, out, n, cap, where))
-                return conform__failed(c);
-        }
+            json_integer_value(b) > (json_int_t)UINT32_MAX + 1)
+            return conform__fail(c, "%s: %s.range needs [A, B] with 0 <= A <= B <= 2^32", where,
+                                 p->s);
+        uint64_t n = (uint64_t)(json_integer_value(b) - json_integer_value(a));
+        if (n > max)
+            return conform__fail(c,
+                                 "%s: %s.range [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT
+                                 "] is %" PRIu64 " tokens; a token list expands to at most %" PRIu64
+                                 " " LIMITS_DOC,
+                                 where, p->s, json_integer_value(a), json_integer_value(b), n, max);
+        *count = n;
         return 0;
     }
-    return conform__fail(c, "%s: expected {\"repeat\",\"n\"}, {\"range\"} or {\"concat\"}", where);
+    if (!json_is_array(cat))
+        return conform__fail(c, "%s: %s.concat must be an array of token lists", where, p->s);
+    uint64_t total = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(cat, i, e)
+    {
+        uint64_t part = 0;
+        size_t saved = path_push(p, ".concat[%zu]", i);
+        if (tokens_measure(c, e, depth + 1, where, p, &part))
+            return conform__failed(c);
+        total += part; /* both at most max: no overflow */
+        if (total > max)
+            return conform__fail(c,
+                                 "%s: %s takes the list to %" PRIu64
+                                 " tokens; a token list expands to at most %" PRIu64 " " LIMITS_DOC,
+                                 where, p->s, total, max);
+        path_pop(p, saved);
+    }
+    *count = total;
+    return 0;
+}
+
+/* Writes the tokens of a list that tokens_measure accepted at out (exactly its count). */
+static kvpool_token *tokens_expand(json_t *v, kvpool_token *out)
+{
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        json_array_foreach(v, i, e) *out++ = (kvpool_token)json_integer_value(e);
+        return out;
+    }
+    json_t *rep = json_object_get(v, "repeat"), *rng = json_object_get(v, "range");
+    if (rep) {
+        json_int_t n = json_integer_value(json_object_get(v, "n"));
+        for (json_int_t i = 0; i < n; i++)
+            *out++ = (kvpool_token)json_integer_value(rep);
+        return out;
+    }
+    if (rng) {
+        for (json_int_t t = json_integer_value(json_array_get(rng, 0));
+             t < json_integer_value(json_array_get(rng, 1)); t++)
+            *out++ = (kvpool_token)t;
+        return out;
+    }
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(v, "concat"), i, e) out = tokens_expand(e, out);
+    return out;
+}
+
+/*
+ * Validates the token list v found under key (a path: "prompt", "sampled.r1") and charges its
+ * count to the scenario's budget (KVSIM_SCENARIO_MAX_TOKENS). Called once per list when a step
+ * is validated, before anything runs. Returns 0 or the failure naming the path.
+ */
+int conform__tokens_check(struct kvsim_conform_runner *c, json_t *v, const char *where,
+                          const char *key)
+{
+    struct tokens_path p = {.len = 0};
+    path_push(&p, "%s", key);
+    p.key_len = p.len;
+    uint64_t n = 0;
+    if (tokens_measure(c, v, 0, where, &p, &n))
+        return conform__failed(c);
+    c->list_tokens += n;
+    if (c->list_tokens > KVSIM_SCENARIO_MAX_TOKENS)
+        return conform__fail(c,
+                             "%s: %s takes the scenario's token lists to %" PRIu64
+                             " tokens; a scenario's token lists expand to at most %u "
+                             "together " LIMITS_DOC,
+                             where, key, c->list_tokens, (unsigned)KVSIM_SCENARIO_MAX_TOKENS);
+    return 0;
+}
+
+/* Expands a token list (checked or not) and appends it to *out (grown as needed). Returns 0 or
+ * the failure. */
+int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
+                          size_t *cap, const char *where)
+{
+    struct tokens_path p = {.len = 0};
+    path_push(&p, "token list");
+    p.key_len = p.len;
+    uint64_t count = 0;
+    if (tokens_measure(c, v, 0, where, &p, &count))
+        return conform__failed(c);
+    if (*n + count > *cap) {
+        size_t want = *n + (size_t)count;
+        kvpool_token *na = realloc(*out, (want ? want : 1) * sizeof *na);
+        if (!na)
+            return conform__fail(c, "%s: out of memory for %zu tokens", where, want);
+        *out = na;
+        *cap = want;
+    }
+    *n = (size_t)(tokens_expand(v, *out + *n) - *out);
+    return 0;
 }
 
 /* Token list as a JSON array (for comparisons). NULL after a parse error. */
@@ -290,6 +427,14 @@ static int parse_engine(struct kvsim_conform_runner *c, json_t *obj, struct sche
         cfg_bool(c, obj, "preempted_victim_guard", &sc->preempted_victim_guard, where) ||
         cfg_bool(c, obj, "requires_kv_delivery", &sc->requires_kv_delivery, where))
         return conform__failed(c);
+    /* The pool's arrays grow with num_blocks and each sequence's partial block with block_size:
+     * bounded so that any accepted scenario runs in bounded memory. */
+    if (sc->num_blocks > KVSIM_SCENARIO_MAX_BLOCKS)
+        return conform__fail(c, "%s: key 'num_blocks' must be at most %u " LIMITS_DOC, where,
+                             (unsigned)KVSIM_SCENARIO_MAX_BLOCKS);
+    if (sc->block_size > KVSIM_SCENARIO_MAX_BLOCK_SIZE)
+        return conform__fail(c, "%s: key 'block_size' must be at most %u " LIMITS_DOC, where,
+                             KVSIM_SCENARIO_MAX_BLOCK_SIZE);
     json_t *p = json_object_get(obj, "policy");
     if (p) {
         if (json_is_string(p) && strcmp(json_string_value(p), "fcfs") == 0)
@@ -310,6 +455,34 @@ static int parse_engine(struct kvsim_conform_runner *c, json_t *obj, struct sche
             return conform__fail(c, "%s: key 'watermark' must be a number in [0, 1)", where);
         sc->watermark = json_number_value(w);
     }
+    return 0;
+}
+
+/*
+ * The rules sched_create applies to an engine's configuration, named by key (sched_create only
+ * says -EINVAL). where: "config" or "config: prefill" ... Returns 0 or the failure.
+ */
+int conform__engine_config_check(struct kvsim_conform_runner *c, const struct sched_config *sc,
+                                 const char *where)
+{
+    if (sc->num_blocks < 2)
+        return conform__fail(c, "%s: key 'num_blocks' must be at least 2 (got %u)", where,
+                             sc->num_blocks);
+    static const struct {
+        const char *key;
+        size_t off;
+    } ones[] = {{"block_size", offsetof(struct sched_config, block_size)},
+                {"max_num_seqs", offsetof(struct sched_config, max_num_seqs)},
+                {"max_num_batched_tokens", offsetof(struct sched_config, max_num_batched_tokens)}};
+    for (size_t i = 0; i < sizeof ones / sizeof ones[0]; i++)
+        if (*(const uint32_t *)((const char *)sc + ones[i].off) == 0)
+            return conform__fail(c, "%s: key '%s' must be at least 1", where, ones[i].key);
+    uint32_t mml = sc->max_model_len ? sc->max_model_len : sc->max_num_batched_tokens;
+    if (!sc->enable_chunked_prefill && sc->max_num_batched_tokens < mml)
+        return conform__fail(c,
+                             "%s: key 'max_num_batched_tokens' (%u) must be at least "
+                             "max_model_len (%u) without chunked prefill (vLLM refuses it too)",
+                             where, sc->max_num_batched_tokens, mml);
     return 0;
 }
 
@@ -573,7 +746,6 @@ static bool is_map_of(json_t *v, bool (*pred)(json_t *))
 }
 
 static bool is_string(json_t *v) { return json_is_string(v); }
-static bool is_any(json_t *v) { return v != NULL; }
 
 static bool is_uint_array(json_t *v)
 {
@@ -745,12 +917,22 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
             ok = is_map_of(v, is_uint);
         else if (!strcmp(k, "finish_reason") || !strcmp(k, "status"))
             ok = is_map_of(v, is_string);
-        else if (!strcmp(k, "output_tokens"))
-            ok = is_map_of(v, is_any);
-        else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
-                 !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
-                 !strcmp(k, "pending_transfers") || !strcmp(k, "pinned_blocks") ||
-                 !strcmp(k, "pins") || !strcmp(k, "active_blocks") || !strcmp(k, "open_handoffs"))
+        else if (!strcmp(k, "output_tokens")) {
+            ok = json_is_object(v);
+            const char *id;
+            json_t *x;
+            if (ok)
+                json_object_foreach(v, id, x)
+                {
+                    char path[128];
+                    snprintf(path, sizeof path, "expect.output_tokens.%s", id);
+                    if (conform__tokens_check(c, x, where, path))
+                        return conform__failed(c);
+                }
+        } else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
+                   !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
+                   !strcmp(k, "pending_transfers") || !strcmp(k, "pinned_blocks") ||
+                   !strcmp(k, "pins") || !strcmp(k, "active_blocks") || !strcmp(k, "open_handoffs"))
             ok = is_uint(v);
         else if (!strcmp(k, "blocked_on_offload"))
             ok = is_string_or_null(v);
@@ -888,15 +1070,25 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
         else if (!strcmp(key, "ids") || !strcmp(key, "finished_recving") ||
                  !strcmp(key, "finished_sending"))
             ok = is_string_array(v);
-        else if (!strcmp(key, "stop_token_ids"))
-            ok = is_uint_array(v);
-        else if (!strcmp(key, "sampled"))
+        else if (!strcmp(key, "stop_token_ids")) {
+            if (!is_uint_array(v))
+                ok = false;
+            else if (conform__tokens_check(c, v, where, key))
+                return conform__failed(c);
+        } else if (!strcmp(key, "sampled")) {
             ok = json_is_object(v);
-        else if (!strcmp(key, "prompt")) {
-            json_t *t = conform__tokens_json(c, v, where);
-            ok = t != NULL;
-            json_decref(t);
-            if (!ok)
+            const char *id;
+            json_t *x;
+            if (ok)
+                json_object_foreach(v, id, x)
+                {
+                    char path[128];
+                    snprintf(path, sizeof path, "sampled.%s", id);
+                    if (conform__tokens_check(c, x, where, path))
+                        return conform__failed(c);
+                }
+        } else if (!strcmp(key, "prompt")) {
+            if (conform__tokens_check(c, v, where, key))
                 return conform__failed(c);
         } else if (!strcmp(key, "external")) {
             static const char *const ext_keys[] = {"tokens", "async", NULL};

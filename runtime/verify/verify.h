@@ -109,6 +109,20 @@ struct kvsim_conform_stats {
     uint64_t max_pinned_blocks;  /* most prefill blocks held only by pins after an op (max) */
 };
 
+/*
+ * Limits of a scenario document (docs/conformance.md "Limits"), checked before anything runs: a
+ * token list (`repeat`, `range`, `concat`, nested) expands to at most
+ * KVSIM_SCENARIO_MAX_LIST_TOKENS tokens and nests at most KVSIM_SCENARIO_MAX_LIST_DEPTH objects
+ * deep; all the token lists of one scenario together expand to at most KVSIM_SCENARIO_MAX_TOKENS;
+ * an engine has at most KVSIM_SCENARIO_MAX_BLOCKS blocks of at most KVSIM_SCENARIO_MAX_BLOCK_SIZE
+ * tokens.
+ */
+#define KVSIM_SCENARIO_MAX_LIST_TOKENS (UINT32_C(1) << 20)
+#define KVSIM_SCENARIO_MAX_LIST_DEPTH  32
+#define KVSIM_SCENARIO_MAX_TOKENS      (UINT32_C(1) << 24)
+#define KVSIM_SCENARIO_MAX_BLOCKS      (UINT32_C(1) << 20)
+#define KVSIM_SCENARIO_MAX_BLOCK_SIZE  65536u
+
 struct kvsim_conform_options {
     bool trace;        /* print each step's observed decision as a JSON line on stdout */
     bool lenient;      /* minimizer mode: drop references to unknown or unscheduled requests and

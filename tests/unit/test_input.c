@@ -17,6 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "runtime/input/input.h"
 
 #include "common.h"
@@ -1014,4 +1016,113 @@ Test(trace, standard_input_needs_a_format)
     cr_assert_eq(kvsim_trace_load("-", NULL, &t, err, sizeof err), -EINVAL);
     cr_assert_str_eq(err, "standard input: give the trace format (--format mooncake, azure or "
                           "vllm-run)");
+}
+
+/* ---- bounded reads (read.c) ---------------------------------------------------------------- */
+
+/* The next line of f must be `want` (n bytes, NULs included). */
+static void expect_line(FILE *f, char **buf, size_t *cap, size_t max, const char *want, size_t n)
+{
+    size_t len = 99;
+    cr_assert_eq(kvsim_read_line(f, buf, cap, max, &len), KVSIM_READ_LINE);
+    cr_assert_eq(len, n);
+    cr_assert_eq(memcmp(*buf, want, n), 0);
+    cr_assert_eq((*buf)[n], 0, "the line is followed by a NUL");
+}
+
+Test(trace, read_line_keeps_every_byte_up_to_the_limit_and_refuses_past_it)
+{
+    static const char text[] = "ab\n\ncd\0e\nxyz"; /* a NUL inside, no line end at the end */
+    FILE *f = fmemopen((void *)text, sizeof text - 1, "r");
+    char *buf = NULL;
+    size_t cap = 0, len = 99;
+    expect_line(f, &buf, &cap, 4, "ab\n", 3);
+    expect_line(f, &buf, &cap, 4, "\n", 1);
+    expect_line(f, &buf, &cap, 4, "cd\0e\n", 5); /* 4 bytes and its '\n': at the limit */
+    expect_line(f, &buf, &cap, 4, "xyz", 3);
+    cr_assert_eq(kvsim_read_line(f, &buf, &cap, 4, &len), KVSIM_READ_END);
+    cr_assert_eq(len, 0);
+    fclose(f);
+    /* One byte past the limit, with or without the line end. */
+    static const char past[] = "abcd\nabc\nabcd";
+    f = fmemopen((void *)past, sizeof past - 1, "r");
+    cr_assert_eq(kvsim_read_line(f, &buf, &cap, 3, &len), KVSIM_READ_TOO_LONG);
+    cr_assert_eq(len, 0);
+    expect_line(f, &buf, &cap, 3, "\n", 1); /* the rest of the refused line is left unread */
+    expect_line(f, &buf, &cap, 3, "abc\n", 4);
+    cr_assert_eq(kvsim_read_line(f, &buf, &cap, 3, &len), KVSIM_READ_TOO_LONG);
+    fclose(f);
+    /* A line of many chunks, at its limit and one byte past it. */
+    size_t n = 300000;
+    char *big = malloc(n + 1);
+    memset(big, 'x', n);
+    big[n] = '\n';
+    f = fmemopen(big, n + 1, "r");
+    expect_line(f, &buf, &cap, n, big, n + 1);
+    cr_assert_leq(cap, n + 2, "never more than the limit, its line end and a NUL");
+    fclose(f);
+    f = fmemopen(big, n + 1, "r");
+    cr_assert_eq(kvsim_read_line(f, &buf, &cap, n - 1, &len), KVSIM_READ_TOO_LONG);
+    fclose(f);
+    free(big);
+    /* A read error is one, not an end: a directory reads as EISDIR. */
+    f = fopen(kvsim_test_tmpdir(), "r");
+    cr_assert_not_null(f);
+    errno = 0;
+    cr_assert_eq(kvsim_read_line(f, &buf, &cap, 4, &len), KVSIM_READ_ERROR);
+    cr_assert_eq(errno, EISDIR);
+    fclose(f);
+    free(buf);
+}
+
+/* kvsim_json_load_file(path) must fail with rc, jerr.line -1 and exactly the text want. */
+static void expect_json_refused(const char *path, int rc, const char *want)
+{
+    json_t *doc = (json_t *)1;
+    json_error_t jerr;
+    cr_assert_eq(kvsim_json_load_file(path, 0, &doc, &jerr), rc, "%s", jerr.text);
+    cr_assert_null(doc);
+    cr_assert_eq(jerr.line, -1);
+    cr_assert_str_eq(jerr.text, want);
+}
+
+Test(trace, json_load_file_is_bounded_and_names_the_file)
+{
+    json_t *doc;
+    json_error_t jerr;
+    const char *good = write_tmp(0, ".json", "{\"a\": [1, 2]}\n", 14);
+    cr_assert_eq(kvsim_json_load_file(good, JSON_REJECT_DUPLICATES, &doc, &jerr), 0);
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(doc, "a"), 1)), 2);
+    json_decref(doc);
+    /* jansson's own error, as json_load_file gives it: the caller adds the file. */
+    const char *bad = write_tmp(1, ".json", "{\n\"a\": 1,\n\"a\": 2}", 17);
+    cr_assert_eq(kvsim_json_load_file(bad, JSON_REJECT_DUPLICATES, &doc, &jerr), -EINVAL);
+    cr_assert_eq(jerr.line, 3);
+    cr_assert_str_eq(jerr.text, "duplicate object key near '\"a\"'");
+    cr_assert_str_eq(jerr.source, bad);
+    cr_assert_eq(json_error_code(&jerr), json_error_duplicate_key);
+    /* Ours: the whole message. */
+    char want[4200], path[4096];
+    snprintf(path, sizeof path, "%s/no-such.json", kvsim_test_tmpdir());
+    snprintf(want, sizeof want, "unable to open %s: No such file or directory", path);
+    expect_json_refused(path, -ENOENT, want);
+    snprintf(want, sizeof want, "%s:1: read error: Is a directory", kvsim_test_tmpdir());
+    expect_json_refused(kvsim_test_tmpdir(), -EISDIR, want);
+    expect_json_refused("/dev/zero", -EINVAL, "/dev/zero: larger than 64 MiB"); /* read so far */
+    /* A regular file is judged by its size: exactly the limit is read (and parsed: NULs are
+     * not JSON), one byte more is refused unread. */
+    snprintf(path, sizeof path, "%s/sparse.json", kvsim_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_geq(fputs("{}", f), 0);
+    fclose(f);
+    cr_assert_eq(truncate(path, (off_t)KVSIM_INPUT_MAX_JSON_BYTES), 0);
+    cr_assert_eq(kvsim_json_load_file(path, 0, &doc, &jerr), -EINVAL);
+    cr_assert_eq(jerr.line, 1, "%s", jerr.text);
+    cr_assert_eq(truncate(path, (off_t)KVSIM_INPUT_MAX_JSON_BYTES + 1), 0);
+    snprintf(want, sizeof want, "%s: larger than 64 MiB", path);
+    expect_json_refused(path, -EINVAL, want);
+    unlink(path);
+    unlink(good);
+    unlink(bad);
 }

@@ -95,21 +95,43 @@ enum kvsim_read kvsim_read_line(FILE *f, char **buf, size_t *cap, size_t max, si
 
 /* ---- JSON documents ------------------------------------------------------------------------ */
 
-/* jansson's error fields for a refusal of ours: line -1, the whole message, and jansson's error
- * code (stored, as jansson stores it, in the text's last byte: json_error_code reads it there).
- * Returns rc. */
-static int json_fail(json_error_t *jerr, int rc, enum json_error_code code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int json_fail(json_error_t *jerr, int rc, enum json_error_code code, const char *fmt, ...)
+/* Copies path into dst (size n), keeping its tail behind "..." when it does not fit: the tail
+ * (the file's name) is the part a reader needs, and jansson shortens a source the same way. */
+static void path_fit(char *dst, size_t n, const char *path)
+{
+    size_t len = strlen(path);
+    if (len < n)
+        memcpy(dst, path, len + 1);
+    else if (n > 4)
+        snprintf(dst, n, "...%s", path + len - (n - 4));
+    else if (n)
+        dst[0] = '\0';
+}
+
+/* jansson's error fields for a refusal of ours: line -1, the message "<before><path><after>",
+ * and jansson's error code (stored, as jansson stores it, in the text's last byte:
+ * json_error_code reads it there). The path is shortened from the front so the reason after it
+ * always shows whole. Returns rc. */
+static int json_fail(json_error_t *jerr, int rc, enum json_error_code code, const char *before,
+                     const char *path, const char *after, ...)
+    __attribute__((format(printf, 6, 7)));
+static int json_fail(json_error_t *jerr, int rc, enum json_error_code code, const char *before,
+                     const char *path, const char *after, ...)
 {
     jerr->line = -1;
     jerr->column = -1;
     jerr->position = 0;
     memset(jerr->text, 0, sizeof jerr->text);
+    char tail[sizeof jerr->text];
     va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(jerr->text, sizeof jerr->text - 1, fmt, ap);
+    va_start(ap, after);
+    vsnprintf(tail, sizeof tail, after, ap);
     va_end(ap);
+    const size_t room = sizeof jerr->text - 1; /* the last byte holds the code */
+    size_t used = strlen(before) + strlen(tail);
+    char shown[sizeof jerr->text];
+    path_fit(shown, used + 8 < room ? room - used : 8, path);
+    snprintf(jerr->text, room, "%s%s%s", before, shown, tail);
     jerr->text[sizeof jerr->text - 1] = (char)code;
     return rc;
 }
@@ -117,7 +139,7 @@ static int json_fail(json_error_t *jerr, int rc, enum json_error_code code, cons
 /* "<file>: larger than 64 MiB". */
 static int too_large(json_error_t *jerr, const char *path)
 {
-    return json_fail(jerr, -EINVAL, json_error_invalid_argument, "%s: larger than %zu MiB", path,
+    return json_fail(jerr, -EINVAL, json_error_invalid_argument, "", path, ": larger than %zu MiB",
                      KVSIM_INPUT_MAX_JSON_BYTES >> 20);
 }
 
@@ -140,12 +162,12 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
         jerr = &scratch;
     *out = NULL;
     memset(jerr, 0, sizeof *jerr);
-    snprintf(jerr->source, sizeof jerr->source, "%s", path);
+    path_fit(jerr->source, sizeof jerr->source, path);
     const size_t max = KVSIM_INPUT_MAX_JSON_BYTES;
     FILE *f = fopen(path, "rb");
     if (!f) {
         int e = errno;
-        return json_fail(jerr, -e, json_error_cannot_open_file, "unable to open %s: %s", path,
+        return json_fail(jerr, -e, json_error_cannot_open_file, "unable to open ", path, ": %s",
                          strerror(e));
     }
     /* A regular file: refused by its size, and read in one go (+ 1: its end shows without a
@@ -171,8 +193,8 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
                 break;
             }
             if (!reserve(&buf, &cap, cap ? cap + 1 : first, READ_GROWTH, max + 1)) {
-                rc = json_fail(jerr, -ENOMEM, json_error_out_of_memory, "%s:%zu: out of memory",
-                               path, line_at(buf, n));
+                rc = json_fail(jerr, -ENOMEM, json_error_out_of_memory, "", path,
+                               ":%zu: out of memory", line_at(buf, n));
                 break;
             }
         }
@@ -182,7 +204,7 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
         if (n < cap) { /* a short read: the end, or an error */
             if (ferror(f)) {
                 int e = errno ? errno : EIO;
-                rc = json_fail(jerr, -e, json_error_unknown, "%s:%zu: read error: %s", path,
+                rc = json_fail(jerr, -e, json_error_unknown, "", path, ":%zu: read error: %s",
                                line_at(buf, n), strerror(e));
             }
             break;
@@ -193,7 +215,7 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
         *out = json_loadb(buf, n, flags, jerr);
         if (!*out)
             rc = json_error_code(jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
-        snprintf(jerr->source, sizeof jerr->source, "%s", path);
+        path_fit(jerr->source, sizeof jerr->source, path);
     }
     free(buf);
     return rc;

@@ -53,6 +53,9 @@ void kvsim_timing_fini(struct kvsim_timing *t);
 struct kvsim_run;
 
 /* Every option of a run, as set. Strings are borrowed (kvsim_config_t keeps copies). */
+/* More than the option table has ids (a static assertion in config.c keeps it so). */
+#define KVSIM_OPTIONS_MAX_IDS 128
+
 struct kvsim_options {
     struct kvsim_replay_config replay;
     struct kvsim_timing_opts timing;
@@ -66,6 +69,12 @@ struct kvsim_options {
     const char *synth_opt;  /* a synthetic workload option (refused with a trace), or NULL */
     bool engines_given;
     bool kv_events; /* an API engine keeps its KV events */
+    /* Which options were set, by table id: the name as given (an alias stays an alias) and the
+     * --config file that set it (NULL: the command line or the API). Resolve refuses an option
+     * that would do nothing in the run's mode (kvsim_options_resolve). */
+    const char *given[KVSIM_OPTIONS_MAX_IDS];
+    const char *given_from[KVSIM_OPTIONS_MAX_IDS];
+    const char *setting_from; /* the --config file being read, while it is */
 };
 /* `kvsim replay`'s defaults. */
 void kvsim_options_default(struct kvsim_options *o);

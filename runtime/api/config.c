@@ -154,7 +154,9 @@ enum opt_id {
     O_HTML,
     O_TSINT,
     O_QUIET,
+    O_NUM_IDS
 };
+_Static_assert(O_NUM_IDS <= KVSIM_OPTIONS_MAX_IDS, "struct kvsim_options tracks every option id");
 
 enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
 /* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
@@ -388,15 +390,6 @@ static int parse_value(const struct opt *d, const char *value, struct opt_value 
     return -EINVAL;
 }
 
-/* Whether the engine-args file at path (already read once, valid) names the block count. */
-static bool engine_args_sets_blocks(const char *path)
-{
-    json_t *root = json_load_file(path, 0, NULL);
-    bool has = json_object_get(root, "num_gpu_blocks_override") != NULL;
-    json_decref(root);
-    return has;
-}
-
 /*
  * --config FILE: the step model's keys are read at resolve (kvsim_step_model_load); a run
  * configuration's "options" (kvsim replay --config-out) are set here, in the file's order, so
@@ -426,6 +419,8 @@ static int read_run_config(struct kvsim_options *o, const char *path, char *err,
     json_array_append_new(o->config_doc, root);
     const char *key;
     json_t *v;
+    const char *outer = o->setting_from;
+    o->setting_from = path;
     json_object_foreach(given, key, v)
     {
         char why[512];
@@ -440,9 +435,11 @@ static int read_run_config(struct kvsim_options *o, const char *path, char *err,
                      : rc == -EINVAL && (!strcmp(key, "config") || !strcmp(key, "config-out"))
                          ? "not allowed in a configuration"
                          : why);
+            o->setting_from = outer;
             return -EINVAL;
         }
     }
+    o->setting_from = outer;
     return 0;
 }
 
@@ -519,13 +516,19 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
          * are overridden. A block count it gives wins over a derived capacity, as
          * --num-gpu-blocks does. */
         char e[512];
-        uint32_t blocks = cfg->sched.num_blocks;
-        if (kvsim_engine_args_load(value, &cfg->sched, e, sizeof e)) {
+        /* Whether the file names the block count shows in one read (the file may be a pipe):
+         * loaded over a count no file can give (at most INT32_MAX - 2). */
+        struct sched_config sc = cfg->sched;
+        sc.num_blocks = UINT32_MAX;
+        if (kvsim_engine_args_load(value, &sc, e, sizeof e)) {
             snprintf(err, errlen, "option --engine-args: %s", e);
             return -EINVAL;
         }
-        if (cfg->sched.num_blocks != blocks || engine_args_sets_blocks(value))
+        if (sc.num_blocks != UINT32_MAX)
             t->blocks_given = true;
+        else
+            sc.num_blocks = cfg->sched.num_blocks;
+        cfg->sched = sc;
         return 0;
     }
     case O_ASYNC: cfg->sched.async_scheduling = v->b; return 0;
@@ -654,6 +657,10 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
         rc = apply_offload(o, d, &v);
     if (rc == 1)
         rc = apply_disagg(o, d, value, &v, err, errlen);
+    if (rc == 0) {
+        o->given[d->id] = d->name;
+        o->given_from[d->id] = o->setting_from;
+    }
     if (rc == 0 && d->group == G_OFFLOAD)
         o->offload_opt = d->name;
     else if (rc == 0 && d->group == G_DISAGG)
@@ -754,6 +761,107 @@ void kvsim_timing_fini(struct kvsim_timing *t)
 {
     kvsim_profile_free(t->profile);
     t->profile = NULL;
+}
+
+/* ---- options that would do nothing ------------------------------------------------------------
+ */
+
+/*
+ * Why option id does nothing in the run o describes (its mode: a trace or the built-in workload,
+ * aggregated or disaggregated, with or without tiers, a profile, a capacity), or NULL when it
+ * applies. Resolve refuses a given option that does nothing (issue #34: nothing is silently
+ * ignored); --config-out leaves it out, so that its file reads back. The companions checked
+ * elsewhere (an offload option without --g2-blocks, a disaggregation option without
+ * --prefill-engines, a synthetic option with a trace) have their own messages.
+ */
+/* The format the run's trace is read as; KVSIM_TRACE_AUTO when its name does not tell (the
+ * loader's error, not ours). */
+static enum kvsim_trace_format trace_format(const struct kvsim_replay_config *cfg)
+{
+    return cfg->trace_opts.format != KVSIM_TRACE_AUTO
+               ? cfg->trace_opts.format
+               : kvsim_trace_format_from_path(cfg->trace_path);
+}
+
+static const char *option_idle(const struct kvsim_options *o, enum opt_id id)
+{
+    const struct kvsim_replay_config *cfg = &o->replay;
+    const struct kvsim_disagg_config *dc = &cfg->disagg;
+    const struct kvsim_timing_opts *t = &o->timing;
+    bool disagg = dc->prefill_engines > 0;
+    switch (id) {
+    case O_FORMAT:
+    case O_TBS:
+    case O_SPEEDUP:
+    case O_MAXREQ:
+        if (!cfg->trace_path)
+            return "it applies to a trace (--trace FILE), and this run replays the built-in "
+                   "workload";
+        if (id == O_TBS && trace_format(cfg) != KVSIM_TRACE_AUTO &&
+            trace_format(cfg) != KVSIM_TRACE_MOONCAKE)
+            return "it is the token count of a Mooncake trace's hash ids, and this trace's "
+                   "format has none";
+        return NULL;
+    case O_SEED:
+        return cfg->trace_path || cfg->requests
+                   ? "it draws the built-in workload, and a trace's replay has nothing random"
+                   : NULL;
+    case O_ROUTER:
+        return disagg ? "disaggregated serving routes with --prefill-router and --decode-router"
+                      : NULL;
+    case O_KVINDEX: {
+        bool kv =
+            disagg ? dc->prefill_router == KVSIM_ROUTER_KV || dc->decode_router == KVSIM_ROUTER_KV
+                   : cfg->router == KVSIM_ROUTER_KV;
+        return kv ? NULL : "it is the kv router's overlap source, and no router of this run is kv";
+    }
+    case O_TP:
+        return t->hardware || t->gpu_memory_gib > 0
+                   ? NULL
+                   : "it shapes a profile's steps (--hardware) or a derived capacity "
+                     "(--gpu-memory-gib)";
+    case O_TPGBPS:
+    case O_TPLAT:
+        return t->hardware && t->tp > 1 ? NULL
+                                        : "it prices a profile's tensor-parallel all-reduce "
+                                          "(--hardware with --tp above 1)";
+    case O_GPUUTIL:
+        return t->gpu_memory_gib > 0 ? NULL : "it scales --gpu-memory-gib, which is not given";
+    case O_KVBYTES:
+        return cfg->offload || disagg ? NULL
+                                      : "it sizes offload blocks (--g2-blocks) and KV transfers "
+                                        "(--prefill-engines), and this run has neither";
+    case O_TSINT:
+        return cfg->timeseries_path || cfg->html_path
+                   ? NULL
+                   : "it samples --timeseries-out and --html, and neither is given";
+    case O_OTHREADS:
+        return cfg->offload && !cfg->offload_pool
+                   ? "it sizes --offload-executor pool, and the executor is inline"
+                   : NULL;
+    case O_OSEED:
+        return cfg->offload && !(cfg->tiers.pipe.fail_rate > 0)
+                   ? "it seeds --offload-fail-rate, which is 0"
+                   : NULL;
+    default: return NULL;
+    }
+}
+
+/* The first given option that does nothing in this run: 0, or -EINVAL with the message. */
+static int check_idle_options(const struct kvsim_options *o, char *err, size_t errlen)
+{
+    for (int id = 0; id < O_NUM_IDS; id++) {
+        const char *why = o->given[id] ? option_idle(o, (enum opt_id)id) : NULL;
+        if (!why)
+            continue;
+        if (o->given_from[id])
+            snprintf(err, errlen, "option --config: %s: options: key '%s' does nothing here: %s",
+                     o->given_from[id], o->given[id], why);
+        else
+            snprintf(err, errlen, "option --%s does nothing here: %s", o->given[id], why);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* ---- resolving a run ------------------------------------------------------------------------- */
@@ -882,7 +990,7 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
                  "option --%s shapes the synthetic workload: it does not apply to a trace",
                  o->synth_opt);
     if (why || (o->offload_opt && !cfg->offload) || synth_misused ||
-        resolve_disagg(o, cfg, err, errlen)) {
+        resolve_disagg(o, cfg, err, errlen) || check_idle_options(o, err, errlen)) {
         kvsim_run_fini(run);
         return -EINVAL;
     }
@@ -1117,6 +1225,8 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
     double x = 0;
     enum { U, X, S, B } kind = U;
     bool b = false;
+    if (option_idle(o, d->id))
+        return false; /* it does nothing in this run: read back, it would be refused */
 #define UV(v) (kind = U, u = (uint64_t)(v))
 #define XV(v) (kind = X, x = (double)(v))
 #define BV(v) (kind = B, b = (v))

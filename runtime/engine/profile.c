@@ -281,17 +281,50 @@ static yaml_node_t *yaml_get(yaml_document_t *d, yaml_node_t *map, const char *k
     return NULL;
 }
 
+/* libyaml's reader, bounded: a document past KVSIM_INPUT_MAX_JSON_BYTES (an endless stream,
+ * /dev/zero) stops the parser there instead of growing its buffers without end. */
+struct yaml_bounded_input {
+    FILE *f;
+    size_t total;
+    bool too_large;
+    int error; /* errno of a failed read, 0 */
+};
+
+static int yaml_read_bounded(void *data, unsigned char *buf, size_t size, size_t *size_read)
+{
+    struct yaml_bounded_input *in = data;
+    size_t room = KVSIM_INPUT_MAX_JSON_BYTES + 1 - in->total; /* one past: "larger" shows */
+    size_t got = fread(buf, 1, size < room ? size : room, in->f);
+    if (got == 0 && ferror(in->f)) {
+        in->error = errno ? errno : EIO;
+        return 0;
+    }
+    in->total += got;
+    if (in->total > KVSIM_INPUT_MAX_JSON_BYTES) {
+        in->too_large = true;
+        return 0;
+    }
+    *size_read = got;
+    return 1;
+}
+
 static int yaml_load(const char *path, yaml_document_t *d, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return fail(err, errlen, -ENOENT, "%s: cannot read: %s", path, strerror(errno));
+    struct yaml_bounded_input in = {.f = f};
     yaml_parser_t p;
     yaml_parser_initialize(&p);
-    yaml_parser_set_input_file(&p, f);
+    yaml_parser_set_input(&p, yaml_read_bounded, &in);
     int ok = yaml_parser_load(&p, d);
     int rc = 0;
-    if (!ok)
+    if (!ok && in.too_large)
+        rc = fail(err, errlen, -EINVAL, "%s: larger than %zu MiB", path,
+                  KVSIM_INPUT_MAX_JSON_BYTES >> 20);
+    else if (!ok && in.error)
+        rc = fail(err, errlen, -in.error, "%s: read error: %s", path, strerror(in.error));
+    else if (!ok)
         rc = fail(err, errlen, -EINVAL, "%s:%zu: %s", path, p.problem_mark.line + 1,
                   p.problem ? p.problem : "malformed YAML");
     else if (!yaml_document_get_root_node(d)) {

@@ -53,6 +53,9 @@ enum kvsim_trace_format {
 };
 /* "auto", "mooncake", "azure", "synthetic" or "vllm-run"; "?" for anything else. Never NULL. */
 KVSIM_EXTERN const char *kvsim_trace_format_name(enum kvsim_trace_format format);
+/* The format KVSIM_TRACE_AUTO reads path as: by its extension (.jsonl/.json, .csv, either
+ * optionally .gz); KVSIM_TRACE_AUTO when the name tells nothing (and for "-", standard input). */
+KVSIM_EXTERN enum kvsim_trace_format kvsim_trace_format_from_path(const char *path);
 
 /* One request of a trace. */
 struct kvsim_req_spec {
@@ -82,7 +85,8 @@ struct kvsim_trace {
     size_t num_clamped;    /* requests whose input_length was clamped */
     uint32_t num_sessions; /* sessions: session indices are 0 .. num_sessions-1 */
     enum kvsim_trace_format format;
-    char sha256[65]; /* kvsim_trace_load: the file's bytes as stored, hex ("": not from a file) */
+    char sha256[65]; /* the file's bytes as stored, hex ("": not from a file, or a stream left
+                      * before its end) */
 };
 
 /* The largest hash id: each id becomes one token id below 2^31 (kvsim_prompt_runs; the tokens
@@ -140,8 +144,9 @@ KVSIM_EXTERN void kvsim_trace_opts_default(struct kvsim_trace_opts *o);
  * hashed); requests are sorted by (arrival_ns, line) and prev_turn indices refer to the sorted
  * array. path "-" reads standard input (the format must then be given: AUTO is an error); a
  * file or stream that starts with the gzip magic bytes is inflated (concatenated members as
- * gzip(1)), whatever its name (format_from_name ignores a final .gz). out->sha256 is the sha256
- * of the bytes as stored (what sha256sum prints for the file).
+ * gzip(1)), whatever its name (kvsim_trace_format_from_path ignores a final .gz). out->sha256 is
+ * the sha256 of the bytes as stored (what sha256sum prints for the file), "" for a stream (a
+ * pipe, standard input) that max_requests left before its end: the rest is not read.
  *
  * Returns 0 (err set to ""), or a negative errno with a one-line message in err (if err is not
  * NULL and errlen > 0; truncated to errlen):
@@ -235,7 +240,8 @@ KVSIM_EXTERN uint32_t kvsim_prompt_runs(const struct kvsim_trace *t, uint32_t re
  * second, instead of growing memory until it runs out.
  */
 #define KVSIM_INPUT_MAX_LINE_BYTES ((size_t)64 << 20)
-/* The largest JSON document read whole (kvsim_json_load_file): 64 MiB. */
+/* The largest JSON document read whole (kvsim_json_load_file), and the largest YAML document
+ * (a profile's meta.yaml and data): 64 MiB. */
 #define KVSIM_INPUT_MAX_JSON_BYTES ((size_t)64 << 20)
 
 /* The outcome of kvsim_read_line. */

@@ -178,9 +178,17 @@ int input__source_close(struct input_source *s, FILE *f, char sha256_hex[65])
     int rc = 0;
     if (f)
         fclose(f);
+    struct stat st;
+    bool regular = fstat(fileno(s->raw), &st) == 0 && S_ISREG(st.st_mode);
+    unsigned char buf[SOURCE_CHUNK];
+    if (sha256_hex && !regular && read_stored(s, buf, sizeof buf) > 0) {
+        /* A stream the parser left before its end (--max-requests): what follows may never
+         * end, and a hash of a prefix names nothing that can be read again. No hash. */
+        sha256_hex[0] = '\0';
+        sha256_hex = NULL;
+    }
     if (sha256_hex) {
         /* Bytes the parser did not read (--max-requests) still belong to the file's hash. */
-        unsigned char buf[SOURCE_CHUNK];
         while (!s->error && read_stored(s, buf, sizeof buf) > 0)
             ;
         unsigned char md[EVP_MAX_MD_SIZE];

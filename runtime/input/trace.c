@@ -332,8 +332,10 @@ static bool is_blank(const char *s, size_t n)
 /* ---- the file ---------------------------------------------------------------------------- */
 
 /* The format a name says: .jsonl/.json Mooncake, .csv Azure, either with .gz after it. */
-static enum kvsim_trace_format format_from_name(const char *path)
+enum kvsim_trace_format kvsim_trace_format_from_path(const char *path)
 {
+    if (strcmp(path, "-") == 0)
+        return KVSIM_TRACE_AUTO;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     char name[256];
@@ -486,7 +488,7 @@ int input__trace_load(const char *path, const struct kvsim_trace_opts *opts, boo
 
     enum kvsim_trace_format format = opts->format;
     if (format == KVSIM_TRACE_AUTO) {
-        format = is_stdin ? KVSIM_TRACE_AUTO : format_from_name(path);
+        format = kvsim_trace_format_from_path(path);
         if (format == KVSIM_TRACE_AUTO)
             return input__fail(&ld, -EINVAL, 0,
                                is_stdin ? "give the trace format (--format mooncake, azure or "

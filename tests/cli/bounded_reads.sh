@@ -12,6 +12,9 @@
 #                     validated with the profiles in ROOT
 #   profile-line DIR  the profile root DIR (copied) with a 4,600-byte line in dense.csv, made of
 #                     511-byte pieces that are each a valid row
+#   endless-yaml DIR  the profile root DIR (copied) whose meta.yaml is a YAML list that never
+#                     ends, through a pipe
+#   endless-trace-max an endless stream of valid Mooncake rows, --max-requests 5
 set -u
 kvsim=$1 case=$2
 mib65=$((65 << 20))
@@ -56,6 +59,20 @@ with open(sys.argv[1], "a") as f:
 PY
   exec "$kvsim" replay --quiet --synthetic-requests 10 --profiles root --hardware TESTHW \
     --model test/tiny
+  ;;
+endless-yaml)
+  cp -r "$3" root
+  meta=$(find root -name meta.yaml)
+  rm "$meta"
+  ln -s /dev/stdin "$meta"
+  { echo "layers:"; yes '  - 1'; } |
+    "$kvsim" replay --quiet --synthetic-requests 10 --profiles root --hardware TESTHW \
+      --model test/tiny
+  ;;
+endless-trace-max)
+  # The rows read, the rest of the stream is left unread (a hash of it would never end).
+  yes "$(row 1)" | "$kvsim" replay --quiet --format mooncake --max-requests 5 \
+    --report /dev/stdout -
   ;;
 *)
   echo "bounded_reads.sh: unknown case '$case'" >&2

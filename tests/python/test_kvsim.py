@@ -429,8 +429,14 @@ class ReplayTest(unittest.TestCase):
         self.assertIn("/nonexistent", str(cm.exception))
 
     def test_synthetic(self):
-        out = kvsim.replay(engines=2, max_requests=20, threads=1)
-        self.assertGreater(out["summary"]["completed"], 0)
+        out = kvsim.replay(engines=2, synthetic_requests=20, threads=1)
+        self.assertEqual(out["summary"]["completed"], 20)
+
+    def test_an_option_that_does_nothing_is_refused(self):
+        # max_requests limits a trace; the built-in workload takes synthetic_requests (#34)
+        with self.assertRaises(kvsim.Error) as cm:
+            kvsim.replay(engines=2, max_requests=20, threads=1)
+        self.assertIn("--max-requests does nothing here", str(cm.exception))
 
 
 if __name__ == "__main__":

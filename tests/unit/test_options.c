@@ -199,3 +199,81 @@ Test(options, every_link_option_gives_a_finite_monotone_transfer_time)
             }
         }
 }
+
+/* ---- options that would do nothing (#34): refused, naming the option and why --------------- */
+
+/* Sets the "--name value" pairs of argv (a flag: value "") and resolves them: the resolve
+ * outcome, its message in err. */
+static int resolve_args(const char *const *argv, char *err, size_t errlen)
+{
+    struct kvsim_options o;
+    kvsim_options_default(&o);
+    int rc = 0;
+    for (int i = 0; argv[i] && !rc; i += 2) {
+        rc = kvsim_options_set(&o, argv[i], argv[i + 1], err, errlen);
+        cr_assert_eq(rc, 0, "--%s %s: %s", argv[i], argv[i + 1], err);
+    }
+    struct kvsim_run run;
+    rc = kvsim_options_resolve(&o, &run, err, errlen);
+    if (!rc)
+        kvsim_run_fini(&run);
+    kvsim_options_fini(&o);
+    return rc;
+}
+
+Test(options, an_option_that_would_do_nothing_is_refused_naming_it)
+{
+    static const struct {
+        const char *argv[12];
+        const char *refused; /* the option named, or NULL: accepted */
+    } cases[] = {
+        /* trace options without a trace: the built-in workload */
+        {{"max-requests", "5"}, "--max-requests does nothing here: it applies to a trace"},
+        {{"arrival-speedup", "2"}, "--arrival-speedup does nothing here"},
+        {{"format", "azure"}, "--format does nothing here"},
+        {{"trace-block-size", "32"}, "--trace-block-size does nothing here"},
+        {{"trace", "t.jsonl", "max-requests", "5"}, NULL},
+        {{"trace", "t.jsonl", "trace-block-size", "32"}, NULL},
+        /* the block size of hash ids, and the trace has none */
+        {{"trace", "t.csv", "trace-block-size", "32"}, "--trace-block-size does nothing here"},
+        {{"trace", "t.jsonl", "format", "vllm-run", "trace-block-size", "32"},
+         "--trace-block-size does nothing here"},
+        /* the seed draws the built-in workload */
+        {{"trace", "t.jsonl", "seed", "7"}, "--seed does nothing here"},
+        {{"seed", "7"}, NULL},
+        /* disaggregation routes with its own routers */
+        {{"prefill-engines", "1", "decode-engines", "1", "router", "kv"},
+         "--router does nothing here"},
+        {{"router", "kv", "kv-index", "events"}, NULL},
+        {{"router", "round-robin", "kv-index", "events"}, "--kv-index does nothing here"},
+        {{"prefill-engines", "1", "decode-engines", "1", "decode-router", "kv", "kv-index",
+          "events"},
+         NULL},
+        /* hardware options without a profile or a capacity */
+        {{"tp", "2"}, "--tp does nothing here"},
+        {{"tp-link-gbps", "100"}, "--tp-link-gbps does nothing here"},
+        {{"tp-link-latency-us", "5"}, "--tp-link-latency-us does nothing here"},
+        {{"gpu-memory-utilization", "0.8"}, "--gpu-memory-utilization does nothing here"},
+        /* sizes of what the run does not move */
+        {{"kv-bytes-per-token", "1000"}, "--kv-bytes-per-token does nothing here"},
+        {{"g2-blocks", "100", "kv-bytes-per-token", "1000"}, NULL},
+        {{"timeseries-interval-ms", "10"}, "--timeseries-interval-ms does nothing here"},
+        {{"timeseries-out", "ts.csv", "timeseries-interval-ms", "10"}, NULL},
+        /* offload settings of a mode not chosen */
+        {{"g2-blocks", "100", "offload-threads", "2"}, "--offload-threads does nothing here"},
+        {{"g2-blocks", "100", "offload-executor", "pool", "offload-threads", "2"}, NULL},
+        {{"g2-blocks", "100", "offload-seed", "3"}, "--offload-seed does nothing here"},
+        {{"g2-blocks", "100", "offload-fail-rate", "0.1", "offload-seed", "3"}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[512] = "";
+        int rc = resolve_args(cases[i].argv, err, sizeof err);
+        if (!cases[i].refused) {
+            cr_expect_eq(rc, 0, "case %zu (--%s): %s", i, cases[i].argv[0], err);
+            continue;
+        }
+        cr_expect_eq(rc, -EINVAL, "case %zu: %s accepted", i, cases[i].refused);
+        cr_expect(strstr(err, cases[i].refused), "case %zu: '%s', not '%s'", i, err,
+                  cases[i].refused);
+    }
+}

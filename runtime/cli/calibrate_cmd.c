@@ -30,7 +30,8 @@ static void calibrate_usage(FILE *out)
                  "                             polynomial's coefficients\n"
                  "  --hardware HW              profile hardware label (config.json's)\n"
                  "  --num-gpu-blocks N         KV blocks (meta.json's, else derived)\n"
-                 "  --max-trials N             replays the fit may run (400)\n");
+                 "  --max-trials N             replays the fit may run (400)\n"
+                 "\n" CLI_EXIT_HELP);
 }
 
 enum { K_OUTPUT = 'o', K_FRACTION = 1, K_PROFILES, K_HARDWARE, K_BLOCKS, K_TRIALS };
@@ -224,7 +225,13 @@ struct calibrate_args {
 static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate_args *a)
 {
     struct fid_run run;
-    if (fid_open(p, dir, &a->fo, &a->timing, &run)) {
+    int orc = fid_open(p, dir, &a->fo, &a->timing, &run);
+    char err[512];
+    if (!orc && kvsim_output_check(a->output, err, sizeof err)) {
+        cli_error(p, "--output: %s", err); /* before the fit */
+        orc = -EINVAL;
+    }
+    if (orc) {
         fid_close(&run);
         return CLI_EXIT_USAGE;
     }
@@ -261,7 +268,7 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
     double l = nelder_mead(&f, x, 0.5);
     if (f.error) {
         fid_close(&run);
-        return CLI_EXIT_FAILED;
+        return cli_status_of(f.error);
     }
     struct kvsim_step_model m;
     model_of(&f, x, &m);

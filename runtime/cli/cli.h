@@ -24,8 +24,26 @@
 #include "runtime/api/api.h"
 #include "runtime/runtime.h"
 
-/* Exit statuses of every subcommand. */
+/* Exit statuses of every subcommand (docs/robustness.md, "Exit statuses"). */
 enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_INTERRUPTED = 130 };
+
+/*
+ * cli_status_of - the exit status of a run that returned rc (a negative errno), the one rule of
+ * replay, validate and calibrate: CLI_EXIT_USAGE when the input was refused (-EINVAL: a file or
+ * value refused, naming it; -EOVERFLOW: a value past the clock) or a path given cannot be used
+ * (-ENOENT, -EISDIR, -ENOTDIR, -EACCES, -EPERM, -ENAMETOOLONG, -ELOOP); CLI_EXIT_FAILED for the
+ * rest (a scheduler dead end, a broken invariant, out of memory, an I/O error, a full disk);
+ * CLI_EXIT_OK for 0.
+ */
+int cli_status_of(int rc);
+
+/* The exit-status paragraph every subcommand's help ends with. */
+#define CLI_EXIT_HELP                                                                              \
+    "Exit status: 0 success; 1 the run failed (a scheduler dead end or a broken\n"                 \
+    "invariant, out of memory, an output that could not be written after the work);\n"             \
+    "2 usage error or bad input (an option; a file refused, naming its line and\n"                 \
+    "field; a path that cannot be read; an output that cannot be written, checked\n"               \
+    "before the work). docs/robustness.md has the table of every command.\n"
 
 /* ---- the option parser ---------------------------------------------------------------------- */
 

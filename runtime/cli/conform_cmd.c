@@ -1,7 +1,7 @@
 /*
  * conform_cmd.c - `kvsim conform [--trace] [--lenient] [--vllm-contract N] FILE...`: runs
- * scenario files through
- * the scenario runner (verify.h), prints PASS/FAIL per file and "<N> passed, <M> failed".
+ * scenario files through the scenario runner (verify.h), prints PASS, FAIL or INVALID per file
+ * and "<N> passed, <M> failed" (", <K> invalid" when some are).
  */
 #include "runtime/cli/cli.h"
 
@@ -13,9 +13,10 @@
 #include "runtime/input/input.h"
 #include "runtime/verify/verify.h"
 
-/* Runs one file, printing its PASS/FAIL line; contract > 0 replaces the file's config key
- * "contract". Returns true when it passed. */
-static bool run_file(const char *path, bool trace, bool lenient, uint32_t contract)
+/* Runs one file, printing its PASS/FAIL/INVALID line; contract > 0 replaces the file's config
+ * key "contract". Returns its verdict. */
+static enum kvsim_conform_verdict run_file(const char *path, bool trace, bool lenient,
+                                           uint32_t contract)
 {
     json_error_t jerr;
     json_t *root = NULL; /* bounded: a scenario file of at most KVSIM_INPUT_MAX_JSON_BYTES */
@@ -50,14 +51,15 @@ static bool run_file(const char *path, bool trace, bool lenient, uint32_t contra
         struct kvsim_conform_options opt = {.trace = trace, .lenient = lenient};
         rc = kvsim_conform_run_json(root, &opt, &res, NULL);
     }
-    if (rc == 0)
+    enum kvsim_conform_verdict verdict = rc == 0 ? KVSIM_CONFORM_PASS : res.verdict;
+    if (verdict == KVSIM_CONFORM_PASS)
         printf("PASS %s\n", name);
-    else if (res.verdict == KVSIM_CONFORM_INVALID)
-        printf("FAIL %s: %s: %s\n", name, path, res.message);
+    else if (verdict == KVSIM_CONFORM_INVALID)
+        printf("INVALID %s: %s: %s\n", name, path, res.message);
     else
         printf("FAIL %s: %s\n", name, res.message);
     json_decref(root);
-    return rc == 0;
+    return verdict;
 }
 
 static void conform_usage(FILE *out)
@@ -78,7 +80,9 @@ static void conform_usage(FILE *out)
             "                 one its config names (docs/fidelity/vllm.md; %d..%d, default %d)\n"
             "  -h, --help     print this help\n"
             "\n"
-            "Exit status: 0 all passed, 1 a scenario failed or could not be read, 2 usage error.\n",
+            "Exit status: 0 all passed; 1 a scenario failed (FAIL); 2 usage error or bad\n"
+            "input: a file that cannot be read or is not a valid scenario (INVALID: nothing\n"
+            "of it ran), which wins over 1.\n",
             SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, SCHED_CONTRACT_LATEST);
 }
 
@@ -116,14 +120,15 @@ int cli_conform_main(int argc, char **argv)
         conform_usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    int passed = 0, failed = 0;
+    int counts[3] = {0}; /* by verdict */
     for (int i = cli_optind(); i < argc; i++) {
-        if (run_file(argv[i], trace, lenient, contract))
-            passed++;
-        else
-            failed++;
+        counts[run_file(argv[i], trace, lenient, contract)]++;
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    int invalid = counts[KVSIM_CONFORM_INVALID];
+    printf("%d passed, %d failed", counts[KVSIM_CONFORM_PASS], counts[KVSIM_CONFORM_FAIL]);
+    if (invalid)
+        printf(", %d invalid", invalid);
+    printf("\n");
+    return invalid ? CLI_EXIT_USAGE : counts[KVSIM_CONFORM_FAIL] ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

@@ -30,8 +30,16 @@ static void usage(FILE *out)
                  "  -V, --version   print the version and the allocator, then exit\n"
                  "  -h, --help      print this help, then exit\n"
                  "\n"
-                 "`kvsim <command> --help` describes a command. Exit status: 0 success, 1 the run\n"
-                 "failed, 2 usage error or bad input.\n");
+                 "`kvsim <command> --help` describes a command.\n"
+                 "\n"
+                 "Exit status (every command; docs/robustness.md):\n"
+                 "  0    success\n"
+                 "  1    the run failed: a scenario or seed failed, a violation, a scheduler dead\n"
+                 "       end, out of memory, an output that could not be written after the work\n"
+                 "  2    usage error or bad input: an option, a file refused (naming its line and\n"
+                 "       field; conform: an INVALID scenario), a path that cannot be read, an\n"
+                 "       output that cannot be written (checked before the work); wins over 1\n"
+                 "  130  replay interrupted by SIGINT (a partial report is written)\n");
 }
 
 static const struct {

@@ -28,8 +28,9 @@ static void minimize_usage(FILE *f)
                "  --max-runs N       stop after N candidate runs (default 50000)\n"
                "  -h, --help         print this help\n"
                "\n"
-               "Exit status: 0 written, 1 the result could not be verified or written,\n"
-               "2 usage error or an input that does not fail (or is not a valid scenario).\n");
+               "Exit status: 0 written; 1 the result could not be verified or written;\n"
+               "2 usage error or bad input: a scenario that is not valid or does not fail, an\n"
+               "output that cannot be written (checked before the work).\n");
 }
 
 /* The output path: -o's, or TRACE.min.json beside the input. Returns 0 or -ENAMETOOLONG. */
@@ -102,6 +103,12 @@ int cli_minimize_main(int argc, char **argv)
             cli_error(&p, "%s: line %d, column %d: %s", path, jerr.line, jerr.column, jerr.text);
         else /* the text names the file and what went wrong (cannot open, too large, ...) */
             cli_error(&p, "%s", jerr.text);
+        return CLI_EXIT_USAGE;
+    }
+    char err[512];
+    if (strcmp(out, "-") && kvsim_output_check(out, err, sizeof err)) { /* before the work */
+        cli_error(&p, "%s", err);
+        json_decref(doc);
         return CLI_EXIT_USAGE;
     }
     int64_t t0 = base_monotonic_ns();

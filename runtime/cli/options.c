@@ -56,6 +56,23 @@ int cli_next(struct cli_parser *p)
 
 int cli_optind(void) { return optind; }
 
+int cli_status_of(int rc)
+{
+    switch (rc) {
+    case 0: return CLI_EXIT_OK;
+    case -EINVAL:
+    case -EOVERFLOW:
+    case -ENOENT:
+    case -EISDIR:
+    case -ENOTDIR:
+    case -EACCES:
+    case -EPERM:
+    case -ENAMETOOLONG:
+    case -ELOOP: return CLI_EXIT_USAGE;
+    default: return CLI_EXIT_FAILED;
+    }
+}
+
 int cli_error(const struct cli_parser *p, const char *fmt, ...)
 {
     va_list ap;

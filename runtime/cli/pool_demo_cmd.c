@@ -19,7 +19,7 @@ int cli_pool_demo_main(int argc, char **argv)
     while ((c = cli_next(&p)) > 0) {
         printf("usage: kvsim pool-demo\n\nWalks through the G1 block pool (prefix hits, free "
                "order, eviction, an aborted\nplan, the ownership check) and checks each step "
-               "against vLLM's behaviour.\nExit status: 0 ok, 1 a step misbehaved, 2 usage "
+               "against vLLM's behaviour.\nExit status: 0 ok; 1 a step misbehaved; 2 usage "
                "error.\n");
         return CLI_EXIT_OK;
     }

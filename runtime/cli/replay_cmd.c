@@ -162,7 +162,11 @@ static void replay_usage(FILE *out)
                  "  --html FILE                the report as one self-contained HTML page:\n"
                  "                             tables, latency CDFs, load over time, engines\n"
                  "  --quiet                    no table, no progress bar\n"
-                 "  -h, --help                 this help\n");
+                 "  -h, --help                 this help\n"
+                 "\n" CLI_EXIT_HELP
+                 "130 interrupted (the first SIGINT ends the replay at its next epoch with a\n"
+                 "partial report, marked \"interrupted\"; a second one kills it at once). A run\n"
+                 "ended by --max-sim-time-s exits 0, its report marked incomplete.\n");
 }
 
 /* SIGINT: the first ends the replay at its next epoch boundary with a partial report; a second
@@ -349,8 +353,7 @@ int cli_replay_main(int argc, char **argv)
     sigaction(SIGINT, &sa, &old_sa);
     if (status == CLI_EXIT_OK && (rc = kvsim_replay_run(&run.replay, &report, err, sizeof err))) {
         cli_error(&p, "%s", err);
-        status =
-            rc == -EINVAL || rc == -ENOENT || rc == -EOVERFLOW ? CLI_EXIT_USAGE : CLI_EXIT_FAILED;
+        status = cli_status_of(rc);
     } else if (status == CLI_EXIT_OK) {
         /* With a JSON report on standard output, the table goes to standard error. */
         bool json_on_stdout = o.report_path && strcmp(o.report_path, "-") == 0;

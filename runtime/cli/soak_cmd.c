@@ -41,6 +41,32 @@ static int make_dirs(const char *dir)
     return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
+/* Whether failing scenarios could be written under dir, checked before any seed runs (and
+ * without creating anything): dir is a writable directory, or the nearest part of it that
+ * exists is. Returns 0 or a negative errno. */
+static int check_out_dir(const char *dir)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return -ENAMETOOLONG;
+    for (;;) {
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return -ENOTDIR;
+            return access(p, W_OK | X_OK) == 0 ? 0 : -errno;
+        }
+        if (errno != ENOENT)
+            return -errno;
+        char *slash = strrchr(p, '/');
+        if (!slash) /* a relative name: the current directory */
+            return check_out_dir(".");
+        if (slash == p) /* under the root */
+            return check_out_dir("/");
+        *slash = 0;
+    }
+}
+
 static void soak_usage(FILE *f)
 {
     fprintf(f, "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
@@ -74,7 +100,9 @@ static void soak_usage(FILE *f)
                "  --quiet            no summary line (failures are still printed)\n"
                "  -h, --help         print this help\n"
                "\n"
-               "Exit status: 0 all seeds passed, 1 a seed failed, 2 usage error.\n");
+               "Exit status: 0 all seeds passed; 1 a seed failed, or its scenario could not be\n"
+               "written; 2 usage error or bad input (an --out that cannot be written, checked\n"
+               "before any seed runs).\n");
 }
 
 /* Writes a failing (or --keep) seed's scenario and, for a failure, checks that the file replays
@@ -224,8 +252,14 @@ int cli_soak_main(int argc, char **argv)
     struct kvsim_soak_overrides ov = a.ov;
     if (a.have_seed)
         nseeds = 1;
+    int orc = check_out_dir(out);
+    if (orc) {
+        cli_error(&p, "option --out: %s: cannot write scenarios there: %s", out,
+                  kvsim_strerror(orc));
+        return CLI_EXIT_USAGE;
+    }
     struct kvsim_conform_stats total = {0};
-    uint64_t failed = 0;
+    uint64_t failed = 0, unwritten = 0;
     int64_t t0 = base_monotonic_ns(), last_shown = t0;
     /* Progress on a terminal: seeds done, failures, elapsed and remaining time (stderr). */
     bool progress = !quiet && isatty(STDERR_FILENO) && nseeds > 1;
@@ -261,9 +295,10 @@ int cli_soak_main(int argc, char **argv)
                 fprintf(stderr, "\r%60s\r", "");
             printf("FAIL seed %" PRIu64 " [%s]: %s\n", seed, res.kind, res.message);
         }
-        /* A passing seed whose --keep file cannot be written fails the run too. */
-        if ((rc == 1 || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0 && rc != 1)
-            failed++;
+        /* A scenario that cannot be written (or does not replay the same way) fails the run
+         * too, counted apart from the seeds that failed. */
+        if ((rc == 1 || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0)
+            unwritten++;
         json_decref(doc);
         fflush(stdout);
     }
@@ -291,18 +326,22 @@ int cli_soak_main(int argc, char **argv)
                  total.routes, total.late_routes, total.reservations, total.completed_handoffs,
                  total.aborted_handoffs, total.expired_pins, total.transferred_tokens,
                  total.max_pinned_blocks);
+    char unw[96] = "";
+    if (unwritten)
+        snprintf(unw, sizeof unw, "; %" PRIu64 " scenarios not written or not replayed the same",
+                 unwritten);
     if (!quiet)
         printf("soak: %" PRIu64 " seeds (matrix %s), %" PRIu64 " ops, %" PRIu64
                " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
                " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
                " futile, longest cascade %" PRIu64 ", %" PRIu64
-               " zero-progress schedules)%s%s; %" PRIu64 " failed\n",
+               " zero-progress schedules)%s%s; %" PRIu64 " failed%s\n",
                nseeds, kvsim_soak_matrix_name(matrix), total.ops, total.transitions, dt,
                dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
                total.scheduled_tokens
                    ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
                    : 0.0,
                total.futile_preemptions, total.max_futile_in_one_schedule,
-               total.zero_progress_schedules, off, dis, failed);
-    return failed ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+               total.zero_progress_schedules, off, dis, failed, unw);
+    return failed || unwritten ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

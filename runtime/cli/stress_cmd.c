@@ -111,6 +111,8 @@ static void usage(FILE *f, const char *prog, int parts)
                 "  --writers N      writer threads\n"
                 "  --ops N          steps per writer, %d hashes each (default %s)\n",
                 KVSIM_STRESS_REG_BATCH, parts == KVSIM_STRESS_REGISTRY ? "20000" : "--batches");
+    fprintf(f, "Exit status: 0 no violation; 1 a violation, or a part could not run; 2 usage "
+               "error.\n");
 }
 
 static void summary(FILE *out, const char *prog, const char *part, int rc,

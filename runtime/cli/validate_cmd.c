@@ -30,7 +30,8 @@ static void validate_usage(FILE *out)
                  "  --num-gpu-blocks N         KV blocks (meta.json's, else derived)\n"
                  "  --report OUT.json          write the rows as JSON\n"
                  "  --requests-out FILE.jsonl  the simulated per-request records\n"
-                 "  --quiet                    no table\n");
+                 "  --quiet                    no table\n"
+                 "\n" CLI_EXIT_HELP);
 }
 
 enum { V_PROFILES = 1, V_HARDWARE, V_CONFIG, V_BLOCKS, V_REPORT, V_REQOUT, V_QUIET };
@@ -88,6 +89,11 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     struct fid_run run;
     struct cli_timing *t = &a->timing;
     int rc = fid_open(p, dir, &a->fo, t, &run);
+    char err[512];
+    if (!rc && a->report_path && kvsim_output_check(a->report_path, err, sizeof err)) {
+        cli_error(p, "--report: %s", err); /* before the work */
+        rc = -EINVAL;
+    }
     if (rc) {
         fid_close(&run);
         return CLI_EXIT_USAGE;
@@ -95,9 +101,7 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     struct kvsim_report rep;
     struct fid_side sim = {0};
     rc = fid_replay(p, &run, &run.cfg.model, &sim, &rep);
-    int status = rc == 0                          ? CLI_EXIT_OK
-                 : rc == -EINVAL || rc == -ENOENT ? CLI_EXIT_USAGE
-                                                  : CLI_EXIT_FAILED;
+    int status = cli_status_of(rc);
     double rv[FID_NUM_ROWS], sv[FID_NUM_ROWS];
     if (!rc && (fid_rows(&run.real, 0, run.real.n, rv) || fid_rows(&sim, 0, sim.n, sv))) {
         cli_error(p, "out of memory");

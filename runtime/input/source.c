@@ -134,6 +134,11 @@ int input__source_open(struct loader *ld, const char *path, struct input_source 
         return input__fail(ld, -e, 0, "cannot open: %s", strerror(e));
     }
     s->own_raw = !is_stdin;
+    struct stat st;
+    if (fstat(fileno(s->raw), &st) == 0 && S_ISDIR(st.st_mode)) { /* fopen takes a directory */
+        input__source_close(s, NULL, NULL);
+        return input__fail(ld, -EISDIR, 0, "cannot open: %s", strerror(EISDIR));
+    }
     s->sha = EVP_MD_CTX_new();
     if (!s->sha || EVP_DigestInit_ex(s->sha, EVP_sha256(), NULL) != 1) {
         input__source_close(s, NULL, NULL);

@@ -3,6 +3,7 @@
  * and removing requests from their steps (the minimizer's request pass).
  */
 #include "runtime/verify/verify.h"
+#include "runtime/report/report.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -44,20 +45,18 @@ int kvsim_scenario_write(const json_t *doc, FILE *f)
 
 int kvsim_scenario_write_file(const json_t *doc, const char *path)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return -ENAMETOOLONG;
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -errno;
-    int rc = kvsim_scenario_write(doc, f);
-    if (fclose(f) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
+    /* kvsim_output: renamed into place when a regular file, written directly when the path is
+     * a device or a FIFO (a rename over /dev/full would replace the device), and a failed
+     * write (ENOSPC) is an error, not a "wrote". */
+    struct kvsim_output out;
+    int rc = kvsim_output_open(&out, path, NULL, 0);
     if (rc)
-        remove(tmp);
-    return rc;
+        return rc;
+    if ((rc = kvsim_scenario_write(doc, out.f)) != 0) {
+        kvsim_output_discard(&out);
+        return rc;
+    }
+    return kvsim_output_commit(&out, NULL, 0);
 }
 
 /* mkdir -p. Returns 0 or a negative errno. */ /* ---- removing requests

@@ -6,7 +6,8 @@ The property: a scenario built at random from the format's pieces (token lists m
 `repeat`, `range` and `concat` nested at random, sized from 0 to past 2^63; engine keys at
 their edges; adds, schedules, outputs, checks, aborts and advances) is, under `kvsim conform`,
 
-- refused: exit 1, `FAIL`, a message naming the step and key (a token list's JSON path, e.g.
+- refused: exit 2, `INVALID` (nothing ran), or exit 1, `FAIL` (a step refused when it ran), with
+  a message naming the step and key (a token list's JSON path, e.g.
   `step 2 (add): prompt.concat[1].range`), or
 - run: exit 0 (`PASS`) or 1 (`FAIL`, something did not hold)
 
@@ -160,12 +161,14 @@ PATH_RE = re.compile(r"(step \d+ \(\w+\): [\w.\[\]]+|config: key '\w+')")
 def check(case, doc, rc, text, wall, rss_kb):
     """The failures of one run (empty: the property holds)."""
     errs = []
-    if rc not in (0, 1):
+    if rc not in (0, 1, 2):
         errs.append(f"exit {rc}")
     elif rc == 0 and not text.startswith("PASS "):
         errs.append("exit 0 without PASS")
     elif rc == 1 and not text.startswith("FAIL "):
         errs.append("exit 1 without FAIL")
+    elif rc == 2 and not text.startswith("INVALID "):
+        errs.append("exit 2 without INVALID")
     if "internal error" in text:
         errs.append("internal error")
     if LIMIT_RE.search(text) and not PATH_RE.search(text):

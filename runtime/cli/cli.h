@@ -37,6 +37,10 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILED = 1, CLI_EXIT_USAGE = 2, CLI_EXIT_INTERR
  */
 int cli_status_of(int rc);
 
+/* mkdir -p dir: 0 when dir is (now) a directory this process may write into, or a negative
+ * errno (-ENOTDIR: a part of it is a file). */
+int cli_make_dirs(const char *dir);
+
 /* The exit-status paragraph every subcommand's help ends with. */
 #define CLI_EXIT_HELP                                                                              \
     "Exit status: 0 success; 1 the run failed (a scheduler dead end or a broken\n"                 \
@@ -136,6 +140,10 @@ int cli_timing_apply(const struct cli_parser *p, struct cli_timing *t, struct sc
 void cli_timing_fini(struct cli_timing *t);
 
 int cli_replay_main(int argc, char **argv);
+/* `kvsim replay`'s getopt table (every option of the option table, api/config.c, by its long
+ * name, and "help"); `kvsim sweep` takes the same options. */
+extern const struct option cli_replay_options[];
+int cli_sweep_main(int argc, char **argv);
 int cli_validate_main(int argc, char **argv);
 int cli_calibrate_main(int argc, char **argv);
 int cli_conform_main(int argc, char **argv);

@@ -17,6 +17,8 @@ static void usage(FILE *out)
                  "              throughput with the real ones (the Diff%% table)\n"
                  "  calibrate   fit the step model to part of a recorded vLLM run and\n"
                  "              compare the fitted and the held-out requests\n"
+                 "  sweep       replay a grid of configurations (--grid OPTION=v1,v2,...) in\n"
+                 "              worker processes: one row and one report per point\n"
                  "  conform     run conformance scenarios against the scheduler core\n"
                  "  soak        seeded randomized scheduler runs checking invariants and\n"
                  "              liveness; failing seeds are written as scenarios\n"
@@ -50,6 +52,7 @@ static const struct {
     {"calibrate", cli_calibrate_main}, {"conform", cli_conform_main},
     {"soak", cli_soak_main},           {"minimize", cli_minimize_main},
     {"stress", cli_stress_main},       {"pool-demo", cli_pool_demo_main},
+    {"sweep", cli_sweep_main},
 };
 
 int main(int argc, char **argv)

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void cli_begin(struct cli_parser *p, const char *prog, int argc, char **argv,
                const struct option *opts, const char *shortopts)
@@ -55,6 +57,30 @@ int cli_next(struct cli_parser *p)
 }
 
 int cli_optind(void) { return optind; }
+
+int cli_make_dirs(const char *dir)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return -ENAMETOOLONG;
+    for (char *c = p + 1;; c++) {
+        bool last = *c == 0;
+        if (*c != '/' && !last)
+            continue;
+        *c = 0;
+        if (mkdir(p, 0777) != 0 && errno != EEXIST)
+            return -errno;
+        if (last)
+            break;
+        *c = '/';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return -ENOTDIR;
+    return access(dir, W_OK | X_OK) == 0 ? 0 : -errno;
+}
 
 int cli_status_of(int rc)
 {

@@ -184,7 +184,7 @@ static void on_sigint(int sig)
  * every entry returns the same value. */
 #define O_RUN 1
 
-static const struct option replay_opts[] = {
+const struct option cli_replay_options[] = {
     {"trace", required_argument, NULL, O_RUN},
     {"format", required_argument, NULL, O_RUN},
     {"trace-block-size", required_argument, NULL, O_RUN},
@@ -273,7 +273,7 @@ int cli_replay_main(int argc, char **argv)
     /* The getopt table above and the option table (api/config.c) must name the same options,
      * with the same kind (a flag or not): checked on every run, so any test of the command
      * line catches a mismatch. */
-    for (const struct option *x = replay_opts; x->name; x++) {
+    for (const struct option *x = cli_replay_options; x->name; x++) {
         bool flag = false;
         if (strcmp(x->name, "help") &&
             (!kvsim_options_known(x->name, &flag) || flag != (x->has_arg == no_argument))) {
@@ -285,7 +285,7 @@ int cli_replay_main(int argc, char **argv)
     struct cli_parser p;
     struct kvsim_options o;
     kvsim_options_default(&o);
-    cli_begin(&p, "kvsim replay", argc, argv, replay_opts, "h");
+    cli_begin(&p, "kvsim replay", argc, argv, cli_replay_options, "h");
     char err[1024];
     int c;
     while ((c = cli_next(&p)) > 0) {

@@ -18,29 +18,6 @@
 #include "kvpool/base.h"
 #include "runtime/verify/verify.h"
 
-/* mkdir -p. Returns 0 or a negative errno. */
-static int make_dirs(const char *dir)
-{
-    char p[4096];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
-        return -ENAMETOOLONG;
-    for (char *c = p + 1;; c++) {
-        bool last = *c == 0;
-        if (*c != '/' && !last)
-            continue;
-        *c = 0;
-        if (mkdir(p, 0777) != 0 && errno != EEXIST)
-            return -errno;
-        if (last)
-            break;
-        *c = '/';
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0)
-        return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
-
 /* Whether failing scenarios could be written under dir, checked before any seed runs (and
  * without creating anything): dir is a writable directory, or the nearest part of it that
  * exists is. Returns 0 or a negative errno. */
@@ -111,7 +88,7 @@ static int save_seed(const char *dir, uint64_t seed, json_t *doc,
                      const struct kvsim_conform_result *res, bool failed)
 {
     char path[4096];
-    int rc = make_dirs(dir);
+    int rc = cli_make_dirs(dir);
     if (rc == 0 &&
         snprintf(path, sizeof path, "%s/soak-seed%" PRIu64 ".json", dir, seed) >= (int)sizeof path)
         rc = -ENAMETOOLONG;

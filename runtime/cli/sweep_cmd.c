@@ -1,0 +1,966 @@
+/*
+ * sweep_cmd.c - `kvsim sweep [TRACE] --grid OPTION=v1,v2,... [replay options] --out DIR [-j N]`:
+ * the replay of every point of a grid of configurations, in worker processes.
+ *
+ * A point is the base configuration (the replay options outside the grid, in their order) with
+ * one value of each --grid option applied after it. Every point is resolved in the parent before
+ * anything runs (a value the option table refuses is a usage error; a combination it refuses is
+ * the point's row, "invalid"); its id is the XXH3-64 of its whole configuration (the --config-out
+ * text), so the same configuration has the same id in any sweep. The parent loads each distinct
+ * trace once (per trace path and the options that change what is loaded) and forks one child per
+ * point, at most -j at a time: the child inherits the loaded requests (copy on write), replays
+ * them with --threads 1 unless given and writes DIR/reports/<id>.json, the same report a plain
+ * `kvsim replay` of that configuration writes (naming the trace, its sha256 and the config). The
+ * parent makes each point's row from its report as the child ends: DIR/rows.jsonl grows as points
+ * finish, and is rewritten sorted by id (with DIR/rows.csv) when the sweep ends. Rows hold no
+ * wall-clock figure, so they are byte-identical whatever -j.
+ *
+ * Threads: the parent is single-threaded (it forks); each child runs one replay.
+ */
+#include "runtime/cli/cli.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "kvpool/base.h"
+#include "runtime/input/input.h"
+#include "runtime/report/report.h"
+
+/* A grid of more points than this is refused (each point is a process and a report file). */
+#define SWEEP_MAX_POINTS 100000u
+#define SWEEP_MAX_AXES   16
+
+static void sweep_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: kvsim sweep [TRACE] --grid OPTION=V1,V2,... [--grid ...] [replay options]\n"
+            "                   --out DIR [-j N] [--quiet]\n"
+            "\n"
+            "Replays every point of a grid of configurations, each in its own worker process,\n"
+            "and writes one row and one report per point (docs/sweep.md).\n"
+            "\n"
+            "  --grid OPTION=V1,V2,...  an option of `kvsim replay` (its long name without\n"
+            "                   the dashes) and its values; the points are every combination\n"
+            "                   of the grids' values. The other replay options are the base\n"
+            "                   of every point (each point runs with --threads 1 unless given).\n"
+            "                   A flag takes true or false.\n"
+            "  --out DIR        where the sweep writes: rows.jsonl and rows.csv (one row per\n"
+            "                   point, sorted by id: the configuration and the key metrics,\n"
+            "                   no wall-clock figure), reports/<id>.json (each point's report,\n"
+            "                   as `kvsim replay --report` writes it)\n"
+            "  -j, --jobs N     worker processes (default: the number of cores)\n"
+            "  --quiet          only the failures and the summary line\n"
+            "  -h, --help       print this help\n"
+            "\n"
+            "The replay options that write files (--report, --config-out, --requests-out,\n"
+            "--timeseries-out, --html, --handoff-events) are refused: the sweep writes its own.\n"
+            "A point's id is a hash of its whole configuration (the --config-out text).\n"
+            "\n"
+            "Exit status: 0 every point ran; 1 a point failed or was an invalid combination\n"
+            "(its row says why; the others ran); 2 usage error or bad input (a grid value\n"
+            "refused by the option table, no point valid, an --out that cannot be written).\n");
+}
+
+/* ---- the grid ------------------------------------------------------------------------------- */
+
+struct sweep_axis {
+    char name[64]; /* canonical option name */
+    char *text;    /* the values, split in place */
+    const char **values;
+    size_t n;
+};
+
+struct sweep_setting {
+    const char *name; /* the option table's (static) name */
+    const char *value;
+};
+
+enum point_state { POINT_PENDING, POINT_INVALID, POINT_OK, POINT_FAILED };
+
+struct sweep_point {
+    size_t index; /* in grid order: the first axis varies slowest */
+    char id[17];
+    size_t group; /* its trace group */
+    enum point_state state;
+    char *error; /* why it failed or is invalid (malloc'd) */
+    json_t *row;
+};
+
+/* Points that read the same requests: the same trace file and loading options. */
+struct sweep_group {
+    char *key;
+    char *trace_path; /* NULL: each child draws the synthetic workload itself */
+    struct kvsim_trace_opts opts;
+};
+
+struct sweep {
+    struct sweep_setting *base;
+    size_t nbase;
+    bool threads_given;
+    struct sweep_axis axes[SWEEP_MAX_AXES];
+    size_t naxes;
+    struct sweep_point *points;
+    size_t npoints;
+    struct sweep_group *groups;
+    size_t ngroups;
+    const char *out;
+    uint32_t jobs;
+    bool quiet;
+};
+
+/* The value of axis a at point index i. */
+static const char *axis_value(const struct sweep *sw, size_t a, size_t index)
+{
+    size_t stride = 1;
+    for (size_t b = sw->naxes; b-- > a + 1;)
+        stride *= sw->axes[b].n;
+    return sw->axes[a].values[(index / stride) % sw->axes[a].n];
+}
+
+/* "engines=2 router=kv" for messages. */
+static void point_label(const struct sweep *sw, size_t index, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t a = 0; a < sw->naxes && at < len; a++) {
+        int n = snprintf(buf + at, len - at, "%s%s=%s", a ? " " : "", sw->axes[a].name,
+                         axis_value(sw, a, index));
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+}
+
+/* The options of point index: the base in order, --threads 1 unless given, then the grid's
+ * values. Returns 0 or -EINVAL with the message in err (o is then finished). */
+static int point_options(const struct sweep *sw, size_t index, struct kvsim_options *o, char *err,
+                         size_t errlen)
+{
+    kvsim_options_default(o);
+    int rc = 0;
+    for (size_t i = 0; i < sw->nbase && !rc; i++)
+        rc = kvsim_options_set(o, sw->base[i].name, sw->base[i].value, err, errlen);
+    if (!rc && !sw->threads_given)
+        rc = kvsim_options_set(o, "threads", "1", err, errlen);
+    if (!rc)
+        rc = kvsim_options_set(o, "quiet", "true", err, errlen);
+    for (size_t a = 0; a < sw->naxes && !rc; a++)
+        rc = kvsim_options_set(o, sw->axes[a].name, axis_value(sw, a, index), err, errlen);
+    if (rc) {
+        kvsim_options_fini(o);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Options whose file the sweep writes itself. */
+static bool writes_a_file(const char *name)
+{
+    static const char *const outputs[] = {"report",         "config-out", "requests-out",
+                                          "timeseries-out", "html",       "handoff-events"};
+    for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++)
+        if (!strcmp(name, outputs[i]))
+            return true;
+    return false;
+}
+
+/* --grid NAME=V1,V2,...: checks the name and every value against the option table. Returns 0
+ * or -EINVAL (printed). */
+static int add_axis(struct cli_parser *p, struct sweep *sw)
+{
+    const char *arg = p->arg, *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return cli_error(p, "option --grid: '%s' is not OPTION=V1,V2,...", arg);
+    if (sw->naxes == SWEEP_MAX_AXES)
+        return cli_error(p, "option --grid: more than %d grids", SWEEP_MAX_AXES);
+    struct sweep_axis *ax = &sw->axes[sw->naxes];
+    char given[64];
+    size_t nlen = (size_t)(eq - arg);
+    if (nlen >= sizeof given)
+        return cli_error(p, "option --grid: '%.*s' is not an option of kvsim replay", (int)nlen,
+                         arg);
+    memcpy(given, arg, nlen);
+    given[nlen] = 0;
+    kvsim_options_canonical(given, ax->name, sizeof ax->name);
+    if (!kvsim_options_known(ax->name, NULL) || !strcmp(ax->name, "quiet"))
+        return cli_error(p, "option --grid: '%s' is not an option of kvsim replay", given);
+    if (writes_a_file(ax->name))
+        return cli_error(p, "option --grid: --%s writes a file; the sweep writes its own",
+                         ax->name);
+    for (size_t a = 0; a < sw->naxes; a++)
+        if (!strcmp(sw->axes[a].name, ax->name))
+            return cli_error(p, "option --grid: --%s is given twice", ax->name);
+    ax->text = strdup(eq + 1);
+    size_t cap = 1;
+    for (const char *c = eq + 1; *c; c++)
+        cap += *c == ',';
+    ax->values = calloc(cap, sizeof *ax->values);
+    if (!ax->text || !ax->values) {
+        free(ax->text);
+        free(ax->values);
+        return cli_error(p, "out of memory");
+    }
+    ax->n = 0;
+    for (char *v = ax->text, *next; v; v = next) {
+        next = strchr(v, ',');
+        if (next)
+            *next++ = 0;
+        ax->values[ax->n++] = v;
+    }
+    sw->naxes++; /* owned from here (freed with the sweep) */
+    for (size_t i = 0; i < ax->n; i++) {
+        char err[1024];
+        struct kvsim_options o;
+        kvsim_options_default(&o);
+        int rc = ax->values[i][0] ? kvsim_options_set(&o, ax->name, ax->values[i], err, sizeof err)
+                                  : -EINVAL;
+        kvsim_options_fini(&o);
+        if (!ax->values[i][0])
+            return cli_error(p, "option --grid %s: an empty value", arg);
+        if (rc)
+            return cli_error(p, "option --grid %s: %s", arg, err);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ax->values[i], ax->values[j]))
+                return cli_error(p, "option --grid %s: '%s' is given twice", arg, ax->values[i]);
+    }
+    return 0;
+}
+
+static void sweep_free(struct sweep *sw)
+{
+    for (size_t a = 0; a < sw->naxes; a++) {
+        free(sw->axes[a].text);
+        free(sw->axes[a].values);
+    }
+    for (size_t i = 0; i < sw->npoints; i++) {
+        free(sw->points[i].error);
+        json_decref(sw->points[i].row);
+    }
+    for (size_t g = 0; g < sw->ngroups; g++) {
+        free(sw->groups[g].key);
+        free(sw->groups[g].trace_path);
+    }
+    free(sw->points);
+    free(sw->groups);
+    free(sw->base);
+}
+
+/* Parses the command line into sw. Returns 0, 1 (help printed) or -EINVAL (printed). */
+static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
+{
+    /* kvsim replay's options without the outputs' meaning, and the sweep's own. */
+    static struct option opts[160];
+    size_t n = 0;
+    for (const struct option *x = cli_replay_options; x->name; x++) {
+        if (n == sizeof opts / sizeof opts[0] - 5) {
+            fprintf(stderr, "kvsim sweep: more replay options than the sweep's table holds "
+                            "(kvsim bug)\n");
+            return -EINVAL;
+        }
+        if (strcmp(x->name, "help"))
+            opts[n++] = (struct option){x->name, x->has_arg, NULL, 1};
+    }
+    opts[n++] = (struct option){"grid", required_argument, NULL, 'g'};
+    opts[n++] = (struct option){"out", required_argument, NULL, 'o'};
+    opts[n++] = (struct option){"jobs", required_argument, NULL, 'j'};
+    opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+    opts[n] = (struct option){NULL, 0, NULL, 0};
+    struct cli_parser p;
+    cli_begin(&p, "kvsim sweep", argc, argv, opts, "j:h");
+    sw->base = calloc((size_t)argc + 1, sizeof *sw->base);
+    if (!sw->base)
+        return cli_error(&p, "out of memory");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    sw->jobs = cores > 0 ? (uint32_t)(cores < 1024 ? cores : 1024) : 1;
+    int c;
+    char err[1024];
+    while ((c = cli_next(&p)) > 0) {
+        switch (c) {
+        case 'g':
+            if (add_axis(&p, sw))
+                return -EINVAL;
+            break;
+        case 'o': sw->out = p.arg; break;
+        case 'j':
+            if (cli_u32(&p, 1, 1024, &sw->jobs))
+                return -EINVAL;
+            break;
+        case 'h': sweep_usage(stdout); return 1;
+        default: {
+            const char *name = p.long_name;
+            if (!strcmp(name, "quiet")) {
+                sw->quiet = true;
+                break;
+            }
+            if (writes_a_file(name))
+                return cli_error(&p,
+                                 "option --%s: the sweep writes its own files (--out DIR: "
+                                 "rows.jsonl, rows.csv, reports/<id>.json)",
+                                 name);
+            struct kvsim_options o; /* its value, checked now: the message names it */
+            kvsim_options_default(&o);
+            int rc = kvsim_options_set(&o, name, p.arg, err, sizeof err);
+            kvsim_options_fini(&o);
+            if (rc)
+                return cli_error(&p, "%s", err);
+            sw->base[sw->nbase++] = (struct sweep_setting){name, p.arg};
+            sw->threads_given |= !strcmp(name, "threads");
+        }
+        }
+    }
+    if (c < 0) {
+        fprintf(stderr, "kvsim sweep --help lists the options\n");
+        return -EINVAL;
+    }
+    if (cli_optind() < argc) { /* the trace, as kvsim replay takes it */
+        if (cli_optind() + 1 < argc)
+            return cli_error(&p, "unexpected argument '%s' (one trace at most)",
+                             argv[cli_optind() + 1]);
+        for (size_t i = 0; i < sw->nbase; i++)
+            if (!strcmp(sw->base[i].name, "trace"))
+                return cli_error(&p, "the trace is given twice: '%s' and --trace %s",
+                                 argv[cli_optind()], sw->base[i].value);
+        sw->base[sw->nbase++] = (struct sweep_setting){"trace", argv[cli_optind()]};
+    }
+    if (!sw->naxes)
+        return cli_error(&p, "nothing to sweep: give at least one --grid OPTION=V1,V2,...");
+    if (!sw->out)
+        return cli_error(&p, "needs --out DIR (where the rows and the reports go)");
+    for (size_t a = 0; a < sw->naxes; a++)
+        for (size_t i = 0; i < sw->nbase; i++)
+            if (!strcmp(sw->axes[a].name, sw->base[i].name))
+                return cli_error(&p, "option --%s is both in a --grid and outside it",
+                                 sw->axes[a].name);
+    size_t total = 1;
+    for (size_t a = 0; a < sw->naxes; a++) {
+        if (total > SWEEP_MAX_POINTS / sw->axes[a].n)
+            return cli_error(&p, "the grid has more than %u points", SWEEP_MAX_POINTS);
+        total *= sw->axes[a].n;
+    }
+    sw->npoints = total;
+    return 0;
+}
+
+/* ---- planning: resolve every point, its id and its trace group ------------------------------ */
+
+static int cmp_ids(const void *a, const void *b)
+{
+    const struct sweep_point *const *x = a, *const *y = b;
+    int c = strcmp((*x)->id, (*y)->id);
+    return c ? c : ((*x)->index > (*y)->index) - ((*x)->index < (*y)->index);
+}
+
+/* The group of a resolved point (added when new). Returns its index or -ENOMEM. */
+static long point_group(struct sweep *sw, const struct kvsim_replay_config *cfg)
+{
+    const struct kvsim_trace_opts *t = &cfg->trace_opts;
+    char key[4352];
+    snprintf(key, sizeof key, "%s|%d|%" PRIu32 "|%.17g|%" PRIu64,
+             cfg->trace_path ? cfg->trace_path : "", (int)t->format, t->trace_block_size,
+             t->arrival_speedup, (uint64_t)t->max_requests);
+    for (size_t g = 0; g < sw->ngroups; g++)
+        if (!strcmp(sw->groups[g].key, key))
+            return (long)g;
+    struct sweep_group *grown = realloc(sw->groups, (sw->ngroups + 1) * sizeof *grown);
+    if (!grown)
+        return -ENOMEM;
+    sw->groups = grown;
+    struct sweep_group *g = &sw->groups[sw->ngroups];
+    g->key = strdup(key);
+    g->trace_path = cfg->trace_path ? strdup(cfg->trace_path) : NULL;
+    g->opts = *t;
+    if (!g->key || (cfg->trace_path && !g->trace_path)) {
+        free(g->key);
+        free(g->trace_path);
+        return -ENOMEM;
+    }
+    return (long)sw->ngroups++;
+}
+
+/* Resolves every point: its id, its group, or why it is invalid. Returns 0, or -EINVAL when no
+ * point is valid or two points are the same configuration (printed), -ENOMEM. */
+static int plan_points(struct sweep *sw)
+{
+    sw->points = calloc(sw->npoints, sizeof *sw->points);
+    if (!sw->points)
+        return -ENOMEM;
+    size_t valid = 0;
+    char err[1024], label[1024];
+    for (size_t i = 0; i < sw->npoints; i++) {
+        struct sweep_point *pt = &sw->points[i];
+        pt->index = i;
+        struct kvsim_options o;
+        struct kvsim_run run;
+        int rc = point_options(sw, i, &o, err, sizeof err);
+        if (!rc && (rc = kvsim_options_resolve(&o, &run, err, sizeof err)) != 0)
+            kvsim_options_fini(&o);
+        if (rc) {
+            pt->state = POINT_INVALID;
+            if (!(pt->error = strdup(err)))
+                return -ENOMEM;
+            continue;
+        }
+        char *config = kvsim_options_config_text(&o, &run);
+        long g = config ? point_group(sw, &run.replay) : -ENOMEM;
+        if (config)
+            snprintf(pt->id, sizeof pt->id, "%016" PRIx64,
+                     (uint64_t)XXH3_64bits(config, strlen(config)));
+        free(config);
+        kvsim_run_fini(&run);
+        kvsim_options_fini(&o);
+        if (g < 0)
+            return -ENOMEM;
+        pt->group = (size_t)g;
+        valid++;
+    }
+    if (!valid) {
+        point_label(sw, 0, label, sizeof label);
+        fprintf(stderr,
+                "kvsim sweep: no point of the grid is a valid configuration; the first "
+                "(%s): %s\n",
+                label, sw->points[0].error);
+        return -EINVAL;
+    }
+    /* Two points with one configuration would write one report. */
+    struct sweep_point **by_id = malloc(sw->npoints * sizeof *by_id);
+    if (!by_id)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < sw->npoints; i++)
+        if (sw->points[i].state != POINT_INVALID)
+            by_id[n++] = &sw->points[i];
+    qsort(by_id, n, sizeof *by_id, cmp_ids);
+    int rc = 0;
+    for (size_t i = 1; i < n && !rc; i++)
+        if (!strcmp(by_id[i]->id, by_id[i - 1]->id)) {
+            char other[1024];
+            point_label(sw, by_id[i - 1]->index, other, sizeof other);
+            point_label(sw, by_id[i]->index, label, sizeof label);
+            fprintf(stderr, "kvsim sweep: the points (%s) and (%s) are the same configuration\n",
+                    other, label);
+            rc = -EINVAL;
+        }
+    free(by_id);
+    return rc;
+}
+
+/* ---- rows ------------------------------------------------------------------------------------ */
+
+/* json_object_get along a dotted path ("requests.completed"); NULL when absent. */
+static json_t *json_at(const json_t *root, const char *path)
+{
+    char key[64];
+    const json_t *v = root;
+    while (v && *path) {
+        size_t n = strcspn(path, ".");
+        if (n >= sizeof key)
+            return NULL;
+        memcpy(key, path, n);
+        key[n] = 0;
+        v = json_object_get(v, key);
+        path += n + (path[n] == '.');
+    }
+    return (json_t *)v;
+}
+
+/* A copy of the value at path, or null. */
+static json_t *copy_at(const json_t *root, const char *path)
+{
+    json_t *v = json_at(root, path);
+    return v ? json_deep_copy(v) : json_null();
+}
+
+/* The row's metrics, in a fixed order (rows.csv has the same columns). */
+static const struct {
+    const char *column; /* rows.csv */
+    const char *report; /* where the report holds it */
+} row_metrics[] = {
+    {"completed", "requests.completed"},
+    {"rejected", "requests.rejected"},
+    {"incomplete", "requests.incomplete"},
+    {"ttft_mean_ms", "ttft_ms.avg"},
+    {"ttft_p50_ms", "ttft_ms.p50"},
+    {"ttft_p90_ms", "ttft_ms.p90"},
+    {"ttft_p99_ms", "ttft_ms.p99"},
+    {"itl_mean_ms", "itl_ms.avg"},
+    {"itl_p50_ms", "itl_ms.p50"},
+    {"itl_p90_ms", "itl_ms.p90"},
+    {"itl_p99_ms", "itl_ms.p99"},
+    {"tpot_mean_ms", "tpot_ms.avg"},
+    {"tpot_p50_ms", "tpot_ms.p50"},
+    {"tpot_p90_ms", "tpot_ms.p90"},
+    {"tpot_p99_ms", "tpot_ms.p99"},
+    {"e2e_mean_ms", "e2e_ms.avg"},
+    {"e2e_p50_ms", "e2e_ms.p50"},
+    {"e2e_p90_ms", "e2e_ms.p90"},
+    {"e2e_p99_ms", "e2e_ms.p99"},
+    {"requests_per_s", "throughput.requests_per_s"},
+    {"output_tokens_per_s", "throughput.output_tokens_per_s"},
+    {"prefix_cache_reuse_ratio", "prefix_cache_reuse_ratio"},
+    {"preemptions", "preemptions"},
+    {"slo_attainment_pct", "slo.attainment_pct.all"},
+    {"goodput_requests_per_s", "slo.goodput_requests_per_s"},
+};
+#define ROW_METRICS (sizeof row_metrics / sizeof row_metrics[0])
+
+/* The row of point pt (its report, when it ran: NULL otherwise). NULL: out of memory. */
+static json_t *make_row(const struct sweep *sw, const struct sweep_point *pt, const json_t *report)
+{
+    json_t *row = json_object(), *cfg = json_object();
+    if (!row || !cfg) {
+        json_decref(row);
+        json_decref(cfg);
+        return NULL;
+    }
+    static const char *const states[] = {"pending", "invalid", "ok", "failed"};
+    int bad = json_object_set_new(row, "id", json_string(pt->id)) |
+              json_object_set_new(row, "status", json_string(states[pt->state]));
+    for (size_t a = 0; a < sw->naxes; a++)
+        bad |=
+            json_object_set_new(cfg, sw->axes[a].name, json_string(axis_value(sw, a, pt->index)));
+    bad |= json_object_set_new(row, "config", cfg);
+    if (report) {
+        bad |= json_object_set_new(row, "complete", copy_at(report, "complete"));
+        for (size_t m = 0; m < ROW_METRICS; m++)
+            bad |= json_object_set_new(row, row_metrics[m].column,
+                                       copy_at(report, row_metrics[m].report));
+    }
+    if (pt->error)
+        bad |= json_object_set_new(row, "error", json_string(pt->error));
+    if (bad) {
+        json_decref(row);
+        return NULL;
+    }
+    return row;
+}
+
+/* The shortest decimal text that reads back as x (as the report writes its numbers, so that a
+ * row shows the report's digits: jansson's fixed 17 digits would show 38.302862900000001). */
+static void real_text(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn") && strlen(buf) + 2 < len)
+        strcat(buf, ".0"); /* still a real when read back */
+}
+
+/* A row as one compact JSON line, keys in insertion order, reals as real_text. */
+static bool row_put(FILE *f, const json_t *v)
+{
+    char buf[64];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *key;
+        json_t *x;
+        bool first = true;
+        fputc('{', f);
+        json_object_foreach((json_t *)v, key, x)
+        {
+            json_t *k = json_string(key);
+            char *kt = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+            json_decref(k);
+            if (!kt)
+                return false;
+            fprintf(f, "%s%s:", first ? "" : ",", kt);
+            free(kt);
+            first = false;
+            if (!row_put(f, x))
+                return false;
+        }
+        fputc('}', f);
+        return true;
+    }
+    case JSON_REAL:
+        real_text(json_real_value(v), buf, sizeof buf);
+        fputs(buf, f);
+        return true;
+    case JSON_INTEGER: fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); return true;
+    default: {
+        char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (!t)
+            return false;
+        fputs(t, f);
+        free(t);
+        return true;
+    }
+    }
+}
+
+/* The row's text with its line end (malloc'd), or NULL: out of memory. */
+static char *row_text(const json_t *row)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    bool ok = row_put(f, row);
+    fputc('\n', f);
+    if (fclose(f) != 0 || !ok) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* One CSV field: as is, or quoted when it holds a comma, a quote or a line end. */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n\r")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void csv_value(FILE *f, const json_t *v)
+{
+    char buf[64];
+    if (json_is_integer(v))
+        fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v)) {
+        real_text(json_real_value(v), buf, sizeof buf);
+        fputs(buf, f);
+    } else if (json_is_true(v) || json_is_false(v))
+        fputs(json_is_true(v) ? "true" : "false", f);
+    else if (json_is_string(v))
+        csv_field(f, json_string_value(v));
+}
+
+/* Writes rows.jsonl and rows.csv, sorted by id (invalid points, which have no id, last in grid
+ * order). Returns 0 or a negative errno (printed). */
+static int write_rows(const struct sweep *sw)
+{
+    struct sweep_point **order = malloc(sw->npoints * sizeof *order);
+    if (!order)
+        return -ENOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < sw->npoints; i++)
+        if (sw->points[i].state != POINT_INVALID)
+            order[n++] = &sw->points[i];
+    qsort(order, n, sizeof *order, cmp_ids);
+    for (size_t i = 0; i < sw->npoints; i++)
+        if (sw->points[i].state == POINT_INVALID)
+            order[n++] = &sw->points[i];
+    char path[4096], err[1024];
+    int rc = 0;
+    struct kvsim_output out;
+    snprintf(path, sizeof path, "%s/rows.jsonl", sw->out);
+    if (!(rc = kvsim_output_open(&out, path, err, sizeof err))) {
+        for (size_t i = 0; i < n; i++) {
+            char *t = order[i]->row ? row_text(order[i]->row) : NULL;
+            if (t)
+                fputs(t, out.f);
+            free(t);
+        }
+        rc = kvsim_output_commit(&out, err, sizeof err);
+    }
+    snprintf(path, sizeof path, "%s/rows.csv", sw->out);
+    if (!rc && !(rc = kvsim_output_open(&out, path, err, sizeof err))) {
+        fputs("id,status", out.f);
+        for (size_t a = 0; a < sw->naxes; a++)
+            fprintf(out.f, ",%s", sw->axes[a].name);
+        fputs(",complete", out.f);
+        for (size_t m = 0; m < ROW_METRICS; m++)
+            fprintf(out.f, ",%s", row_metrics[m].column);
+        fputs(",error\n", out.f);
+        for (size_t i = 0; i < n; i++) {
+            const json_t *row = order[i]->row;
+            csv_value(out.f, json_object_get(row, "id"));
+            fputc(',', out.f);
+            csv_value(out.f, json_object_get(row, "status"));
+            for (size_t a = 0; a < sw->naxes; a++) {
+                fputc(',', out.f);
+                csv_value(out.f, json_object_get(json_object_get(row, "config"), sw->axes[a].name));
+            }
+            fputc(',', out.f);
+            csv_value(out.f, json_object_get(row, "complete"));
+            for (size_t m = 0; m < ROW_METRICS; m++) {
+                fputc(',', out.f);
+                csv_value(out.f, json_object_get(row, row_metrics[m].column));
+            }
+            fputc(',', out.f);
+            csv_value(out.f, json_object_get(row, "error"));
+            fputc('\n', out.f);
+        }
+        rc = kvsim_output_commit(&out, err, sizeof err);
+    }
+    if (rc)
+        fprintf(stderr, "kvsim sweep: %s\n", err);
+    free(order);
+    return rc;
+}
+
+/* ---- running ----------------------------------------------------------------------------------
+ */
+
+/* The child of point pt: replays it (the group's requests when loaded) into reports/<id>.json
+ * and exits with replay's status; a message on errfd says why it failed. Never returns. */
+static void run_point_child(const struct sweep *sw, const struct sweep_point *pt,
+                            const struct kvsim_trace *trace, int errfd)
+{
+    char err[2048] = "", path[4096];
+    struct kvsim_options o;
+    struct kvsim_run run;
+    int rc = point_options(sw, pt->index, &o, err, sizeof err);
+    if (!rc && (rc = kvsim_options_resolve(&o, &run, err, sizeof err)) != 0)
+        kvsim_options_fini(&o);
+    if (!rc) {
+        char *config = kvsim_options_config_text(&o, &run);
+        if (!config) {
+            snprintf(err, sizeof err, "out of memory");
+            rc = -ENOMEM;
+        } else {
+            if (trace) { /* the parent's copy: the report still names the file */
+                run.replay.requests = trace;
+                run.replay.trace_label = run.replay.trace_path;
+                run.replay.trace_path = NULL;
+            }
+            run.replay.config_text = config;
+            struct kvsim_report rep;
+            rc = kvsim_replay_run(&run.replay, &rep, err, sizeof err);
+            if (!rc) {
+                snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+                rc = kvsim_report_write_json(path, &rep, err, sizeof err);
+                kvsim_report_fini(&rep);
+            }
+            free(config);
+        }
+        kvsim_run_fini(&run);
+        kvsim_options_fini(&o);
+    }
+    if (rc) {
+        size_t n = strlen(err);
+        ssize_t w = write(errfd, err, n < 4000 ? n : 4000); /* within the pipe's buffer */
+        (void)w;
+    }
+    _exit(cli_status_of(rc));
+}
+
+/* A running child. */
+struct sweep_child {
+    pid_t pid;
+    int errfd;
+    struct sweep_point *pt;
+};
+
+/* Waits for one child, makes its point's row and appends it to rows (the file as points
+ * finish). Returns 0 or -ENOMEM. */
+static int reap_one(const struct sweep *sw, struct sweep_child *kids, uint32_t *nkids, FILE *rows)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, 0)) < 0 && errno == EINTR)
+        ;
+    uint32_t k = 0;
+    while (k < *nkids && kids[k].pid != pid)
+        k++;
+    if (pid < 0 || k == *nkids)
+        return 0; /* not ours (cannot happen: the parent has no other child) */
+    struct sweep_point *pt = kids[k].pt;
+    char msg[4096];
+    size_t got = 0;
+    for (ssize_t r;
+         got < sizeof msg - 1 && ((r = read(kids[k].errfd, msg + got, sizeof msg - 1 - got)) > 0 ||
+                                  (r < 0 && errno == EINTR));)
+        got += r > 0 ? (size_t)r : 0;
+    msg[got] = 0;
+    close(kids[k].errfd);
+    kids[k] = kids[--*nkids];
+    json_t *report = NULL;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        char path[4096];
+        json_error_t jerr;
+        snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+        if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &report, &jerr) != 0)
+            snprintf(msg, sizeof msg, "its report cannot be read back: %s", jerr.text);
+    } else if (!got) {
+        if (WIFSIGNALED(status))
+            snprintf(msg, sizeof msg, "killed by signal %d (%s)", WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+        else
+            snprintf(msg, sizeof msg, "exited %d", WEXITSTATUS(status));
+    }
+    pt->state = report ? POINT_OK : POINT_FAILED;
+    if (!report && !(pt->error = strdup(msg)))
+        return -ENOMEM;
+    pt->row = make_row(sw, pt, report);
+    json_decref(report);
+    if (!pt->row)
+        return -ENOMEM;
+    if (pt->state == POINT_FAILED) {
+        char label[1024];
+        point_label(sw, pt->index, label, sizeof label);
+        fprintf(stderr, "kvsim sweep: point %s (%s) failed: %s\n", pt->id, label, pt->error);
+    }
+    char *t = row_text(pt->row);
+    if (!t)
+        return -ENOMEM;
+    if (rows) {
+        fputs(t, rows);
+        fflush(rows);
+    }
+    free(t);
+    return 0;
+}
+
+/* Runs every valid point, group by group, at most sw->jobs at a time. Returns 0, or -ENOMEM or
+ * a fork/pipe error (printed). */
+static int run_points(struct sweep *sw, FILE *rows)
+{
+    struct sweep_child *kids = calloc(sw->jobs, sizeof *kids);
+    if (!kids)
+        return -ENOMEM;
+    uint32_t nkids = 0;
+    int rc = 0;
+    for (size_t g = 0; g < sw->ngroups && !rc; g++) {
+        struct sweep_group *grp = &sw->groups[g];
+        struct kvsim_trace trace;
+        char err[2048] = "";
+        int lrc = grp->trace_path
+                      ? kvsim_trace_load(grp->trace_path, &grp->opts, &trace, err, sizeof err)
+                      : 0;
+        for (size_t i = 0; i < sw->npoints && !rc; i++) {
+            struct sweep_point *pt = &sw->points[i];
+            if (pt->state != POINT_PENDING || pt->group != g)
+                continue;
+            if (lrc) { /* the trace refused: every point reading it fails with its message */
+                pt->state = POINT_FAILED;
+                pt->error = strdup(err);
+                pt->row = pt->error ? make_row(sw, pt, NULL) : NULL;
+                if (!pt->row) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                fprintf(stderr, "kvsim sweep: point %s failed: %s\n", pt->id, err);
+                continue;
+            }
+            while (nkids == sw->jobs && !rc)
+                rc = reap_one(sw, kids, &nkids, rows);
+            int fds[2];
+            if (rc || pipe(fds) != 0) {
+                rc = rc ? rc : -errno;
+                break;
+            }
+            fflush(NULL); /* nothing buffered is written twice */
+            pid_t pid = fork();
+            if (pid == 0) {
+                close(fds[0]);
+                for (uint32_t k = 0; k < nkids; k++)
+                    close(kids[k].errfd);
+                if (rows)
+                    fclose(rows);
+                run_point_child(sw, pt, grp->trace_path ? &trace : NULL, fds[1]);
+            }
+            close(fds[1]);
+            if (pid < 0) {
+                rc = -errno;
+                close(fds[0]);
+                break;
+            }
+            kids[nkids++] = (struct sweep_child){pid, fds[0], pt};
+        }
+        if (grp->trace_path && !lrc)
+            kvsim_trace_free(&trace); /* the children have their copies */
+    }
+    while (nkids) {
+        int r = reap_one(sw, kids, &nkids, rows);
+        rc = rc ? rc : r;
+    }
+    free(kids);
+    if (rc)
+        fprintf(stderr, "kvsim sweep: %s\n", kvsim_strerror(rc));
+    return rc;
+}
+
+/* mkdir -p dir/reports. Returns 0 or a negative errno. */
+static int make_out_dirs(const char *out)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s/reports", out) >= (int)sizeof p)
+        return -ENAMETOOLONG;
+    return cli_make_dirs(p);
+}
+
+int cli_sweep_main(int argc, char **argv)
+{
+    struct sweep sw = {0};
+    int prc = parse_sweep_args(&sw, argc, argv);
+    if (prc) {
+        sweep_free(&sw);
+        return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+    }
+    int64_t t0 = base_monotonic_ns();
+    int rc = plan_points(&sw);
+    if (rc) {
+        if (rc == -ENOMEM)
+            fprintf(stderr, "kvsim sweep: out of memory\n");
+        sweep_free(&sw);
+        return rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
+    }
+    if ((rc = make_out_dirs(sw.out)) != 0) {
+        fprintf(stderr, "kvsim sweep: option --out: %s: cannot write there: %s\n", sw.out,
+                kvsim_strerror(rc));
+        sweep_free(&sw);
+        return CLI_EXIT_USAGE;
+    }
+    /* The invalid points' rows first (they never run), then the others as they finish. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rows.jsonl", sw.out);
+    FILE *rows = fopen(path, "w");
+    if (!rows) {
+        fprintf(stderr, "kvsim sweep: %s: cannot open for writing: %s\n", path, strerror(errno));
+        sweep_free(&sw);
+        return CLI_EXIT_USAGE;
+    }
+    size_t invalid = 0;
+    for (size_t i = 0; i < sw.npoints && !rc; i++) {
+        struct sweep_point *pt = &sw.points[i];
+        if (pt->state != POINT_INVALID)
+            continue;
+        invalid++;
+        char label[1024];
+        point_label(&sw, i, label, sizeof label);
+        fprintf(stderr, "kvsim sweep: point (%s) is not a valid configuration: %s\n", label,
+                pt->error);
+        if (!(pt->row = make_row(&sw, pt, NULL)))
+            rc = -ENOMEM;
+    }
+    if (!rc)
+        rc = run_points(&sw, rows);
+    fclose(rows);
+    if (!rc)
+        rc = write_rows(&sw);
+    size_t failed = 0;
+    for (size_t i = 0; i < sw.npoints; i++)
+        failed += sw.points[i].state == POINT_FAILED;
+    double wall = (double)(base_monotonic_ns() - t0) / 1e9;
+    if (!rc)
+        printf("sweep: %zu points, %zu failed, %zu invalid, -j %" PRIu32
+               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/\n",
+               sw.npoints, failed, invalid, sw.jobs, wall, sw.out, sw.out, sw.out);
+    sweep_free(&sw);
+    if (rc)
+        return CLI_EXIT_FAILED;
+    return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+}

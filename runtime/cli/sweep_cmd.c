@@ -22,7 +22,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +117,7 @@ struct sweep {
     const char *out;
     uint32_t jobs;
     bool quiet;
+    size_t done; /* points ended so far */
 };
 
 /* The value of axis a at point index i. */
@@ -256,6 +257,16 @@ static void sweep_free(struct sweep *sw)
     free(sw->base);
 }
 
+/* What an option sets, whatever its spelling: its canonical name without a "no-" that negates
+ * another option (no-enable-prefix-caching sets enable-prefix-caching). */
+static const char *setting_key(const char *name, char *buf, size_t len)
+{
+    kvsim_options_canonical(name, buf, len);
+    if (!strncmp(buf, "no-", 3) && kvsim_options_known(buf + 3, NULL))
+        memmove(buf, buf + 3, strlen(buf + 3) + 1);
+    return buf;
+}
+
 /* Parses the command line into sw. Returns 0, 1 (help printed) or -EINVAL (printed). */
 static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
 {
@@ -338,10 +349,13 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     if (!sw->out)
         return cli_error(&p, "needs --out DIR (where the rows and the reports go)");
     for (size_t a = 0; a < sw->naxes; a++)
-        for (size_t i = 0; i < sw->nbase; i++)
-            if (!strcmp(sw->axes[a].name, sw->base[i].name))
-                return cli_error(&p, "option --%s is both in a --grid and outside it",
-                                 sw->axes[a].name);
+        for (size_t i = 0; i < sw->nbase; i++) {
+            char x[64], y[64];
+            if (!strcmp(setting_key(sw->axes[a].name, x, sizeof x),
+                        setting_key(sw->base[i].name, y, sizeof y)))
+                return cli_error(&p, "option --%s is both in a --grid and outside it (as --%s)",
+                                 sw->axes[a].name, sw->base[i].name);
+        }
     size_t total = 1;
     for (size_t a = 0; a < sw->naxes; a++) {
         if (total > SWEEP_MAX_POINTS / sw->axes[a].n)
@@ -423,6 +437,32 @@ static int plan_points(struct sweep *sw)
             return -ENOMEM;
         pt->group = (size_t)g;
         valid++;
+    }
+    /* Standard input can be read once; a trace that cannot be opened is bad input: both
+     * refused before anything runs. */
+    size_t from_stdin = 0;
+    for (size_t g = 0; g < sw->ngroups; g++) {
+        const char *t = sw->groups[g].trace_path;
+        if (!t)
+            continue;
+        if (!strcmp(t, "-")) {
+            if (++from_stdin > 1) {
+                fprintf(stderr, "kvsim sweep: the trace on standard input can be read once: "
+                                "grid no option that changes how it is loaded (format, "
+                                "trace-block-size, arrival-speedup, max-requests)\n");
+                return -EINVAL;
+            }
+            continue;
+        }
+        FILE *f = fopen(t, "rb");
+        struct stat st;
+        int e = !f ? errno : fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode) ? EISDIR : 0;
+        if (f)
+            fclose(f);
+        if (e) {
+            fprintf(stderr, "kvsim sweep: %s: cannot open: %s\n", t, strerror(e));
+            return -EINVAL;
+        }
     }
     if (!valid) {
         point_label(sw, 0, label, sizeof label);
@@ -554,7 +594,17 @@ static void real_text(double x, char *buf, size_t len)
         if (strtod(buf, NULL) == x)
             break;
     }
-    if (!strpbrk(buf, ".eEn") && strlen(buf) + 2 < len)
+    char *e = strchr(buf, 'e');
+    if (e) { /* jansson's exponent, as the report has it: e-7, e21 (not e-07, e+21) */
+        char *digits = e + 1 + (e[1] == '-' || e[1] == '+');
+        char *lead = digits;
+        while (lead[0] == '0' && lead[1])
+            lead++;
+        if (e[1] == '+')
+            memmove(e + 1, lead, strlen(lead) + 1);
+        else
+            memmove(digits, lead, strlen(lead) + 1);
+    } else if (!strpbrk(buf, ".n") && strlen(buf) + 2 < len)
         strcat(buf, ".0"); /* still a real when read back */
 }
 
@@ -764,19 +814,54 @@ struct sweep_child {
     struct sweep_point *pt;
 };
 
-/* Waits for one child, makes its point's row and appends it to rows (the file as points
- * finish). Returns 0 or -ENOMEM. */
-static int reap_one(const struct sweep *sw, struct sweep_child *kids, uint32_t *nkids, FILE *rows)
+/* Ends point pt: its state (POINT_OK with its report, else POINT_FAILED or POINT_INVALID with
+ * why), its row, appended to rows (the file as points finish), and its line: a failure on
+ * stderr, a point that ran on stdout unless quiet. Returns 0 or -ENOMEM. */
+static int finish_point(struct sweep *sw, struct sweep_point *pt, FILE *rows, const json_t *report,
+                        const char *why)
+{
+    if (!report && !(pt->error = strdup(why)))
+        return -ENOMEM;
+    if (report)
+        pt->state = POINT_OK;
+    else if (pt->state != POINT_INVALID)
+        pt->state = POINT_FAILED;
+    if (!(pt->row = make_row(sw, pt, report)))
+        return -ENOMEM;
+    char *t = row_text(pt->row);
+    if (!t)
+        return -ENOMEM;
+    fputs(t, rows);
+    fflush(rows);
+    free(t);
+    char label[1024];
+    point_label(sw, pt->index, label, sizeof label);
+    sw->done++;
+    if (pt->state == POINT_INVALID)
+        fprintf(stderr, "kvsim sweep: point (%s) is not a valid configuration: %s\n", label,
+                pt->error);
+    else if (pt->state == POINT_FAILED)
+        fprintf(stderr, "kvsim sweep: point %s (%s) failed: %s\n", pt->id, label, pt->error);
+    else if (!sw->quiet)
+        printf("sweep: %zu/%zu %s (%s): ok\n", sw->done, sw->npoints, pt->id, label);
+    return 0;
+}
+
+/* Waits for one child and ends its point. Returns 0, -ENOMEM, or -ECHILD when no child is
+ * left (which the count of running children rules out). */
+static int reap_one(struct sweep *sw, struct sweep_child *kids, uint32_t *nkids, FILE *rows)
 {
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, 0)) < 0 && errno == EINTR)
         ;
+    if (pid < 0)
+        return -errno;
     uint32_t k = 0;
     while (k < *nkids && kids[k].pid != pid)
         k++;
-    if (pid < 0 || k == *nkids)
-        return 0; /* not ours (cannot happen: the parent has no other child) */
+    if (k == *nkids)
+        return 0; /* not ours (the parent starts no other child) */
     struct sweep_point *pt = kids[k].pt;
     char msg[4096];
     size_t got = 0;
@@ -801,31 +886,52 @@ static int reap_one(const struct sweep *sw, struct sweep_child *kids, uint32_t *
         else
             snprintf(msg, sizeof msg, "exited %d", WEXITSTATUS(status));
     }
-    pt->state = report ? POINT_OK : POINT_FAILED;
-    if (!report && !(pt->error = strdup(msg)))
-        return -ENOMEM;
-    pt->row = make_row(sw, pt, report);
+    int rc = finish_point(sw, pt, rows, report, msg);
     json_decref(report);
-    if (!pt->row)
-        return -ENOMEM;
-    if (pt->state == POINT_FAILED) {
-        char label[1024];
-        point_label(sw, pt->index, label, sizeof label);
-        fprintf(stderr, "kvsim sweep: point %s (%s) failed: %s\n", pt->id, label, pt->error);
-    }
-    char *t = row_text(pt->row);
-    if (!t)
-        return -ENOMEM;
-    if (rows) {
-        fputs(t, rows);
-        fflush(rows);
-    }
-    free(t);
-    return 0;
+    return rc;
 }
 
-/* Runs every valid point, group by group, at most sw->jobs at a time. Returns 0, or -ENOMEM or
- * a fork/pipe error (printed). */
+/* Starts the child of point pt (its group's requests, NULL: none loaded), waiting for a
+ * running child first when the process or file table is full. Returns 0, or a negative errno
+ * when it cannot start (the point is then still pending). */
+static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kvsim_trace *trace,
+                       struct sweep_child *kids, uint32_t *nkids, FILE *rows)
+{
+    for (;;) {
+        int fds[2] = {-1, -1}, e = 0;
+        if (pipe(fds) != 0)
+            e = errno;
+        pid_t pid = -1;
+        if (!e) {
+            fflush(NULL); /* nothing buffered is written twice */
+            pid = fork();
+            if (pid == 0) {
+                close(fds[0]);
+                for (uint32_t k = 0; k < *nkids; k++)
+                    close(kids[k].errfd);
+                fclose(rows);
+                run_point_child(sw, pt, trace, fds[1]);
+            }
+            e = pid < 0 ? errno : 0;
+            close(fds[1]);
+            if (pid < 0)
+                close(fds[0]);
+        }
+        if (!e) {
+            kids[(*nkids)++] = (struct sweep_child){pid, fds[0], pt};
+            return 0;
+        }
+        if ((e != EMFILE && e != ENFILE && e != EAGAIN) || *nkids == 0)
+            return -e;
+        int rc = reap_one(sw, kids, nkids, rows); /* a slot frees: try again */
+        if (rc)
+            return rc;
+    }
+}
+
+/* Runs every valid point, group by group, at most sw->jobs at a time. A point whose trace
+ * cannot be loaded or whose process cannot start fails (a row saying why). Returns 0 or
+ * -ENOMEM (printed). */
 static int run_points(struct sweep *sw, FILE *rows)
 {
     struct sweep_child *kids = calloc(sw->jobs, sizeof *kids);
@@ -845,40 +951,19 @@ static int run_points(struct sweep *sw, FILE *rows)
             if (pt->state != POINT_PENDING || pt->group != g)
                 continue;
             if (lrc) { /* the trace refused: every point reading it fails with its message */
-                pt->state = POINT_FAILED;
-                pt->error = strdup(err);
-                pt->row = pt->error ? make_row(sw, pt, NULL) : NULL;
-                if (!pt->row) {
-                    rc = -ENOMEM;
-                    break;
-                }
-                fprintf(stderr, "kvsim sweep: point %s failed: %s\n", pt->id, err);
+                rc = finish_point(sw, pt, rows, NULL, err);
                 continue;
             }
             while (nkids == sw->jobs && !rc)
                 rc = reap_one(sw, kids, &nkids, rows);
-            int fds[2];
-            if (rc || pipe(fds) != 0) {
-                rc = rc ? rc : -errno;
-                break;
+            int src =
+                rc ? 0 : start_point(sw, pt, grp->trace_path ? &trace : NULL, kids, &nkids, rows);
+            if (src == -ENOMEM)
+                rc = src;
+            else if (src) {
+                snprintf(err, sizeof err, "its process cannot start: %s", strerror(-src));
+                rc = finish_point(sw, pt, rows, NULL, err);
             }
-            fflush(NULL); /* nothing buffered is written twice */
-            pid_t pid = fork();
-            if (pid == 0) {
-                close(fds[0]);
-                for (uint32_t k = 0; k < nkids; k++)
-                    close(kids[k].errfd);
-                if (rows)
-                    fclose(rows);
-                run_point_child(sw, pt, grp->trace_path ? &trace : NULL, fds[1]);
-            }
-            close(fds[1]);
-            if (pid < 0) {
-                rc = -errno;
-                close(fds[0]);
-                break;
-            }
-            kids[nkids++] = (struct sweep_child){pid, fds[0], pt};
         }
         if (grp->trace_path && !lrc)
             kvsim_trace_free(&trace); /* the children have their copies */
@@ -886,6 +971,8 @@ static int run_points(struct sweep *sw, FILE *rows)
     while (nkids) {
         int r = reap_one(sw, kids, &nkids, rows);
         rc = rc ? rc : r;
+        if (r == -ECHILD)
+            break; /* cannot happen: every running child is counted */
     }
     free(kids);
     if (rc)
@@ -934,17 +1021,16 @@ int cli_sweep_main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     size_t invalid = 0;
+    signal(SIGCHLD, SIG_DFL); /* an ignored SIGCHLD (inherited) would leave no child to wait */
     for (size_t i = 0; i < sw.npoints && !rc; i++) {
         struct sweep_point *pt = &sw.points[i];
         if (pt->state != POINT_INVALID)
             continue;
         invalid++;
-        char label[1024];
-        point_label(&sw, i, label, sizeof label);
-        fprintf(stderr, "kvsim sweep: point (%s) is not a valid configuration: %s\n", label,
-                pt->error);
-        if (!(pt->row = make_row(&sw, pt, NULL)))
-            rc = -ENOMEM;
+        char *why = pt->error;
+        pt->error = NULL;
+        rc = finish_point(&sw, pt, rows, NULL, why);
+        free(why);
     }
     if (!rc)
         rc = run_points(&sw, rows);

@@ -533,6 +533,19 @@ KVSIM_EXTERN char *kvsim_report_json_text(const struct kvsim_report *r);
 KVSIM_EXTERN int kvsim_metrics_write_requests(const char *path, const struct kvsim_metrics *m,
                                               char *err, size_t errlen);
 
+/* ---- the Pareto front ------------------------------------------------------------------------ */
+
+/*
+ * kvsim_pareto_front - marks in on_front[0 .. nrows) the rows no other row dominates: row j
+ * dominates row i when it is at least as good in every metric and better in one, each metric in
+ * its direction (lower[m]: lower is better, else higher is). values holds nrows rows of nmetrics
+ * values, row-major. A row with a NaN (a missing value) is never on the front and dominates
+ * nothing. Equal rows do not dominate each other (both stay). Returns how many rows are on the
+ * front. O(nrows^2 x nmetrics); any thread.
+ */
+KVSIM_EXTERN size_t kvsim_pareto_front(const double *values, size_t nrows, size_t nmetrics,
+                                       const bool *lower, bool *on_front);
+
 /* ---- output files ---------------------------------------------------------------------------- */
 
 /*

@@ -23,6 +23,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -107,9 +108,17 @@ def main():
             for k, v in r["config"].items():
                 if options.get(k) != v:
                     fail(f"row {r['id']}: {k}={v}, its report's configuration has {options.get(k)}")
+            raw_row = next(line for line in open(os.path.join(d1, "rows.jsonl"))
+                           if f'"id":"{r["id"]}"' in line)
+            raw_rep = open(path).read()
             for col, rpath in METRICS.items():
                 if r[col] != at(rep, rpath):
                     fail(f"row {r['id']}: {col} {r[col]} but the report has {at(rep, rpath)}")
+                # digit for digit: the row's text of the number is the report's
+                text = re.search(f'"{col}":([^,}}]+)', raw_row).group(1)
+                leaf = rpath.split(".")[-1]
+                if f'"{leaf}": {text}' not in raw_rep:
+                    fail(f"row {r['id']}: {col} is written {text}, not as its report writes it")
             if stdin:
                 if (rep["run"]["trace"], rep["run"]["trace_sha256"]) != ("-", digest):
                     fail(f"row {r['id']}: its report names the trace {rep['run']['trace']} "

@@ -1111,3 +1111,32 @@ Test(latency, sorts_like_qsort_on_every_kind_of_value)
         cr_assert_eq(l.p50, want[kvsim_nearest_rank(N, 500) - 1]);
     }
 }
+
+/* ---- the Pareto front (kvsim sweep --pareto) ------------------------------------------------ */
+
+Test(pareto, marks_exactly_the_non_dominated_rows)
+{
+    /* TTFT p99 (lower is better), goodput (higher is better) */
+    const double rows[][2] = {
+        {100, 5},   /* 0: front (the fastest) */
+        {200, 9},   /* 1: front (the most goodput) */
+        {150, 7},   /* 2: front (between) */
+        {150, 6},   /* 3: dominated by 2 (same TTFT, less goodput) */
+        {300, 9},   /* 4: dominated by 1 (slower, same goodput) */
+        {100, 5},   /* 5: equal to 0: both stay */
+        {NAN, 100}, /* 6: a missing value: never on the front, dominates nothing */
+        {120, 4},   /* 7: dominated by 0 */
+    };
+    const bool lower[2] = {true, false};
+    bool front[8];
+    cr_assert_eq(kvsim_pareto_front(&rows[0][0], 8, 2, lower, front), 4);
+    const bool want[8] = {true, true, true, false, false, true, false, false};
+    for (int i = 0; i < 8; i++)
+        cr_expect_eq(front[i], want[i], "row %d", i);
+    /* One metric: the best value only (ties all stay); no rows: none. */
+    const double one[] = {3, 1, 2, 1};
+    bool f1[4];
+    cr_assert_eq(kvsim_pareto_front(one, 4, 1, lower, f1), 2);
+    cr_expect(!f1[0] && f1[1] && !f1[2] && f1[3]);
+    cr_assert_eq(kvsim_pareto_front(NULL, 0, 2, lower, NULL), 0);
+}

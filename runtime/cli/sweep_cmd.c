@@ -37,6 +37,17 @@
 #include "runtime/input/input.h"
 #include "runtime/report/report.h"
 
+/* SIGINT: the parent stops handing out points and passes it on to the running ones; a child's
+ * replay ends at its next epoch and the child exits CLI_EXIT_INTERRUPTED without a report (a
+ * point cut short never becomes a row). */
+static volatile sig_atomic_t sweep_interrupted;
+
+static void on_sweep_sigint(int sig)
+{
+    (void)sig;
+    sweep_interrupted = 1;
+}
+
 /* A grid of more points than this is refused (each point is a process and a report file). */
 #define SWEEP_MAX_POINTS 100000u
 #define SWEEP_MAX_AXES   16
@@ -60,6 +71,9 @@ static void sweep_usage(FILE *out)
             "                   no wall-clock figure), reports/<id>.json (each point's report,\n"
             "                   as `kvsim replay --report` writes it)\n"
             "  -j, --jobs N     worker processes (default: the number of cores)\n"
+            "  --max-points K   start at most K points, then stop (a rerun does the rest)\n"
+            "  --force          rerun the points whose report is already in DIR (by default\n"
+            "                   a rerun keeps them: same id, same kvsim, same trace bytes)\n"
             "  --quiet          only the failures and the summary line\n"
             "  -h, --help       print this help\n"
             "\n"
@@ -67,9 +81,13 @@ static void sweep_usage(FILE *out)
             "--timeseries-out, --html, --handoff-events) are refused: the sweep writes its own.\n"
             "A point's id is a hash of its whole configuration (the --config-out text).\n"
             "\n"
-            "Exit status: 0 every point ran; 1 a point failed or was an invalid combination\n"
-            "(its row says why; the others ran); 2 usage error or bad input (a grid value\n"
-            "refused by the option table, no point valid, an --out that cannot be written).\n");
+            "SIGINT stops handing out points, passes it on to the running ones (cut short,\n"
+            "they are no rows and run again next time), writes the rows so far and exits 130.\n"
+            "\n"
+            "Exit status: 0 every point ran (or --max-points stopped it); 1 a point failed or\n"
+            "was an invalid combination (its row says why; the others ran); 2 usage error or\n"
+            "bad input (a grid value refused by the option table, no point valid, an --out\n"
+            "that cannot be written); 130 interrupted.\n");
 }
 
 /* ---- the grid ------------------------------------------------------------------------------- */
@@ -117,7 +135,12 @@ struct sweep {
     const char *out;
     uint32_t jobs;
     bool quiet;
-    size_t done; /* points ended so far */
+    bool force;          /* rerun points whose report is already in DIR */
+    uint64_t max_points; /* start at most this many points (0: no limit) */
+    size_t done;         /* points ended so far */
+    size_t started;      /* points started by this run */
+    size_t reused;       /* points whose report was already in DIR */
+    const char *version; /* kvsim_version(): a report of another version is not reused */
 };
 
 /* The value of axis a at point index i. */
@@ -274,7 +297,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     static struct option opts[160];
     size_t n = 0;
     for (const struct option *x = cli_replay_options; x->name; x++) {
-        if (n == sizeof opts / sizeof opts[0] - 5) {
+        if (n == sizeof opts / sizeof opts[0] - 7) {
             fprintf(stderr, "kvsim sweep: more replay options than the sweep's table holds "
                             "(kvsim bug)\n");
             return -EINVAL;
@@ -285,6 +308,8 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     opts[n++] = (struct option){"grid", required_argument, NULL, 'g'};
     opts[n++] = (struct option){"out", required_argument, NULL, 'o'};
     opts[n++] = (struct option){"jobs", required_argument, NULL, 'j'};
+    opts[n++] = (struct option){"force", no_argument, NULL, 'f'};
+    opts[n++] = (struct option){"max-points", required_argument, NULL, 'm'};
     opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[n] = (struct option){NULL, 0, NULL, 0};
     struct cli_parser p;
@@ -305,6 +330,11 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         case 'o': sw->out = p.arg; break;
         case 'j':
             if (cli_u32(&p, 1, 1024, &sw->jobs))
+                return -EINVAL;
+            break;
+        case 'f': sw->force = true; break;
+        case 'm':
+            if (cli_u64(&p, 1, UINT64_MAX, &sw->max_points))
                 return -EINVAL;
             break;
         case 'h': sweep_usage(stdout); return 1;
@@ -704,13 +734,13 @@ static int write_rows(const struct sweep *sw)
     struct sweep_point **order = malloc(sw->npoints * sizeof *order);
     if (!order)
         return -ENOMEM;
-    size_t n = 0;
+    size_t n = 0; /* the points that ended (a row), by id, then the invalid ones */
     for (size_t i = 0; i < sw->npoints; i++)
-        if (sw->points[i].state != POINT_INVALID)
+        if (sw->points[i].row && sw->points[i].state != POINT_INVALID)
             order[n++] = &sw->points[i];
     qsort(order, n, sizeof *order, cmp_ids);
     for (size_t i = 0; i < sw->npoints; i++)
-        if (sw->points[i].state == POINT_INVALID)
+        if (sw->points[i].row && sw->points[i].state == POINT_INVALID)
             order[n++] = &sw->points[i];
     char path[4096], err[1024];
     int rc = 0;
@@ -718,9 +748,14 @@ static int write_rows(const struct sweep *sw)
     snprintf(path, sizeof path, "%s/rows.jsonl", sw->out);
     if (!(rc = kvsim_output_open(&out, path, err, sizeof err))) {
         for (size_t i = 0; i < n; i++) {
-            char *t = order[i]->row ? row_text(order[i]->row) : NULL;
-            if (t)
-                fputs(t, out.f);
+            char *t = row_text(order[i]->row);
+            if (!t) {
+                kvsim_output_discard(&out);
+                free(order);
+                fprintf(stderr, "kvsim sweep: out of memory\n");
+                return -ENOMEM;
+            }
+            fputs(t, out.f);
             free(t);
         }
         rc = kvsim_output_commit(&out, err, sizeof err);
@@ -787,8 +822,14 @@ static void run_point_child(const struct sweep *sw, const struct sweep_point *pt
                 run.replay.trace_path = NULL;
             }
             run.replay.config_text = config;
+            run.replay.stop_flag = &sweep_interrupted;
             struct kvsim_report rep;
             rc = kvsim_replay_run(&run.replay, &rep, err, sizeof err);
+            if (!rc && !rep.complete && !strcmp(rep.end_reason, "interrupted")) {
+                kvsim_report_fini(&rep);
+                free(config);
+                _exit(CLI_EXIT_INTERRUPTED); /* no report: the point runs again next time */
+            }
             if (!rc) {
                 snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
                 rc = kvsim_report_write_json(path, &rep, err, sizeof err);
@@ -854,7 +895,8 @@ static int reap_one(struct sweep *sw, struct sweep_child *kids, uint32_t *nkids,
     int status;
     pid_t pid;
     while ((pid = waitpid(-1, &status, 0)) < 0 && errno == EINTR)
-        ;
+        if (sweep_interrupted)
+            return -EINTR; /* the caller passes SIGINT on, then waits again */
     if (pid < 0)
         return -errno;
     uint32_t k = 0;
@@ -872,6 +914,10 @@ static int reap_one(struct sweep *sw, struct sweep_child *kids, uint32_t *nkids,
     msg[got] = 0;
     close(kids[k].errfd);
     kids[k] = kids[--*nkids];
+    if (WIFEXITED(status) && WEXITSTATUS(status) == CLI_EXIT_INTERRUPTED) {
+        sw->started--; /* cut short: not a row, it runs again next time */
+        return 0;
+    }
     json_t *report = NULL;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         char path[4096];
@@ -929,9 +975,48 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
     }
 }
 
-/* Runs every valid point, group by group, at most sw->jobs at a time. A point whose trace
- * cannot be loaded or whose process cannot start fails (a row saying why). Returns 0 or
- * -ENOMEM (printed). */
+/* The report of point pt already in DIR that a rerun keeps (NULL: run it): complete or ended by
+ * its own bounds (not interrupted), of this kvsim version, of the same trace bytes (sha256: the
+ * id names the trace's path, not its content). */
+static json_t *reusable_report(const struct sweep *sw, const struct sweep_point *pt,
+                               const char *trace_sha256)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+    if (sw->force || access(path, F_OK) != 0)
+        return NULL;
+    json_t *r = NULL;
+    if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &r, NULL) != 0)
+        return NULL;
+    const char *version = json_string_value(json_at(r, "run.kvsim"));
+    const char *reason = json_string_value(json_at(r, "run.end.reason"));
+    json_t *sha = json_at(r, "run.trace_sha256");
+    bool same_trace = trace_sha256 && trace_sha256[0]
+                          ? json_is_string(sha) && !strcmp(json_string_value(sha), trace_sha256)
+                          : json_is_null(sha);
+    if (!version || strcmp(version, sw->version) || !reason || !strcmp(reason, "interrupted") ||
+        !same_trace) {
+        json_decref(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Passes SIGINT on to the running children (once each: a child's handler only sets its flag,
+ * so the terminal's copy and ours do not kill it). */
+static void pass_on_sigint(struct sweep_child *kids, uint32_t nkids, bool *passed)
+{
+    if (*passed)
+        return;
+    for (uint32_t k = 0; k < nkids; k++)
+        kill(kids[k].pid, SIGINT);
+    *passed = true;
+}
+
+/* Runs every valid point, group by group, at most sw->jobs at a time, keeping the reports a
+ * rerun may keep (reusable_report); stops handing out points after sw->max_points or on SIGINT.
+ * A point whose trace cannot be loaded or whose process cannot start fails (a row saying why).
+ * Returns 0 or -ENOMEM (printed). */
 static int run_points(struct sweep *sw, FILE *rows)
 {
     struct sweep_child *kids = calloc(sw->jobs, sizeof *kids);
@@ -939,6 +1024,7 @@ static int run_points(struct sweep *sw, FILE *rows)
         return -ENOMEM;
     uint32_t nkids = 0;
     int rc = 0;
+    bool passed = false;
     for (size_t g = 0; g < sw->ngroups && !rc; g++) {
         struct sweep_group *grp = &sw->groups[g];
         struct kvsim_trace trace;
@@ -954,13 +1040,27 @@ static int run_points(struct sweep *sw, FILE *rows)
                 rc = finish_point(sw, pt, rows, NULL, err);
                 continue;
             }
-            while (nkids == sw->jobs && !rc)
+            json_t *kept = reusable_report(sw, pt, grp->trace_path ? trace.sha256 : NULL);
+            if (kept) {
+                sw->reused++;
+                rc = finish_point(sw, pt, rows, kept, NULL);
+                json_decref(kept);
+                continue;
+            }
+            if (sweep_interrupted || (sw->max_points && sw->started >= sw->max_points))
+                continue; /* left for a rerun */
+            while (nkids == sw->jobs && !rc && !sweep_interrupted)
                 rc = reap_one(sw, kids, &nkids, rows);
-            int src =
-                rc ? 0 : start_point(sw, pt, grp->trace_path ? &trace : NULL, kids, &nkids, rows);
-            if (src == -ENOMEM)
+            if (rc == -EINTR)
+                rc = 0;
+            if (rc || sweep_interrupted)
+                continue;
+            int src = start_point(sw, pt, grp->trace_path ? &trace : NULL, kids, &nkids, rows);
+            if (src == 0)
+                sw->started++;
+            else if (src == -ENOMEM)
                 rc = src;
-            else if (src) {
+            else if (src != -EINTR) {
                 snprintf(err, sizeof err, "its process cannot start: %s", strerror(-src));
                 rc = finish_point(sw, pt, rows, NULL, err);
             }
@@ -969,7 +1069,11 @@ static int run_points(struct sweep *sw, FILE *rows)
             kvsim_trace_free(&trace); /* the children have their copies */
     }
     while (nkids) {
+        if (sweep_interrupted)
+            pass_on_sigint(kids, nkids, &passed);
         int r = reap_one(sw, kids, &nkids, rows);
+        if (r == -EINTR)
+            continue;
         rc = rc ? rc : r;
         if (r == -ECHILD)
             break; /* cannot happen: every running child is counted */
@@ -1032,21 +1136,36 @@ int cli_sweep_main(int argc, char **argv)
         rc = finish_point(&sw, pt, rows, NULL, why);
         free(why);
     }
+    /* SIGINT without SA_RESTART: a wait for a child returns, and the parent passes it on. */
+    struct sigaction sa = {.sa_handler = on_sweep_sigint}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
+    sw.version = kvsim_version();
     if (!rc)
         rc = run_points(&sw, rows);
     fclose(rows);
     if (!rc)
         rc = write_rows(&sw);
-    size_t failed = 0;
-    for (size_t i = 0; i < sw.npoints; i++)
+    size_t failed = 0, left = 0;
+    for (size_t i = 0; i < sw.npoints; i++) {
         failed += sw.points[i].state == POINT_FAILED;
+        left += sw.points[i].state == POINT_PENDING;
+    }
     double wall = (double)(base_monotonic_ns() - t0) / 1e9;
+    char more[256] = "";
+    if (left)
+        snprintf(more, sizeof more, "; %zu not run (%s): the same command runs them", left,
+                 sweep_interrupted ? "interrupted" : "--max-points");
     if (!rc)
-        printf("sweep: %zu points, %zu failed, %zu invalid, -j %" PRIu32
-               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/\n",
-               sw.npoints, failed, invalid, sw.jobs, wall, sw.out, sw.out, sw.out);
+        printf("sweep: %zu points, %zu failed, %zu invalid, %zu kept from %s/reports, -j %" PRIu32
+               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/%s\n",
+               sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.out, sw.out,
+               sw.out, more);
+    sigaction(SIGINT, &old_sa, NULL);
     sweep_free(&sw);
     if (rc)
         return CLI_EXIT_FAILED;
+    if (sweep_interrupted)
+        return CLI_EXIT_INTERRUPTED;
     return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

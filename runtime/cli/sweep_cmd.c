@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,9 @@ static void on_sweep_sigint(int sig)
 /* A grid of more points than this is refused (each point is a process and a report file). */
 #define SWEEP_MAX_POINTS 100000u
 #define SWEEP_MAX_AXES   16
+#define SWEEP_MAX_PARETO 8
+/* The rows the table at the end shows (the best by --sort). */
+#define SWEEP_TABLE_ROWS 20
 
 static void sweep_usage(FILE *out)
 {
@@ -74,7 +78,16 @@ static void sweep_usage(FILE *out)
             "  --max-points K   start at most K points, then stop (a rerun does the rest)\n"
             "  --force          rerun the points whose report is already in DIR (by default\n"
             "                   a rerun keeps them: same id, same kvsim, same trace bytes)\n"
-            "  --quiet          only the failures and the summary line\n"
+            "  --sort METRIC    the order of the table printed at the end (the best 20 rows):\n"
+            "                   a column of the rows or a --grid option with numbers (default\n"
+            "                   ttft_p99_ms; latencies and costs lower first, throughputs,\n"
+            "                   attainment and reuse higher first)\n"
+            "  --pareto M1,M2[,...]  mark the rows no other row beats in every metric (\"pareto\"\n"
+            "                   in the rows, * in the table) and draw DIR/pareto.svg, the\n"
+            "                   first two metrics with the front; each metric in its natural\n"
+            "                   direction (e.g. ttft_p99_ms,engines or\n"
+            "                   goodput_requests_per_s,engines)\n"
+            "  --quiet          no progress, no table: the failures and the summary line\n"
             "  -h, --help       print this help\n"
             "\n"
             "The replay options that write files (--report, --config-out, --requests-out,\n"
@@ -138,9 +151,16 @@ struct sweep {
     bool force;          /* rerun points whose report is already in DIR */
     uint64_t max_points; /* start at most this many points (0: no limit) */
     size_t done;         /* points ended so far */
+    size_t nfailed;      /* of which failed or invalid */
+    bool progress;       /* a progress line on stderr (a terminal, not --quiet) */
+    int64_t t0;          /* when the sweep started (base_monotonic_ns) */
     size_t started;      /* points started by this run */
     size_t reused;       /* points whose report was already in DIR */
     const char *version; /* kvsim_version(): a report of another version is not reused */
+    const char *sort;    /* the table's order (a metric) */
+    char *pareto_text;   /* --pareto's list, split in place */
+    const char *pareto[SWEEP_MAX_PARETO];
+    size_t npareto;
 };
 
 /* The value of axis a at point index i. */
@@ -278,7 +298,11 @@ static void sweep_free(struct sweep *sw)
     free(sw->points);
     free(sw->groups);
     free(sw->base);
+    free(sw->pareto_text);
 }
+
+static int check_metric(const struct sweep *sw, const char *name, bool directed, char *err,
+                        size_t errlen);
 
 /* What an option sets, whatever its spelling: its canonical name without a "no-" that negates
  * another option (no-enable-prefix-caching sets enable-prefix-caching). */
@@ -297,7 +321,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     static struct option opts[160];
     size_t n = 0;
     for (const struct option *x = cli_replay_options; x->name; x++) {
-        if (n == sizeof opts / sizeof opts[0] - 7) {
+        if (n == sizeof opts / sizeof opts[0] - 9) {
             fprintf(stderr, "kvsim sweep: more replay options than the sweep's table holds "
                             "(kvsim bug)\n");
             return -EINVAL;
@@ -310,6 +334,8 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     opts[n++] = (struct option){"jobs", required_argument, NULL, 'j'};
     opts[n++] = (struct option){"force", no_argument, NULL, 'f'};
     opts[n++] = (struct option){"max-points", required_argument, NULL, 'm'};
+    opts[n++] = (struct option){"sort", required_argument, NULL, 's'};
+    opts[n++] = (struct option){"pareto", required_argument, NULL, 'p'};
     opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[n] = (struct option){NULL, 0, NULL, 0};
     struct cli_parser p;
@@ -336,6 +362,26 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         case 'm':
             if (cli_u64(&p, 1, UINT64_MAX, &sw->max_points))
                 return -EINVAL;
+            break;
+        case 's': sw->sort = p.arg; break;
+        case 'p':
+            free(sw->pareto_text);
+            if (!(sw->pareto_text = strdup(p.arg)))
+                return cli_error(&p, "out of memory");
+            sw->npareto = 0;
+            for (char *m = sw->pareto_text, *next; m; m = next) {
+                next = strchr(m, ',');
+                if (next)
+                    *next++ = 0;
+                if (sw->npareto == SWEEP_MAX_PARETO)
+                    return cli_error(&p, "option --pareto: more than %d metrics", SWEEP_MAX_PARETO);
+                sw->pareto[sw->npareto++] = m;
+            }
+            if (sw->npareto < 2)
+                return cli_error(&p,
+                                 "option --pareto: '%s': give two metrics or more, e.g. "
+                                 "ttft_p99_ms,engines",
+                                 p.arg);
             break;
         case 'h': sweep_usage(stdout); return 1;
         default: {
@@ -386,6 +432,17 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
                 return cli_error(&p, "option --%s is both in a --grid and outside it (as --%s)",
                                  sw->axes[a].name, sw->base[i].name);
         }
+    if (!sw->sort)
+        sw->sort = "ttft_p99_ms";
+    if (check_metric(sw, sw->sort, false, err, sizeof err))
+        return cli_error(&p, "option --sort: %s", err);
+    for (size_t m = 0; m < sw->npareto; m++) {
+        if (check_metric(sw, sw->pareto[m], true, err, sizeof err))
+            return cli_error(&p, "option --pareto: %s", err);
+        for (size_t k = 0; k < m; k++)
+            if (!strcmp(sw->pareto[k], sw->pareto[m]))
+                return cli_error(&p, "option --pareto: '%s' is given twice", sw->pareto[m]);
+    }
     size_t total = 1;
     for (size_t a = 0; a < sw->naxes; a++) {
         if (total > SWEEP_MAX_POINTS / sw->axes[a].n)
@@ -584,6 +641,89 @@ static const struct {
 };
 #define ROW_METRICS (sizeof row_metrics / sizeof row_metrics[0])
 
+/* ---- metrics: the table's order and the Pareto front ----------------------------------------- */
+
+/* Whether lower is better for a metric (a row column, or a grid option that is a cost); known
+ * false when it has no natural direction. */
+static bool metric_lower(const char *name, bool *known)
+{
+    static const char *const higher[] = {"completed",           "requests_per_s",
+                                         "output_tokens_per_s", "prefix_cache_reuse_ratio",
+                                         "slo_attainment_pct",  "goodput_requests_per_s"};
+    static const char *const costs[] = {"engines",    "prefill-engines", "decode-engines",
+                                        "tp",         "gpu-memory-gib",  "num-gpu-blocks",
+                                        "g2-blocks",  "g3-blocks",       "rejected",
+                                        "incomplete", "preemptions"};
+    *known = true;
+    for (size_t i = 0; i < sizeof higher / sizeof higher[0]; i++)
+        if (!strcmp(name, higher[i]))
+            return false;
+    size_t n = strlen(name);
+    if (n > 3 && !strcmp(name + n - 3, "_ms"))
+        return true;
+    for (size_t i = 0; i < sizeof costs / sizeof costs[0]; i++)
+        if (!strcmp(name, costs[i]))
+            return true;
+    *known = false;
+    return true;
+}
+
+/* The grid axis named name, or -1. */
+static long axis_of(const struct sweep *sw, const char *name)
+{
+    for (size_t a = 0; a < sw->naxes; a++)
+        if (!strcmp(sw->axes[a].name, name))
+            return (long)a;
+    return -1;
+}
+
+/* A metric of --sort (directed false) or --pareto (directed: it must have a direction): a row
+ * column or a grid option with numbers. Returns 0 or -EINVAL with the message. */
+static int check_metric(const struct sweep *sw, const char *name, bool directed, char *err,
+                        size_t errlen)
+{
+    bool column = false, known;
+    for (size_t m = 0; m < ROW_METRICS && !column; m++)
+        column = !strcmp(name, row_metrics[m].column);
+    long a = column ? -1 : axis_of(sw, name);
+    if (!column && a < 0) {
+        snprintf(err, errlen,
+                 "'%s' is neither a column of the rows (ttft_p99_ms, itl_p50_ms, "
+                 "requests_per_s, slo_attainment_pct, ...: docs/sweep.md) nor a --grid option",
+                 name);
+        return -EINVAL;
+    }
+    for (size_t i = 0; a >= 0 && i < sw->axes[a].n; i++) {
+        char *end;
+        strtod(sw->axes[a].values[i], &end);
+        if (*end) {
+            snprintf(err, errlen, "--grid %s has a value that is not a number ('%s')", name,
+                     sw->axes[a].values[i]);
+            return -EINVAL;
+        }
+    }
+    metric_lower(name, &known);
+    if (directed && !known) {
+        snprintf(err, errlen,
+                 "'%s' has no natural direction (latencies, costs such as engines and blocks, "
+                 "rejections and preemptions are lower-better; throughputs, attainment and "
+                 "reuse higher-better)",
+                 name);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* A metric's value at a point that ran (NaN when missing). */
+static double metric_value(const struct sweep *sw, const struct sweep_point *pt, const char *name)
+{
+    long a = axis_of(sw, name);
+    if (a >= 0)
+        return strtod(axis_value(sw, (size_t)a, pt->index), NULL);
+    json_t *v = json_object_get(pt->row, name);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 /* The row of point pt (its report, when it ran: NULL otherwise). NULL: out of memory. */
 static json_t *make_row(const struct sweep *sw, const struct sweep_point *pt, const json_t *report)
 {
@@ -768,7 +908,7 @@ static int write_rows(const struct sweep *sw)
         fputs(",complete", out.f);
         for (size_t m = 0; m < ROW_METRICS; m++)
             fprintf(out.f, ",%s", row_metrics[m].column);
-        fputs(",error\n", out.f);
+        fputs(sw->npareto ? ",pareto,error\n" : ",error\n", out.f);
         for (size_t i = 0; i < n; i++) {
             const json_t *row = order[i]->row;
             csv_value(out.f, json_object_get(row, "id"));
@@ -784,6 +924,10 @@ static int write_rows(const struct sweep *sw)
                 fputc(',', out.f);
                 csv_value(out.f, json_object_get(row, row_metrics[m].column));
             }
+            if (sw->npareto) {
+                fputc(',', out.f);
+                csv_value(out.f, json_object_get(row, "pareto"));
+            }
             fputc(',', out.f);
             csv_value(out.f, json_object_get(row, "error"));
             fputc('\n', out.f);
@@ -796,8 +940,304 @@ static int write_rows(const struct sweep *sw)
     return rc;
 }
 
-/* ---- running ----------------------------------------------------------------------------------
- */
+/* ---- the Pareto front, the table ---------------------------------------------------------- */
+
+/* The points that ran (state OK), in id order. *n set; NULL when out of memory. */
+static struct sweep_point **points_that_ran(const struct sweep *sw, size_t *n)
+{
+    *n = 0;
+    struct sweep_point **v = malloc((sw->npoints ? sw->npoints : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < sw->npoints; i++)
+        if (sw->points[i].state == POINT_OK)
+            v[(*n)++] = &sw->points[i];
+    qsort(v, *n, sizeof *v, cmp_ids);
+    return v;
+}
+
+/* Marks every row "pareto": true when it ran and no other row that ran dominates it in the
+ * --pareto metrics (kvsim_pareto_front). Returns the size of the front, or -ENOMEM. */
+static long mark_pareto(struct sweep *sw)
+{
+    size_t n, m = sw->npareto;
+    struct sweep_point **ran = points_that_ran(sw, &n);
+    double *values = malloc((n ? n : 1) * m * sizeof *values);
+    bool *front = malloc((n ? n : 1) * sizeof *front), lower[SWEEP_MAX_PARETO];
+    if (!ran || !values || !front) {
+        free(ran);
+        free(values);
+        free(front);
+        return -ENOMEM;
+    }
+    for (size_t k = 0; k < m; k++) {
+        bool known;
+        lower[k] = metric_lower(sw->pareto[k], &known);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < m; k++)
+            values[i * m + k] = metric_value(sw, ran[i], sw->pareto[k]);
+    long size = (long)kvsim_pareto_front(values, n, m, lower, front);
+    int bad = 0;
+    for (size_t i = 0; i < sw->npoints; i++)
+        if (sw->points[i].row)
+            bad |= json_object_set_new(sw->points[i].row, "pareto", json_false());
+    for (size_t i = 0; i < n; i++)
+        bad |= json_object_set_new(ran[i]->row, "pareto", json_boolean(front[i]));
+    free(ran);
+    free(values);
+    free(front);
+    return bad ? -ENOMEM : size;
+}
+
+/* A number for the plot's labels and the table: 4 significant digits ("-": missing). */
+static void short_number(double x, char *buf, size_t len)
+{
+    if (isnan(x))
+        snprintf(buf, len, "-");
+    else
+        snprintf(buf, len, "%.4g", x);
+}
+
+/* XML text (a point's label in a <title>). */
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<')
+            fputs("&lt;", f);
+        else if (*s == '>')
+            fputs("&gt;", f);
+        else if (*s == '&')
+            fputs("&amp;", f);
+        else
+            fputc(*s, f);
+    }
+}
+
+static int cmp_x(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The plot's frame: where the data go and which values the axes span. */
+struct plot {
+    double lo[2], hi[2];
+    double left, top, width, height;
+};
+
+static double plot_x(const struct plot *p, double v)
+{
+    return p->left + (v - p->lo[0]) / (p->hi[0] - p->lo[0]) * p->width;
+}
+
+static double plot_y(const struct plot *p, double v)
+{
+    return p->top + p->height - (v - p->lo[1]) / (p->hi[1] - p->lo[1]) * p->height;
+}
+
+/* The axes, their ticks (five values each) and their titles. */
+static void svg_axes(FILE *f, const struct sweep *sw, const struct plot *p, double full_h)
+{
+    bool known;
+    char a[32], b[32];
+    fprintf(f,
+            "<g id=\"axes\" stroke=\"#444444\"><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" "
+            "y2=\"%.1f\"/><line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\"/></g>\n",
+            p->left, p->top + p->height, p->left + p->width, p->top + p->height, p->left, p->top,
+            p->left, p->top + p->height);
+    for (int t = 0; t <= 4; t++) {
+        double vx = p->lo[0] + (p->hi[0] - p->lo[0]) * t / 4;
+        double vy = p->lo[1] + (p->hi[1] - p->lo[1]) * t / 4;
+        short_number(vx, a, sizeof a);
+        short_number(vy, b, sizeof b);
+        fprintf(f,
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>"
+                "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                plot_x(p, vx), p->top + p->height + 20, a, p->left - 8, plot_y(p, vy) + 4, b);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s (%s is better)</text>\n",
+            p->left + p->width / 2, full_h - 20, sw->pareto[0],
+            metric_lower(sw->pareto[0], &known) ? "lower" : "higher");
+    fprintf(f,
+            "<text transform=\"translate(22 %.1f) rotate(-90)\" text-anchor=\"middle\">%s (%s "
+            "is better)</text>\n",
+            p->top + p->height / 2, sw->pareto[1],
+            metric_lower(sw->pareto[1], &known) ? "lower" : "higher");
+}
+
+/* DIR/pareto.svg: the rows that ran, by the first two --pareto metrics, the front drawn (its
+ * points joined in the order of the first metric; with more metrics, a point of the front may
+ * look dominated in these two). Returns 0 or a negative errno (printed). */
+static int write_pareto_svg(const struct sweep *sw)
+{
+    size_t n;
+    struct sweep_point **ran = points_that_ran(sw, &n);
+    double(*xy)[2] = malloc((n ? n : 1) * sizeof *xy);
+    double(*fr)[2] = malloc((n ? n : 1) * sizeof *fr);
+    if (!ran || !xy || !fr) {
+        free(ran);
+        free(xy);
+        free(fr);
+        return -ENOMEM;
+    }
+    const double W = 760, H = 520;
+    struct plot p = {{INFINITY, INFINITY}, {-INFINITY, -INFINITY}, 90, 50, W - 90 - 30,
+                     H - 50 - 70};
+    size_t shown = 0, nf = 0;
+    for (size_t i = 0; i < n; i++) {
+        xy[i][0] = metric_value(sw, ran[i], sw->pareto[0]);
+        xy[i][1] = metric_value(sw, ran[i], sw->pareto[1]);
+        if (isnan(xy[i][0]) || isnan(xy[i][1]))
+            continue;
+        shown++;
+        for (int d = 0; d < 2; d++) {
+            p.lo[d] = fmin(p.lo[d], xy[i][d]);
+            p.hi[d] = fmax(p.hi[d], xy[i][d]);
+        }
+        if (json_is_true(json_object_get(ran[i]->row, "pareto"))) {
+            fr[nf][0] = xy[i][0];
+            fr[nf++][1] = xy[i][1];
+        }
+    }
+    for (int d = 0; d < 2; d++) {
+        if (!shown) {
+            p.lo[d] = 0;
+            p.hi[d] = 1;
+        } else if (p.hi[d] - p.lo[d] <= 0) { /* one value: a band around it */
+            double pad = p.lo[d] != 0 ? fabs(p.lo[d]) * 0.1 : 1;
+            p.lo[d] -= pad;
+            p.hi[d] += pad;
+        }
+    }
+    qsort(fr, nf, sizeof *fr, cmp_x);
+    char path[4096], err[1024];
+    snprintf(path, sizeof path, "%s/pareto.svg", sw->out);
+    struct kvsim_output out;
+    int rc = kvsim_output_open(&out, path, err, sizeof err);
+    if (!rc) {
+        FILE *f = out.f;
+        fprintf(f,
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n"
+                "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n"
+                "<text x=\"%.0f\" y=\"28\" font-size=\"16\">kvsim sweep: %zu points, %zu on the "
+                "Pareto front of %s",
+                W, H, W, H, p.left, shown, nf, sw->pareto[0]);
+        for (size_t k = 1; k < sw->npareto; k++)
+            fprintf(f, "%s%s", k + 1 == sw->npareto ? " and " : ", ", sw->pareto[k]);
+        fputs("</text>\n", f);
+        svg_axes(f, sw, &p, H);
+        fputs("<polyline id=\"pareto-front\" fill=\"none\" stroke=\"#d62728\" "
+              "stroke-width=\"2\" points=\"",
+              f);
+        for (size_t i = 0; i < nf; i++)
+            fprintf(f, "%s%.1f,%.1f", i ? " " : "", plot_x(&p, fr[i][0]), plot_y(&p, fr[i][1]));
+        fputs("\"/>\n<g id=\"pareto-points\">\n", f);
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(xy[i][0]) || isnan(xy[i][1]))
+                continue;
+            bool on = json_is_true(json_object_get(ran[i]->row, "pareto"));
+            char label[1024];
+            point_label(sw, ran[i]->index, label, sizeof label);
+            fprintf(f,
+                    "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>%s ",
+                    on ? "front" : "dominated", plot_x(&p, xy[i][0]), plot_y(&p, xy[i][1]),
+                    on ? "6" : "4", on ? "#d62728" : "#7f7f7f", ran[i]->id);
+            xml_text(f, label);
+            fputs("</title></circle>\n", f);
+        }
+        fputs("</g>\n</svg>\n", f);
+        rc = kvsim_output_commit(&out, err, sizeof err);
+    }
+    if (rc)
+        fprintf(stderr, "kvsim sweep: %s\n", err);
+    free(ran);
+    free(xy);
+    free(fr);
+    return rc;
+}
+
+/* By the sort metric, the best first (its natural direction; lower first when it has none),
+ * missing values last; then by id. */
+static const struct sweep *table_sweep;
+static int cmp_table(const void *a, const void *b)
+{
+    const struct sweep_point *const *x = a, *const *y = b;
+    double u = metric_value(table_sweep, *x, table_sweep->sort);
+    double v = metric_value(table_sweep, *y, table_sweep->sort);
+    bool known;
+    if (!metric_lower(table_sweep->sort, &known)) {
+        u = -u;
+        v = -v;
+    }
+    if (isnan(u) != isnan(v))
+        return isnan(u) ? 1 : -1;
+    if (u != v && !isnan(u))
+        return u < v ? -1 : 1;
+    return strcmp((*x)->id, (*y)->id);
+}
+
+/* One cell of the table, right-aligned to its column's title. */
+static void table_cell(const char *title, const char *text)
+{
+    int w = (int)strlen(title);
+    printf(" %*s", w > 10 ? w : 10, text);
+}
+
+/* The best SWEEP_TABLE_ROWS rows by --sort, on stdout. */
+static void print_table(const struct sweep *sw)
+{
+    size_t n;
+    struct sweep_point **ran = points_that_ran(sw, &n);
+    if (!ran || !n) {
+        free(ran);
+        return;
+    }
+    table_sweep = sw;
+    qsort(ran, n, sizeof *ran, cmp_table);
+    bool slo = false;
+    for (size_t i = 0; i < n && !slo; i++)
+        slo = json_is_number(json_object_get(ran[i]->row, "slo_attainment_pct"));
+    const char *cols[8];
+    size_t nc = 0;
+    cols[nc++] = "ttft_p99_ms";
+    cols[nc++] = "itl_p99_ms";
+    cols[nc++] = "e2e_p99_ms";
+    cols[nc++] = "requests_per_s";
+    if (slo) {
+        cols[nc++] = "slo_attainment_pct";
+        cols[nc++] = "goodput_requests_per_s";
+    }
+    bool listed = axis_of(sw, sw->sort) >= 0;
+    for (size_t c = 0; c < nc; c++)
+        listed |= !strcmp(cols[c], sw->sort);
+    if (!listed)
+        cols[nc++] = sw->sort;
+    printf("\nthe best %zu of %zu rows by %s:\n%-16s", n < SWEEP_TABLE_ROWS ? n : SWEEP_TABLE_ROWS,
+           n, sw->sort, "id");
+    for (size_t a = 0; a < sw->naxes; a++)
+        table_cell(sw->axes[a].name, sw->axes[a].name);
+    for (size_t c = 0; c < nc; c++)
+        table_cell(cols[c], cols[c]);
+    printf(sw->npareto ? " pareto\n" : "\n");
+    for (size_t i = 0; i < n && i < SWEEP_TABLE_ROWS; i++) {
+        printf("%-16s", ran[i]->id);
+        for (size_t a = 0; a < sw->naxes; a++)
+            table_cell(sw->axes[a].name, axis_value(sw, a, ran[i]->index));
+        for (size_t c = 0; c < nc; c++) {
+            char v[32];
+            short_number(metric_value(sw, ran[i], cols[c]), v, sizeof v);
+            table_cell(cols[c], v);
+        }
+        if (sw->npareto)
+            printf(" %s", json_is_true(json_object_get(ran[i]->row, "pareto")) ? "*" : "");
+        printf("\n");
+    }
+    free(ran);
+}
+
+/* ---- running --------------------------------------------------------------------------------- */
 
 /* The child of point pt: replays it (the group's requests when loaded) into reports/<id>.json
  * and exits with replay's status; a message on errfd says why it failed. Never returns. */
@@ -878,13 +1318,24 @@ static int finish_point(struct sweep *sw, struct sweep_point *pt, FILE *rows, co
     char label[1024];
     point_label(sw, pt->index, label, sizeof label);
     sw->done++;
+    if (sw->progress && pt->state != POINT_OK)
+        fprintf(stderr, "\r%70s\r", ""); /* the failure's line replaces the progress line */
+    sw->nfailed += pt->state != POINT_OK;
     if (pt->state == POINT_INVALID)
         fprintf(stderr, "kvsim sweep: point (%s) is not a valid configuration: %s\n", label,
                 pt->error);
     else if (pt->state == POINT_FAILED)
         fprintf(stderr, "kvsim sweep: point %s (%s) failed: %s\n", pt->id, label, pt->error);
-    else if (!sw->quiet)
+    else if (!sw->quiet && !sw->progress)
         printf("sweep: %zu/%zu %s (%s): ok\n", sw->done, sw->npoints, pt->id, label);
+    if (sw->progress) { /* one line on a terminal, rewritten as points end */
+        double el = (double)(base_monotonic_ns() - sw->t0) / 1e9;
+        char es[48], eta[48];
+        base_format_wall(es, sizeof es, el);
+        base_format_wall(eta, sizeof eta, el * (double)(sw->npoints - sw->done) / (double)sw->done);
+        fprintf(stderr, "\rsweep: %zu/%zu points, %zu failed, elapsed %s, eta %s   ", sw->done,
+                sw->npoints, sw->nfailed, es, eta);
+    }
     return 0;
 }
 
@@ -1141,26 +1592,38 @@ int cli_sweep_main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
     sw.version = kvsim_version();
+    sw.t0 = t0;
+    sw.progress = !sw.quiet && isatty(STDERR_FILENO);
     if (!rc)
         rc = run_points(&sw, rows);
     fclose(rows);
+    long front = 0;
+    if (!rc && sw.npareto && (front = mark_pareto(&sw)) < 0)
+        rc = (int)front;
+    if (!rc && sw.npareto)
+        rc = write_pareto_svg(&sw);
     if (!rc)
         rc = write_rows(&sw);
+    if (sw.progress)
+        fprintf(stderr, "\r%70s\r", "");
+    if (!rc && !sw.quiet)
+        print_table(&sw);
     size_t failed = 0, left = 0;
     for (size_t i = 0; i < sw.npoints; i++) {
         failed += sw.points[i].state == POINT_FAILED;
         left += sw.points[i].state == POINT_PENDING;
     }
     double wall = (double)(base_monotonic_ns() - t0) / 1e9;
-    char more[256] = "";
+    char more[256] = "", svg_path[4200];
+    snprintf(svg_path, sizeof svg_path, "%s/pareto.svg (%ld on the front)", sw.out, front);
     if (left)
         snprintf(more, sizeof more, "; %zu not run (%s): the same command runs them", left,
                  sweep_interrupted ? "interrupted" : "--max-points");
     if (!rc)
         printf("sweep: %zu points, %zu failed, %zu invalid, %zu kept from %s/reports, -j %" PRIu32
-               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/%s\n",
+               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
                sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.out, sw.out,
-               sw.out, more);
+               sw.out, sw.npareto ? ", " : "", sw.npareto ? svg_path : "", more);
     sigaction(SIGINT, &old_sa, NULL);
     sweep_free(&sw);
     if (rc)

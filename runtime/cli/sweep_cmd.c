@@ -70,6 +70,11 @@ static void sweep_usage(FILE *out)
             "                   of the grids' values. The other replay options are the base\n"
             "                   of every point (each point runs with --threads 1 unless given).\n"
             "                   A flag takes true or false.\n"
+            "  --spec FILE      the grid as JSON: {\"grid\": {OPTION: [V1, V2, ...]},\n"
+            "                   \"traces\": [FILE, ...], \"seeds\": [N, ...], \"options\":\n"
+            "                   {OPTION: V}}, every key optional (traces and seeds are the grids\n"
+            "                   of --trace and --seed; options are base options, applied where\n"
+            "                   --spec stands); --grid adds to it\n"
             "  --out DIR        where the sweep writes: rows.jsonl and rows.csv (one row per\n"
             "                   point, sorted by id: the configuration and the key metrics,\n"
             "                   no wall-clock figure), reports/<id>.json (each point's report,\n"
@@ -115,6 +120,7 @@ struct sweep_axis {
 struct sweep_setting {
     const char *name; /* the option table's (static) name */
     const char *value;
+    bool owned; /* value is malloc'd (a spec's), freed with the sweep */
 };
 
 enum point_state { POINT_PENDING, POINT_INVALID, POINT_OK, POINT_FAILED };
@@ -137,7 +143,7 @@ struct sweep_group {
 
 struct sweep {
     struct sweep_setting *base;
-    size_t nbase;
+    size_t nbase, base_cap;
     bool threads_given;
     struct sweep_axis axes[SWEEP_MAX_AXES];
     size_t naxes;
@@ -219,66 +225,266 @@ static bool writes_a_file(const char *name)
     return false;
 }
 
-/* --grid NAME=V1,V2,...: checks the name and every value against the option table. Returns 0
- * or -EINVAL (printed). */
-static int add_axis(struct cli_parser *p, struct sweep *sw)
+/* The option table's own (static) spelling of the canonical name canon, or NULL. */
+static const char *table_name(const char *canon)
 {
-    const char *arg = p->arg, *eq = strchr(arg, '=');
-    if (!eq || eq == arg || !eq[1])
-        return cli_error(p, "option --grid: '%s' is not OPTION=V1,V2,...", arg);
+    for (size_t i = 0; kvsim_options_name(i); i++)
+        if (!strcmp(kvsim_options_name(i), canon))
+            return kvsim_options_name(i);
+    return NULL;
+}
+
+/* Appends a base option (name: canonical; value: borrowed from argv, or malloc'd and then owned
+ * by the sweep when owned). Returns 0 or -ENOMEM. */
+static int base_put(struct sweep *sw, const char *name, const char *value, bool owned)
+{
+    if (sw->nbase == sw->base_cap) {
+        size_t cap = sw->base_cap ? 2 * sw->base_cap : 16;
+        struct sweep_setting *grown = realloc(sw->base, cap * sizeof *grown);
+        if (!grown)
+            return -ENOMEM;
+        sw->base = grown;
+        sw->base_cap = cap;
+    }
+    const char *static_name = table_name(name);
+    if (!static_name)
+        return -EINVAL;
+    sw->base[sw->nbase++] = (struct sweep_setting){static_name, value, owned};
+    sw->threads_given |= !strcmp(name, "threads");
+    return 0;
+}
+
+static int base_add(struct sweep *sw, const char *name, char *value)
+{
+    return base_put(sw, name, value, true);
+}
+
+/* Adds the grid axis `given` (an option's name, any spelling) with the n values vals, checking
+ * the name and every value against the option table; where begins the messages ("option --grid
+ * engines=2,x", "--spec s.json: key 'grid.engines'"). Returns 0 or -EINVAL (printed). */
+static int add_axis_values(struct cli_parser *p, struct sweep *sw, const char *given,
+                           const char *const *vals, size_t n, const char *where)
+{
     if (sw->naxes == SWEEP_MAX_AXES)
-        return cli_error(p, "option --grid: more than %d grids", SWEEP_MAX_AXES);
+        return cli_error(p, "%s: more than %d grids", where, SWEEP_MAX_AXES);
+    if (!n)
+        return cli_error(p, "%s: no values", where);
     struct sweep_axis *ax = &sw->axes[sw->naxes];
-    char given[64];
-    size_t nlen = (size_t)(eq - arg);
-    if (nlen >= sizeof given)
-        return cli_error(p, "option --grid: '%.*s' is not an option of kvsim replay", (int)nlen,
-                         arg);
-    memcpy(given, arg, nlen);
-    given[nlen] = 0;
+    if (strlen(given) >= sizeof ax->name)
+        return cli_error(p, "%s: '%s' is not an option of kvsim replay", where, given);
     kvsim_options_canonical(given, ax->name, sizeof ax->name);
     if (!kvsim_options_known(ax->name, NULL) || !strcmp(ax->name, "quiet"))
-        return cli_error(p, "option --grid: '%s' is not an option of kvsim replay", given);
+        return cli_error(p, "%s: '%s' is not an option of kvsim replay", where, given);
     if (writes_a_file(ax->name))
-        return cli_error(p, "option --grid: --%s writes a file; the sweep writes its own",
-                         ax->name);
+        return cli_error(p, "%s: --%s writes a file; the sweep writes its own", where, ax->name);
     for (size_t a = 0; a < sw->naxes; a++)
         if (!strcmp(sw->axes[a].name, ax->name))
-            return cli_error(p, "option --grid: --%s is given twice", ax->name);
-    ax->text = strdup(eq + 1);
-    size_t cap = 1;
-    for (const char *c = eq + 1; *c; c++)
-        cap += *c == ',';
-    ax->values = calloc(cap, sizeof *ax->values);
+            return cli_error(p, "%s: --%s is given twice", where, ax->name);
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += strlen(vals[i]) + 1;
+    ax->text = malloc(bytes);
+    ax->values = calloc(n, sizeof *ax->values);
     if (!ax->text || !ax->values) {
         free(ax->text);
         free(ax->values);
         return cli_error(p, "out of memory");
     }
-    ax->n = 0;
-    for (char *v = ax->text, *next; v; v = next) {
+    char *at = ax->text;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(vals[i]) + 1;
+        memcpy(at, vals[i], len);
+        ax->values[i] = at;
+        at += len;
+    }
+    ax->n = n;
+    sw->naxes++; /* owned from here (freed with the sweep) */
+    for (size_t i = 0; i < n; i++) {
+        char err[1024];
+        if (!ax->values[i][0])
+            return cli_error(p, "%s: an empty value", where);
+        struct kvsim_options o;
+        kvsim_options_default(&o);
+        int rc = kvsim_options_set(&o, ax->name, ax->values[i], err, sizeof err);
+        kvsim_options_fini(&o);
+        if (rc)
+            return cli_error(p, "%s: %s", where, err);
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(ax->values[i], ax->values[j]))
+                return cli_error(p, "%s: '%s' is given twice", where, ax->values[i]);
+    }
+    return 0;
+}
+
+/* --grid NAME=V1,V2,...: the axis of the option NAME. Returns 0 or -EINVAL (printed). */
+static int add_axis(struct cli_parser *p, struct sweep *sw)
+{
+    const char *arg = p->arg, *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1])
+        return cli_error(p, "option --grid: '%s' is not OPTION=V1,V2,...", arg);
+    char where[600], *text = strdup(arg);
+    size_t cap = 1;
+    for (const char *c = eq + 1; *c; c++)
+        cap += *c == ',';
+    const char **vals = calloc(cap, sizeof *vals);
+    if (!text || !vals) {
+        free(text);
+        free(vals);
+        return cli_error(p, "out of memory");
+    }
+    text[eq - arg] = 0;
+    size_t n = 0;
+    for (char *v = text + (eq - arg) + 1, *next; v; v = next) {
         next = strchr(v, ',');
         if (next)
             *next++ = 0;
-        ax->values[ax->n++] = v;
+        vals[n++] = v;
     }
-    sw->naxes++; /* owned from here (freed with the sweep) */
-    for (size_t i = 0; i < ax->n; i++) {
-        char err[1024];
-        struct kvsim_options o;
-        kvsim_options_default(&o);
-        int rc = ax->values[i][0] ? kvsim_options_set(&o, ax->name, ax->values[i], err, sizeof err)
-                                  : -EINVAL;
-        kvsim_options_fini(&o);
-        if (!ax->values[i][0])
-            return cli_error(p, "option --grid %s: an empty value", arg);
-        if (rc)
-            return cli_error(p, "option --grid %s: %s", arg, err);
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(ax->values[i], ax->values[j]))
-                return cli_error(p, "option --grid %s: '%s' is given twice", arg, ax->values[i]);
+    snprintf(where, sizeof where, "option --grid %.500s", arg);
+    if (!kvsim_options_known(text, NULL)) /* the message names the option, not the list */
+        snprintf(where, sizeof where, "option --grid");
+    int rc = add_axis_values(p, sw, text, vals, n, where);
+    free(text);
+    free(vals);
+    return rc;
+}
+
+/* A JSON scalar of a spec as an option's text: a string as is, an integer in decimal, a real
+ * as the shortest text that reads back, true/false. NULL: not a scalar, or out of memory. */
+static char *spec_scalar(const json_t *v)
+{
+    char buf[64];
+    if (json_is_string(v))
+        return strdup(json_string_value(v));
+    if (json_is_integer(v))
+        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v)) {
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
+            if (strtod(buf, NULL) == json_real_value(v))
+                break;
+        }
+    } else if (json_is_boolean(v))
+        snprintf(buf, sizeof buf, "%s", json_is_true(v) ? "true" : "false");
+    else
+        return NULL;
+    return strdup(buf);
+}
+
+/* The axis `name` from the JSON list `list` of the spec (key: its place, for messages). */
+static int spec_axis(struct cli_parser *p, struct sweep *sw, const char *file, const char *key,
+                     const char *name, const json_t *list)
+{
+    char where[4400];
+    snprintf(where, sizeof where, "--spec %s: key '%s'", file, key);
+    if (!json_is_array(list) || !json_array_size(list))
+        return cli_error(p, "%s: must be a non-empty list of values", where);
+    size_t n = json_array_size(list);
+    char **vals = calloc(n, sizeof *vals);
+    int rc = vals ? 0 : cli_error(p, "out of memory");
+    for (size_t i = 0; i < n && !rc; i++)
+        if (!(vals[i] = spec_scalar(json_array_get(list, i))))
+            rc = cli_error(p, "%s: element %zu must be a string, a number or a boolean", where, i);
+    if (!rc)
+        rc = add_axis_values(p, sw, name, (const char *const *)vals, n, where);
+    for (size_t i = 0; vals && i < n; i++)
+        free(vals[i]);
+    free(vals);
+    return rc;
+}
+
+/* --spec FILE: {"grid": {OPTION: [values], ...}, "traces": [paths], "seeds": [integers],
+ * "options": {OPTION: value, ...}}, every key optional: the grid's axes (traces and seeds are
+ * the axes "trace" and "seed"), and base options applied before the command line's. Returns 0
+ * or -EINVAL (printed, naming the file and the key). */
+static int read_spec(struct cli_parser *p, struct sweep *sw, const char *file)
+{
+    json_error_t jerr;
+    json_t *doc;
+    if (kvsim_json_load_file(file, JSON_REJECT_DUPLICATES, &doc, &jerr)) {
+        if (jerr.line > 0)
+            return cli_error(p, "--spec %s:%d: %s", file, jerr.line, jerr.text);
+        return cli_error(p, "--spec: %s", jerr.text); /* the text names the file */
     }
-    return 0;
+    int rc = json_is_object(doc) ? 0 : cli_error(p, "--spec %s: must be a JSON object", file);
+    const char *key;
+    json_t *v;
+    char path[600];
+    if (!rc)
+        json_object_foreach(doc, key, v)
+        {
+            if (rc)
+                break;
+            if (!strcmp(key, "grid")) {
+                if (!json_is_object(v)) {
+                    rc = cli_error(p, "--spec %s: key 'grid' must be an object", file);
+                    break;
+                }
+                const char *opt;
+                json_t *list;
+                json_object_foreach(v, opt, list)
+                {
+                    snprintf(path, sizeof path, "grid.%.500s", opt);
+                    if ((rc = spec_axis(p, sw, file, path, opt, list)))
+                        break;
+                }
+            } else if (!strcmp(key, "traces"))
+                rc = spec_axis(p, sw, file, "traces", "trace", v);
+            else if (!strcmp(key, "seeds"))
+                rc = spec_axis(p, sw, file, "seeds", "seed", v);
+            else if (!strcmp(key, "options")) {
+                if (!json_is_object(v)) {
+                    rc = cli_error(p, "--spec %s: key 'options' must be an object", file);
+                    break;
+                }
+                const char *opt;
+                json_t *x;
+                json_object_foreach(v, opt, x)
+                {
+                    char canon[64], err[1024], *text = spec_scalar(x);
+                    kvsim_options_canonical(opt, canon, sizeof canon);
+                    struct kvsim_options o;
+                    kvsim_options_default(&o);
+                    int src = !text ? -EINVAL
+                              : !kvsim_options_known(canon, NULL)
+                                  ? 1
+                                  : kvsim_options_set(&o, canon, text, err, sizeof err);
+                    kvsim_options_fini(&o);
+                    if (!text)
+                        rc = cli_error(p,
+                                       "--spec %s: key 'options.%s' must be a string, a "
+                                       "number or a boolean",
+                                       file, opt);
+                    else if (src == 1)
+                        rc = cli_error(p,
+                                       "--spec %s: key 'options.%s': not an option of "
+                                       "kvsim replay",
+                                       file, opt);
+                    else if (writes_a_file(canon))
+                        rc = cli_error(p,
+                                       "--spec %s: key 'options.%s': the sweep writes its "
+                                       "own files",
+                                       file, opt);
+                    else if (src)
+                        rc = cli_error(p, "--spec %s: key 'options.%s': %s", file, opt, err);
+                    else if (!strcmp(canon, "quiet"))
+                        sw->quiet = !strcmp(text, "true");
+                    else if (base_add(sw, canon, text))
+                        rc = cli_error(p, "out of memory");
+                    else
+                        text = NULL; /* the sweep's now */
+                    free(text);
+                    if (rc)
+                        break;
+                }
+            } else
+                rc = cli_error(p,
+                               "--spec %s: unknown key '%s' (a spec has grid, traces, seeds, "
+                               "options)",
+                               file, key);
+        }
+    json_decref(doc);
+    return rc;
 }
 
 static void sweep_free(struct sweep *sw)
@@ -295,6 +501,9 @@ static void sweep_free(struct sweep *sw)
         free(sw->groups[g].key);
         free(sw->groups[g].trace_path);
     }
+    for (size_t i = 0; i < sw->nbase; i++)
+        if (sw->base[i].owned)
+            free((char *)sw->base[i].value);
     free(sw->points);
     free(sw->groups);
     free(sw->base);
@@ -321,7 +530,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     static struct option opts[160];
     size_t n = 0;
     for (const struct option *x = cli_replay_options; x->name; x++) {
-        if (n == sizeof opts / sizeof opts[0] - 9) {
+        if (n == sizeof opts / sizeof opts[0] - 10) {
             fprintf(stderr, "kvsim sweep: more replay options than the sweep's table holds "
                             "(kvsim bug)\n");
             return -EINVAL;
@@ -336,13 +545,11 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     opts[n++] = (struct option){"max-points", required_argument, NULL, 'm'};
     opts[n++] = (struct option){"sort", required_argument, NULL, 's'};
     opts[n++] = (struct option){"pareto", required_argument, NULL, 'p'};
+    opts[n++] = (struct option){"spec", required_argument, NULL, 'S'};
     opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
     opts[n] = (struct option){NULL, 0, NULL, 0};
     struct cli_parser p;
     cli_begin(&p, "kvsim sweep", argc, argv, opts, "j:h");
-    sw->base = calloc((size_t)argc + 1, sizeof *sw->base);
-    if (!sw->base)
-        return cli_error(&p, "out of memory");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sw->jobs = cores > 0 ? (uint32_t)(cores < 1024 ? cores : 1024) : 1;
     int c;
@@ -354,6 +561,10 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
                 return -EINVAL;
             break;
         case 'o': sw->out = p.arg; break;
+        case 'S':
+            if (read_spec(&p, sw, p.arg))
+                return -EINVAL;
+            break;
         case 'j':
             if (cli_u32(&p, 1, 1024, &sw->jobs))
                 return -EINVAL;
@@ -401,8 +612,8 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
             kvsim_options_fini(&o);
             if (rc)
                 return cli_error(&p, "%s", err);
-            sw->base[sw->nbase++] = (struct sweep_setting){name, p.arg};
-            sw->threads_given |= !strcmp(name, "threads");
+            if (base_put(sw, name, p.arg, false))
+                return cli_error(&p, "out of memory");
         }
         }
     }
@@ -418,10 +629,12 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
             if (!strcmp(sw->base[i].name, "trace"))
                 return cli_error(&p, "the trace is given twice: '%s' and --trace %s",
                                  argv[cli_optind()], sw->base[i].value);
-        sw->base[sw->nbase++] = (struct sweep_setting){"trace", argv[cli_optind()]};
+        if (base_put(sw, "trace", argv[cli_optind()], false))
+            return cli_error(&p, "out of memory");
     }
     if (!sw->naxes)
-        return cli_error(&p, "nothing to sweep: give at least one --grid OPTION=V1,V2,...");
+        return cli_error(&p, "nothing to sweep: give at least one --grid OPTION=V1,V2,... (or "
+                             "--spec FILE)");
     if (!sw->out)
         return cli_error(&p, "needs --out DIR (where the rows and the reports go)");
     for (size_t a = 0; a < sw->naxes; a++)

@@ -158,6 +158,7 @@ struct sweep {
     uint64_t max_points; /* start at most this many points (0: no limit) */
     size_t done;         /* points ended so far */
     size_t nfailed;      /* of which failed or invalid */
+    size_t trace_loads;  /* traces parsed (once per group) */
     bool progress;       /* a progress line on stderr (a terminal, not --quiet) */
     int64_t t0;          /* when the sweep started (base_monotonic_ns) */
     size_t started;      /* points started by this run */
@@ -1696,6 +1697,7 @@ static int run_points(struct sweep *sw, FILE *rows)
         int lrc = grp->trace_path
                       ? kvsim_trace_load(grp->trace_path, &grp->opts, &trace, err, sizeof err)
                       : 0;
+        sw->trace_loads += grp->trace_path != NULL;
         for (size_t i = 0; i < sw->npoints && !rc; i++) {
             struct sweep_point *pt = &sw->points[i];
             if (pt->state != POINT_PENDING || pt->group != g)
@@ -1834,9 +1836,9 @@ int cli_sweep_main(int argc, char **argv)
                  sweep_interrupted ? "interrupted" : "--max-points");
     if (!rc)
         printf("sweep: %zu points, %zu failed, %zu invalid, %zu kept from %s/reports, -j %" PRIu32
-               ", %.2f s wall; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
-               sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.out, sw.out,
-               sw.out, sw.npareto ? ", " : "", sw.npareto ? svg_path : "", more);
+               ", %.2f s wall, %zu trace loads; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
+               sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.trace_loads,
+               sw.out, sw.out, sw.out, sw.npareto ? ", " : "", sw.npareto ? svg_path : "", more);
     sigaction(SIGINT, &old_sa, NULL);
     sweep_free(&sw);
     if (rc)

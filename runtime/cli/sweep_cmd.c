@@ -159,6 +159,9 @@ struct sweep {
     size_t done;         /* points ended so far */
     size_t nfailed;      /* of which failed or invalid */
     size_t trace_loads;  /* traces parsed (once per group) */
+    /* The configuration reads files besides the trace (profiles, --config, engine arguments):
+     * their content is in no report's digest, so no report is reused. */
+    bool reads_other_files;
     bool progress;       /* a progress line on stderr (a terminal, not --quiet) */
     int64_t t0;          /* when the sweep started (base_monotonic_ns) */
     size_t started;      /* points started by this run */
@@ -260,6 +263,11 @@ static int base_add(struct sweep *sw, const char *name, char *value)
     return base_put(sw, name, value, true);
 }
 
+static int cmp_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 /* Adds the grid axis `given` (an option's name, any spelling) with the n values vals, checking
  * the name and every value against the option table; where begins the messages ("option --grid
  * engines=2,x", "--spec s.json: key 'grid.engines'"). Returns 0 or -EINVAL (printed). */
@@ -300,6 +308,8 @@ static int add_axis_values(struct cli_parser *p, struct sweep *sw, const char *g
     }
     ax->n = n;
     sw->naxes++; /* owned from here (freed with the sweep) */
+    if (n > SWEEP_MAX_POINTS)
+        return cli_error(p, "%s: more than %u values", where, SWEEP_MAX_POINTS);
     for (size_t i = 0; i < n; i++) {
         char err[1024];
         if (!ax->values[i][0])
@@ -310,10 +320,19 @@ static int add_axis_values(struct cli_parser *p, struct sweep *sw, const char *g
         kvsim_options_fini(&o);
         if (rc)
             return cli_error(p, "%s: %s", where, err);
-        for (size_t j = 0; j < i; j++)
-            if (!strcmp(ax->values[i], ax->values[j]))
-                return cli_error(p, "%s: '%s' is given twice", where, ax->values[i]);
     }
+    const char **sorted = malloc(n * sizeof *sorted); /* duplicates, in n log n */
+    if (!sorted)
+        return cli_error(p, "out of memory");
+    memcpy(sorted, ax->values, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_strings);
+    for (size_t i = 1; i < n; i++)
+        if (!strcmp(sorted[i], sorted[i - 1])) {
+            int rc = cli_error(p, "%s: '%s' is given twice", where, sorted[i]);
+            free(sorted);
+            return rc;
+        }
+    free(sorted);
     return 0;
 }
 
@@ -513,6 +532,7 @@ static void sweep_free(struct sweep *sw)
 
 static int check_metric(const struct sweep *sw, const char *name, bool directed, char *err,
                         size_t errlen);
+static long axis_of(const struct sweep *sw, const char *name);
 
 /* What an option sets, whatever its spelling: its canonical name without a "no-" that negates
  * another option (no-enable-prefix-caching sets enable-prefix-caching). */
@@ -650,9 +670,24 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         sw->sort = "ttft_p99_ms";
     if (check_metric(sw, sw->sort, false, err, sizeof err))
         return cli_error(&p, "option --sort: %s", err);
+    if (axis_of(sw, sw->sort) >= 0) /* the grid's spelling from here on */
+        sw->sort = sw->axes[axis_of(sw, sw->sort)].name;
     for (size_t m = 0; m < sw->npareto; m++) {
+        if (axis_of(sw, sw->pareto[m]) >= 0)
+            sw->pareto[m] = sw->axes[axis_of(sw, sw->pareto[m])].name;
         if (check_metric(sw, sw->pareto[m], true, err, sizeof err))
             return cli_error(&p, "option --pareto: %s", err);
+        bool slo_given = false;
+        for (size_t i = 0; i < sw->nbase; i++)
+            slo_given |= !strncmp(sw->base[i].name, "slo-", 4);
+        for (size_t a = 0; a < sw->naxes; a++)
+            slo_given |= !strncmp(sw->axes[a].name, "slo-", 4);
+        if (!slo_given &&
+            (!strncmp(sw->pareto[m], "slo_", 4) || !strncmp(sw->pareto[m], "goodput", 7)))
+            return cli_error(&p,
+                             "option --pareto: '%s' needs an objective (--slo-ttft-ms, "
+                             "--slo-itl-ms or --slo-e2e-ms)",
+                             sw->pareto[m]);
         for (size_t k = 0; k < m; k++)
             if (!strcmp(sw->pareto[k], sw->pareto[m]))
                 return cli_error(&p, "option --pareto: '%s' is given twice", sw->pareto[m]);
@@ -885,8 +920,10 @@ static bool metric_lower(const char *name, bool *known)
 /* The grid axis named name, or -1. */
 static long axis_of(const struct sweep *sw, const char *name)
 {
+    char canon[64];
+    kvsim_options_canonical(name, canon, sizeof canon);
     for (size_t a = 0; a < sw->naxes; a++)
-        if (!strcmp(sw->axes[a].name, name))
+        if (!strcmp(sw->axes[a].name, name) || !strcmp(sw->axes[a].name, canon))
             return (long)a;
     return -1;
 }
@@ -1648,7 +1685,7 @@ static json_t *reusable_report(const struct sweep *sw, const struct sweep_point 
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
-    if (sw->force || access(path, F_OK) != 0)
+    if (sw->force || sw->reads_other_files || access(path, F_OK) != 0)
         return NULL;
     json_t *r = NULL;
     if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &r, NULL) != 0)
@@ -1702,7 +1739,9 @@ static int run_points(struct sweep *sw, FILE *rows)
             struct sweep_point *pt = &sw->points[i];
             if (pt->state != POINT_PENDING || pt->group != g)
                 continue;
-            if (lrc) { /* the trace refused: every point reading it fails with its message */
+            if (lrc && sweep_interrupted)
+                continue; /* its read was interrupted: not run, the same command runs it */
+            if (lrc) {    /* the trace refused: every point reading it fails with its message */
                 rc = finish_point(sw, pt, rows, NULL, err);
                 continue;
             }
@@ -1807,10 +1846,18 @@ int cli_sweep_main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_sa);
     sw.version = kvsim_version();
+    static const char *const file_options[] = {"profiles", "config", "engine-args",
+                                               "prefill-engine-args", "decode-engine-args"};
+    for (size_t k = 0; k < sizeof file_options / sizeof file_options[0]; k++) {
+        for (size_t i = 0; i < sw.nbase; i++)
+            sw.reads_other_files |= !strcmp(sw.base[i].name, file_options[k]);
+        sw.reads_other_files |= axis_of(&sw, file_options[k]) >= 0;
+    }
     sw.t0 = t0;
     sw.progress = !sw.quiet && isatty(STDERR_FILENO);
     if (!rc)
         rc = run_points(&sw, rows);
+    sigaction(SIGINT, &old_sa, NULL); /* the rest is quick; a SIGINT now ends it */
     fclose(rows);
     long front = 0;
     if (!rc && sw.npareto && (front = mark_pareto(&sw)) < 0)
@@ -1839,11 +1886,10 @@ int cli_sweep_main(int argc, char **argv)
                ", %.2f s wall, %zu trace loads; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
                sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.trace_loads,
                sw.out, sw.out, sw.out, sw.npareto ? ", " : "", sw.npareto ? svg_path : "", more);
-    sigaction(SIGINT, &old_sa, NULL);
     sweep_free(&sw);
     if (rc)
         return CLI_EXIT_FAILED;
-    if (sweep_interrupted)
+    if (sweep_interrupted && left)
         return CLI_EXIT_INTERRUPTED;
     return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

@@ -369,6 +369,8 @@ static int add_axis(struct cli_parser *p, struct sweep *sw)
     return rc;
 }
 
+static void real_text(double x, char *buf, size_t len);
+
 /* A JSON scalar of a spec as an option's text: a string as is, an integer in decimal, a real
  * as the shortest text that reads back, true/false. NULL: not a scalar, or out of memory. */
 static char *spec_scalar(const json_t *v)
@@ -378,13 +380,9 @@ static char *spec_scalar(const json_t *v)
         return strdup(json_string_value(v));
     if (json_is_integer(v))
         snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-    else if (json_is_real(v)) {
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(buf, sizeof buf, "%.*g", prec, json_real_value(v));
-            if (strtod(buf, NULL) == json_real_value(v))
-                break;
-        }
-    } else if (json_is_boolean(v))
+    else if (json_is_real(v))
+        real_text(json_real_value(v), buf, sizeof buf);
+    else if (json_is_boolean(v))
         snprintf(buf, sizeof buf, "%s", json_is_true(v) ? "true" : "false");
     else
         return NULL;

@@ -126,10 +126,7 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err,
         refuse_huge_integer(path, err, errlen))
         return -EINVAL;
     if (lrc) {
-        if (jerr.line > 0)
-            snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        else /* cannot open, too large, a read error: the text names the file */
-            snprintf(err, errlen, "%s", jerr.text);
+        kvsim_json_error_message(path, &jerr, err, errlen);
         return lrc;
     }
     int rc = 0;

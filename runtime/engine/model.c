@@ -235,10 +235,7 @@ int kvsim_model_arch_load(const char *path, const char *name, struct kvsim_model
             snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-lrc));
             return -ENOENT;
         }
-        if (jerr.line > 0)
-            snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        else /* too large, a read error: the text names the file */
-            snprintf(err, errlen, "%s", jerr.text);
+        kvsim_json_error_message(path, &jerr, err, errlen);
         return lrc;
     }
     struct kvsim_model_arch a;

@@ -214,10 +214,7 @@ int kvsim_step_model_load(const char *path, struct kvsim_step_model *m, char *er
     int rc =
         kvsim_json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &root, &jerr);
     if (rc) {
-        if (jerr.line > 0)
-            snprintf(err, errlen, "%s:%d: %s", path, jerr.line, jerr.text);
-        else /* cannot open, too large, a read error: the text names the file */
-            snprintf(err, errlen, "%s", jerr.text);
+        kvsim_json_error_message(path, &jerr, err, errlen);
         return rc;
     }
     const char *key;

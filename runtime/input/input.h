@@ -292,6 +292,10 @@ struct json_error_t;
  * json_error_cannot_open_file, json_error_invalid_argument (too large), json_error_unknown (a
  * read error) or json_error_out_of_memory. jerr->source is path.
  */
+/* The message of a kvsim_json_load_file failure: "<path>:<line>: <jansson's text>" for a parse
+ * error, else the text alone (it names the file: cannot open, too large, a read error). */
+KVSIM_EXTERN void kvsim_json_error_message(const char *path, const struct json_error_t *jerr,
+                                           char *err, size_t errlen);
 KVSIM_EXTERN int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
                                       struct json_error_t *jerr);
 

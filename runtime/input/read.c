@@ -231,3 +231,12 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
     free(buf);
     return rc;
 }
+
+void kvsim_json_error_message(const char *path, const struct json_error_t *jerr, char *err,
+                              size_t errlen)
+{
+    if (jerr->line > 0)
+        snprintf(err, errlen, "%s:%d: %s", path, jerr->line, jerr->text);
+    else
+        snprintf(err, errlen, "%s", jerr->text);
+}

@@ -222,6 +222,24 @@ int conform__tokens_check(struct kvsim_conform_runner *c, json_t *v, const char 
     return 0;
 }
 
+/* conform__tokens_check of every list of the object v (request id -> tokens), each under the
+ * path "<prefix>.<id>". Returns 0 or the first failure. */
+static int tokens_check_map(struct kvsim_conform_runner *c, json_t *v, const char *where,
+                            const char *prefix)
+{
+    const char *id;
+    json_t *x;
+    json_object_foreach(v, id, x)
+    {
+        char path[128];
+        snprintf(path, sizeof path, "%s.%s", prefix, id);
+        int rc = conform__tokens_check(c, x, where, path);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Expands a token list (checked or not) and appends it to *out (grown as needed). Returns 0 or
  * the failure. */
 int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_token **out, size_t *n,
@@ -919,16 +937,8 @@ static int validate_expect(struct kvsim_conform_runner *c, json_t *ex, const cha
             ok = is_map_of(v, is_string);
         else if (!strcmp(k, "output_tokens")) {
             ok = json_is_object(v);
-            const char *id;
-            json_t *x;
-            if (ok)
-                json_object_foreach(v, id, x)
-                {
-                    char path[128];
-                    snprintf(path, sizeof path, "expect.output_tokens.%s", id);
-                    if (conform__tokens_check(c, x, where, path))
-                        return conform__failed(c);
-                }
+            if (ok && tokens_check_map(c, v, where, "expect.output_tokens"))
+                return conform__failed(c);
         } else if (!strcmp(k, "total_scheduled") || !strcmp(k, "free_blocks") ||
                    !strcmp(k, "hit_tokens") || !strcmp(k, "now_ns") || !strcmp(k, "held_blocks") ||
                    !strcmp(k, "pending_transfers") || !strcmp(k, "pinned_blocks") ||
@@ -1077,16 +1087,8 @@ int conform__validate_step(struct kvsim_conform_runner *c, json_t *st, size_t k)
                 return conform__failed(c);
         } else if (!strcmp(key, "sampled")) {
             ok = json_is_object(v);
-            const char *id;
-            json_t *x;
-            if (ok)
-                json_object_foreach(v, id, x)
-                {
-                    char path[128];
-                    snprintf(path, sizeof path, "sampled.%s", id);
-                    if (conform__tokens_check(c, x, where, path))
-                        return conform__failed(c);
-                }
+            if (ok && tokens_check_map(c, v, where, "sampled"))
+                return conform__failed(c);
         } else if (!strcmp(key, "prompt")) {
             if (conform__tokens_check(c, v, where, key))
                 return conform__failed(c);

@@ -1,0 +1,208 @@
+/*
+ * sweep.h - the machinery `kvsim sweep` and `kvsim plan` share (runtime/cli/sweep.c): a set of
+ * replay configurations ("points": a base of replay options and one value per axis), resolved
+ * and identified up front, replayed in worker processes that each write the report a plain
+ * `kvsim replay` writes, and turned into rows (DIR/rows.jsonl, DIR/rows.csv). Private to the
+ * command line.
+ *
+ * Threads: everything here runs on the command's one thread, which forks a child per point; the
+ * children share nothing with it but the loaded requests (copy on write) and their pipe.
+ */
+#ifndef KVSIM_CLI_SWEEP_H
+#define KVSIM_CLI_SWEEP_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runtime/cli/cli.h"
+#include "runtime/input/input.h"
+
+/* A set of more points than this is refused (each point is a process and a report file). */
+#define SWEEP_MAX_POINTS 100000u
+#define SWEEP_MAX_AXES   16
+#define SWEEP_MAX_PARETO 8
+
+struct sweep_axis {
+    char name[64]; /* canonical option name */
+    char *text;    /* the values, split in place */
+    const char **values;
+    size_t n;
+};
+
+struct sweep_setting {
+    const char *name; /* the option table's (static) name */
+    const char *value;
+    bool owned; /* value is malloc'd (a spec's), freed with the sweep */
+};
+
+/* POINT_IDLE: a valid point nobody asked for yet (plan's candidates); it has no row. */
+enum point_state { POINT_PENDING, POINT_INVALID, POINT_OK, POINT_FAILED, POINT_IDLE };
+
+struct sweep_point {
+    size_t index; /* in grid order: the first axis varies slowest */
+    char id[17];
+    size_t group; /* its trace group */
+    enum point_state state;
+    bool reused; /* its report was already in DIR (not run again) */
+    char *error; /* why it failed or is invalid (malloc'd) */
+    json_t *row;
+};
+
+/* Points that read the same requests: the same trace file and loading options. */
+struct sweep_group {
+    char *key;
+    char *trace_path; /* NULL: each child draws the synthetic workload itself */
+    struct kvsim_trace_opts opts;
+    /* With keep_traces: the requests stay loaded between calls of sweep_run_points. */
+    bool loaded;
+    int load_rc;
+    char *load_error;
+    struct kvsim_trace trace;
+};
+
+struct sweep {
+    const char *cmd;       /* "kvsim sweep", "kvsim plan": messages begin with it */
+    const char *axis_what; /* "in a --grid", "searched": what an axis is, for messages */
+    struct sweep_setting *base;
+    size_t nbase, base_cap;
+    bool threads_given;
+    struct sweep_axis axes[SWEEP_MAX_AXES];
+    size_t naxes;
+    struct sweep_point *points;
+    size_t npoints;
+    struct sweep_group *groups;
+    size_t ngroups;
+    const char *out;
+    uint32_t jobs;
+    bool quiet;
+    bool force;          /* rerun points whose report is already in DIR */
+    bool keep_traces;    /* keep each group's requests loaded until sweep_free */
+    uint64_t max_points; /* start at most this many points (0: no limit) */
+    size_t done;         /* points ended so far */
+    size_t nfailed;      /* of which failed or invalid */
+    size_t trace_loads;  /* traces parsed (once per group) */
+    /* The configuration reads files besides the trace (profiles, --config, engine arguments):
+     * their content is in no report's digest, so no report is reused. */
+    bool reads_other_files;
+    bool progress;       /* a progress line on stderr (a terminal, not --quiet) */
+    int64_t t0;          /* when the sweep started (base_monotonic_ns) */
+    size_t started;      /* points started by this run */
+    size_t reused;       /* points whose report was already in DIR */
+    const char *version; /* kvsim_version(): a report of another version is not reused */
+    const char *sort;    /* the table's order (a metric) */
+    char *pareto_text;   /* --pareto's list, split in place */
+    const char *pareto[SWEEP_MAX_PARETO];
+    size_t npareto;
+};
+
+/* Set by SIGINT while sweep_signals_begin's handler is installed. */
+extern volatile sig_atomic_t sweep_interrupted;
+/* SIGINT sets sweep_interrupted (no SA_RESTART: a wait for a child returns); SIGCHLD default
+ * (an ignored one, inherited, would leave no child to wait for). */
+void sweep_signals_begin(struct sigaction *old_sigint);
+void sweep_signals_end(const struct sigaction *old_sigint);
+
+/* ---- points ------------------------------------------------------------------------------- */
+
+/* The value of axis a at point index i. */
+const char *sweep_axis_value(const struct sweep *sw, size_t a, size_t index);
+/* "engines=2 router=kv" for messages. */
+void sweep_point_label(const struct sweep *sw, size_t index, char *buf, size_t len);
+/* The options of point index: the base in order, --threads 1 unless given, then the axes'
+ * values. Returns 0 or -EINVAL with the message in err (o is then finished). */
+int sweep_point_options(const struct sweep *sw, size_t index, struct kvsim_options *o, char *err,
+                        size_t errlen);
+/* Whether the replay option name writes a file (the sweep writes its own). */
+bool sweep_writes_a_file(const char *name);
+/* Appends a base option (name: canonical; value: borrowed, or malloc'd and owned by the sweep
+ * when owned). Returns 0, -EINVAL (not an option) or -ENOMEM. */
+int sweep_base_put(struct sweep *sw, const char *name, const char *value, bool owned);
+/* Adds the axis `given` (an option's name, any spelling) with the n values vals, each checked
+ * against the option table; where begins the messages. Returns 0 or -EINVAL (printed). */
+int sweep_add_axis_values(struct cli_parser *p, struct sweep *sw, const char *given,
+                          const char *const *vals, size_t n, const char *where);
+/* What an option sets, whatever its spelling (no-enable-prefix-caching sets
+ * enable-prefix-caching). */
+const char *sweep_setting_key(const char *name, char *buf, size_t len);
+
+/* The getopt table of kvsim replay's options (val 1, without --help) followed by extra (ended
+ * by a NULL name), in opts of cap entries. Returns 0 or -EINVAL (printed: a kvsim bug). */
+int sweep_getopt_table(const struct sweep *sw, struct option *opts, size_t cap,
+                       const struct option *extra);
+/* A replay option the parser returned (p->long_name, p->arg): --quiet, or a base option checked
+ * now so that the message names it; one that writes a file is refused. Returns 0 or -EINVAL. */
+int sweep_take_replay_option(struct cli_parser *p, struct sweep *sw);
+/* After the options: the positional trace (at most one, not also --trace) and that no axis is
+ * also a base option. Returns 0 or -EINVAL (printed). */
+int sweep_take_trace(struct cli_parser *p, struct sweep *sw, int argc, char **argv);
+int sweep_check_axes_vs_base(struct cli_parser *p, const struct sweep *sw);
+
+/* Resolves every point (sw->npoints of them): its id, its group, or why it is invalid.
+ * Returns 0, or -EINVAL when no point is valid, two points are one configuration, a trace
+ * cannot be opened or standard input would be read twice (printed), -ENOMEM. */
+int sweep_plan_points(struct sweep *sw);
+/* Sets reads_other_files and version before running. */
+void sweep_note_inputs(struct sweep *sw);
+int sweep_cmp_ids(const void *a, const void *b);
+void sweep_free(struct sweep *sw);
+
+/* ---- rows and metrics --------------------------------------------------------------------- */
+
+/* json_object_get along a dotted path ("requests.completed"); NULL when absent. */
+json_t *sweep_json_at(const json_t *root, const char *path);
+/* The rows' metric columns in order: the m-th, or NULL past the last. */
+const char *sweep_row_column(size_t m);
+/* Whether lower is better for a metric (a row column, or an option that is a cost); known
+ * false when it has no natural direction. */
+bool sweep_metric_lower(const char *name, bool *known);
+/* The axis named name (any spelling), or -1. */
+long sweep_axis_of(const struct sweep *sw, const char *name);
+/* A metric's value at a point that ran (an axis's value or a row column; NaN when missing). */
+double sweep_metric_value(const struct sweep *sw, const struct sweep_point *pt, const char *name);
+/* The shortest decimal text that reads back as x, with jansson's exponent form. */
+void sweep_real_text(double x, char *buf, size_t len);
+/* A row as one JSON line with its line end (malloc'd), or NULL: out of memory. */
+char *sweep_row_text(const json_t *row);
+/* Writes rows.jsonl and rows.csv, sorted by id (invalid points last, in grid order). Returns 0
+ * or a negative errno (printed). */
+int sweep_write_rows(const struct sweep *sw);
+/* The points that ran (state OK), in id order. *n set; NULL when out of memory. */
+struct sweep_point **sweep_points_that_ran(const struct sweep *sw, size_t *n);
+
+/* ---- plots -------------------------------------------------------------------------------- */
+
+/* A number for labels and tables: 4 significant digits ("-": missing). */
+void sweep_short_number(double x, char *buf, size_t len);
+/* XML text (escapes <, >, &). */
+void sweep_xml_text(FILE *f, const char *s);
+/* A plot's frame: where the data go and which values the axes span. */
+struct sweep_plot {
+    double lo[2], hi[2];
+    double left, top, width, height;
+};
+double sweep_plot_x(const struct sweep_plot *p, double v);
+double sweep_plot_y(const struct sweep_plot *p, double v);
+/* The axes, five ticks each, and their titles (full_h: the picture's height). */
+void sweep_svg_axes(FILE *f, const struct sweep_plot *p, double full_h, const char *x_title,
+                    const char *y_title);
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+/* Ends point pt: its state (POINT_OK with its report, else POINT_FAILED or POINT_INVALID with
+ * why), its row, appended to rows, and its line. Returns 0 or -ENOMEM. */
+int sweep_finish_point(struct sweep *sw, struct sweep_point *pt, FILE *rows, const json_t *report,
+                       const char *why);
+/* Runs every POINT_PENDING point, group by group, at most sw->jobs at a time, keeping the
+ * reports a rerun may keep; stops handing out points after sw->max_points or on SIGINT.
+ * Returns 0 or -ENOMEM (printed). */
+int sweep_run_points(struct sweep *sw, FILE *rows);
+/* mkdir -p DIR/reports. Returns 0 or a negative errno. */
+int sweep_make_out_dirs(const char *out);
+/* Opens DIR/rows.jsonl for writing (NULL: printed). */
+FILE *sweep_open_rows(const struct sweep *sw);
+
+#endif

@@ -144,6 +144,7 @@ int cli_replay_main(int argc, char **argv);
  * name, and "help"); `kvsim sweep` takes the same options. */
 extern const struct option cli_replay_options[];
 int cli_sweep_main(int argc, char **argv);
+int cli_plan_main(int argc, char **argv);
 int cli_validate_main(int argc, char **argv);
 int cli_calibrate_main(int argc, char **argv);
 int cli_conform_main(int argc, char **argv);

@@ -19,6 +19,9 @@ static void usage(FILE *out)
                  "              compare the fitted and the held-out requests\n"
                  "  sweep       replay a grid of configurations (--grid OPTION=v1,v2,...) in\n"
                  "              worker processes: one row and one report per point\n"
+                 "  plan        the fewest engines that meet an SLO (--min engines=LO..HI), or\n"
+                 "              the most load a configuration serves at it (--max\n"
+                 "              arrival-speedup=LO..HI), by replays the search picks\n"
                  "  conform     run conformance scenarios against the scheduler core\n"
                  "  soak        seeded randomized scheduler runs checking invariants and\n"
                  "              liveness; failing seeds are written as scenarios\n"
@@ -52,7 +55,7 @@ static const struct {
     {"calibrate", cli_calibrate_main}, {"conform", cli_conform_main},
     {"soak", cli_soak_main},           {"minimize", cli_minimize_main},
     {"stress", cli_stress_main},       {"pool-demo", cli_pool_demo_main},
-    {"sweep", cli_sweep_main},
+    {"sweep", cli_sweep_main},         {"plan", cli_plan_main},
 };
 
 int main(int argc, char **argv)

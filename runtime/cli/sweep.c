@@ -765,7 +765,7 @@ void sweep_svg_axes(FILE *f, const struct sweep_plot *p, double full_h, const ch
     for (int t = 0; t <= 4; t++) {
         double vx = p->lo[0] + (p->hi[0] - p->lo[0]) * t / 4;
         double vy = p->lo[1] + (p->hi[1] - p->lo[1]) * t / 4;
-        sweep_short_number(vx, a, sizeof a);
+        sweep_short_number(p->log_x ? pow(10, vx) : vx, a, sizeof a);
         sweep_short_number(vy, b, sizeof b);
         fprintf(f,
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>"
@@ -786,46 +786,60 @@ void sweep_svg_axes(FILE *f, const struct sweep_plot *p, double full_h, const ch
 
 /* ---- running --------------------------------------------------------------------------------- */
 
+int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
+                       const struct kvsim_trace *trace, char **text, char *err, size_t errlen)
+{
+    struct kvsim_options o;
+    struct kvsim_run run;
+    *text = NULL;
+    int rc = sweep_point_options(sw, pt->index, &o, err, errlen);
+    if (!rc && (rc = kvsim_options_resolve(&o, &run, err, errlen)) != 0)
+        kvsim_options_fini(&o);
+    if (rc)
+        return rc;
+    char *config = kvsim_options_config_text(&o, &run);
+    if (!config) {
+        snprintf(err, errlen, "out of memory");
+        rc = -ENOMEM;
+    } else {
+        if (trace) { /* the parent's copy: the report still names the file */
+            run.replay.requests = trace;
+            run.replay.trace_label = run.replay.trace_path;
+            run.replay.trace_path = NULL;
+        }
+        run.replay.config_text = config;
+        run.replay.stop_flag = &sweep_interrupted;
+        struct kvsim_report rep;
+        rc = kvsim_replay_run(&run.replay, &rep, err, errlen);
+        if (!rc) { /* rep is set */
+            if (!rep.complete && !strcmp(rep.end_reason, "interrupted"))
+                rc = -EINTR; /* no report: the point runs again next time */
+            else if (!(*text = kvsim_report_json_text(&rep))) {
+                snprintf(err, errlen, "out of memory building the report");
+                rc = -ENOMEM;
+            }
+            kvsim_report_fini(&rep);
+        }
+        free(config);
+    }
+    kvsim_run_fini(&run);
+    kvsim_options_fini(&o);
+    return rc;
+}
+
 /* The child of point pt: replays it (the group's requests when loaded) into reports/<id>.json
  * and exits with replay's status; a message on errfd says why it failed. Never returns. */
 static void run_point_child(const struct sweep *sw, const struct sweep_point *pt,
                             const struct kvsim_trace *trace, int errfd)
 {
-    char err[2048] = "", path[4096];
-    struct kvsim_options o;
-    struct kvsim_run run;
-    int rc = sweep_point_options(sw, pt->index, &o, err, sizeof err);
-    if (!rc && (rc = kvsim_options_resolve(&o, &run, err, sizeof err)) != 0)
-        kvsim_options_fini(&o);
+    char err[2048] = "", path[4096], *text;
+    int rc = sweep_replay_point(sw, pt, trace, &text, err, sizeof err);
+    if (rc == -EINTR)
+        _exit(CLI_EXIT_INTERRUPTED); /* no report: the point runs again next time */
     if (!rc) {
-        char *config = kvsim_options_config_text(&o, &run);
-        if (!config) {
-            snprintf(err, sizeof err, "out of memory");
-            rc = -ENOMEM;
-        } else {
-            if (trace) { /* the parent's copy: the report still names the file */
-                run.replay.requests = trace;
-                run.replay.trace_label = run.replay.trace_path;
-                run.replay.trace_path = NULL;
-            }
-            run.replay.config_text = config;
-            run.replay.stop_flag = &sweep_interrupted;
-            struct kvsim_report rep;
-            rc = kvsim_replay_run(&run.replay, &rep, err, sizeof err);
-            if (!rc && !rep.complete && !strcmp(rep.end_reason, "interrupted")) {
-                kvsim_report_fini(&rep);
-                free(config);
-                _exit(CLI_EXIT_INTERRUPTED); /* no report: the point runs again next time */
-            }
-            if (!rc) {
-                snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
-                rc = kvsim_report_write_json(path, &rep, err, sizeof err);
-                kvsim_report_fini(&rep);
-            }
-            free(config);
-        }
-        kvsim_run_fini(&run);
-        kvsim_options_fini(&o);
+        snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+        rc = kvsim_write_text(path, text, err, sizeof err);
+        free(text);
     }
     if (rc) {
         size_t n = strlen(err);
@@ -916,19 +930,29 @@ static int reap_one(struct sweep *sw, struct sweep_child *kids, uint32_t *nkids,
         sw->started--; /* cut short: not a row, it runs again next time */
         return 0;
     }
-    json_t *report = NULL;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        char path[4096];
-        json_error_t jerr;
-        snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
-        if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &report, &jerr) != 0)
-            snprintf(msg, sizeof msg, "its report cannot be read back: %s", jerr.text);
-    } else if (!got) {
+    bool ran = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ran && !got) {
         if (WIFSIGNALED(status))
             snprintf(msg, sizeof msg, "killed by signal %d (%s)", WTERMSIG(status),
                      strsignal(WTERMSIG(status)));
         else
             snprintf(msg, sizeof msg, "exited %d", WEXITSTATUS(status));
+    }
+    return sweep_point_ended(sw, pt, rows, ran, msg);
+}
+
+int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool ran,
+                      const char *why)
+{
+    json_t *report = NULL;
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s", why ? why : "");
+    if (ran) {
+        char path[4096];
+        json_error_t jerr;
+        snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+        if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &report, &jerr) != 0)
+            snprintf(msg, sizeof msg, "its report cannot be read back: %s", jerr.text);
     }
     int rc = sweep_finish_point(sw, pt, rows, report, msg);
     json_decref(report);
@@ -976,8 +1000,8 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
 /* The report of point pt already in DIR that a rerun keeps (NULL: run it): complete or ended by
  * its own bounds (not interrupted), of this kvsim version, of the same trace bytes (sha256: the
  * id names the trace's path, not its content). */
-static json_t *reusable_report(const struct sweep *sw, const struct sweep_point *pt,
-                               const char *trace_sha256)
+json_t *sweep_reusable_report(const struct sweep *sw, const struct sweep_point *pt,
+                              const char *trace_sha256)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
@@ -998,6 +1022,24 @@ static json_t *reusable_report(const struct sweep *sw, const struct sweep_point 
         return NULL;
     }
     return r;
+}
+
+int sweep_group_load(struct sweep *sw, size_t g)
+{
+    struct sweep_group *grp = &sw->groups[g];
+    if (!grp->trace_path)
+        return 0;
+    if (!grp->loaded) {
+        char err[2048] = "";
+        grp->load_rc = kvsim_trace_load(grp->trace_path, &grp->opts, &grp->trace, err, sizeof err);
+        free(grp->load_error);
+        grp->load_error = NULL;
+        if (grp->load_rc && !(grp->load_error = strdup(err)))
+            return -ENOMEM;
+        grp->loaded = !sweep_interrupted || !grp->load_rc; /* an interrupted read: again */
+        sw->trace_loads++;
+    }
+    return grp->load_rc;
 }
 
 /* Passes SIGINT on to the running children (once each: a child's handler only sets its flag,
@@ -1031,15 +1073,9 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
         if (!wanted)
             continue;
         char err[2048] = "";
-        if (!grp->loaded && grp->trace_path) {
-            grp->load_rc =
-                kvsim_trace_load(grp->trace_path, &grp->opts, &grp->trace, err, sizeof err);
-            if (grp->load_rc && !(grp->load_error = strdup(err)))
-                rc = -ENOMEM;
-            grp->loaded = !sweep_interrupted || !grp->load_rc; /* an interrupted read: again */
-            sw->trace_loads++;
-        }
-        int lrc = grp->trace_path ? grp->load_rc : 0;
+        int lrc = sweep_group_load(sw, g);
+        if (lrc == -ENOMEM && !grp->load_error)
+            rc = -ENOMEM;
         const struct kvsim_trace *trace = grp->trace_path && !lrc ? &grp->trace : NULL;
         for (size_t i = 0; i < sw->npoints && !rc; i++) {
             struct sweep_point *pt = &sw->points[i];
@@ -1051,7 +1087,7 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
                 rc = sweep_finish_point(sw, pt, rows, NULL, grp->load_error);
                 continue;
             }
-            json_t *kept = reusable_report(sw, pt, trace ? trace->sha256 : NULL);
+            json_t *kept = sweep_reusable_report(sw, pt, trace ? trace->sha256 : NULL);
             if (kept) {
                 sw->reused++;
                 pt->reused = true;
@@ -1199,8 +1235,8 @@ int sweep_check_axes_vs_base(struct cli_parser *p, const struct sweep *sw)
             char x[64], y[64];
             if (!strcmp(sweep_setting_key(sw->axes[a].name, x, sizeof x),
                         sweep_setting_key(sw->base[i].name, y, sizeof y)))
-                return cli_error(p, "option --%s is both %s and outside it (as --%s)",
-                                 sw->axes[a].name, sw->axis_what, sw->base[i].name);
+                return cli_error(p, "option --%s is %s (as --%s)", sw->axes[a].name, sw->axis_what,
+                                 sw->base[i].name);
         }
     return 0;
 }

@@ -66,7 +66,7 @@ struct sweep_group {
 
 struct sweep {
     const char *cmd;       /* "kvsim sweep", "kvsim plan": messages begin with it */
-    const char *axis_what; /* "in a --grid", "searched": what an axis is, for messages */
+    const char *axis_what; /* "both in a --grid and outside it": an axis also given, for messages */
     struct sweep_setting *base;
     size_t nbase, base_cap;
     bool threads_given;
@@ -93,6 +93,8 @@ struct sweep {
     size_t started;      /* points started by this run */
     size_t reused;       /* points whose report was already in DIR */
     const char *version; /* kvsim_version(): a report of another version is not reused */
+    int mpi_ranks;       /* under mpirun: the ranks (0: not under MPI) */
+    uint64_t mpi_bytes;  /* bytes rank 0 received and sent */
     const char *sort;    /* the table's order (a metric) */
     char *pareto_text;   /* --pareto's list, split in place */
     const char *pareto[SWEEP_MAX_PARETO];
@@ -179,10 +181,12 @@ struct sweep_point **sweep_points_that_ran(const struct sweep *sw, size_t *n);
 void sweep_short_number(double x, char *buf, size_t len);
 /* XML text (escapes <, >, &). */
 void sweep_xml_text(FILE *f, const char *s);
-/* A plot's frame: where the data go and which values the axes span. */
+/* A plot's frame: where the data go and which values the axes span (log_x: lo[0] and hi[0]
+ * are log10 of the values, and the x ticks are labelled with the values). */
 struct sweep_plot {
     double lo[2], hi[2];
     double left, top, width, height;
+    bool log_x;
 };
 double sweep_plot_x(const struct sweep_plot *p, double v);
 double sweep_plot_y(const struct sweep_plot *p, double v);
@@ -196,6 +200,25 @@ void sweep_svg_axes(FILE *f, const struct sweep_plot *p, double full_h, const ch
  * why), its row, appended to rows, and its line. Returns 0 or -ENOMEM. */
 int sweep_finish_point(struct sweep *sw, struct sweep_point *pt, FILE *rows, const json_t *report,
                        const char *why);
+/* Loads group g's requests unless loaded (they stay until sweep_run_points ends, or until
+ * sweep_free with keep_traces). Returns 0 (also for the synthetic workload: nothing to load),
+ * or the loader's negative errno with its message in the group's load_error (-ENOMEM with no
+ * message: out of memory). */
+int sweep_group_load(struct sweep *sw, size_t g);
+/* Replays point pt in this process with the requests trace (NULL: the point loads its trace or
+ * draws the synthetic workload) and returns its report as JSON text (*text, malloc'd; the text
+ * kvsim_report_write_json writes). Returns 0, -EINTR when SIGINT cut it short (no report), or
+ * a negative errno with the message in err. Any thread; no shared state but sweep_interrupted. */
+int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
+                       const struct kvsim_trace *trace, char **text, char *err, size_t errlen);
+/* The report of point pt already in DIR that a rerun keeps (NULL: run it): of this kvsim
+ * version, ended by its own bounds, of the same trace bytes (trace_sha256; NULL: synthetic). */
+json_t *sweep_reusable_report(const struct sweep *sw, const struct sweep_point *pt,
+                              const char *trace_sha256);
+/* Ends point pt after its replay: ran (its report is in DIR/reports/<id>.json, read back for
+ * the row) or failed (why). Returns 0 or -ENOMEM. */
+int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool ran,
+                      const char *why);
 /* Runs every POINT_PENDING point, group by group, at most sw->jobs at a time, keeping the
  * reports a rerun may keep; stops handing out points after sw->max_points or on SIGINT.
  * Returns 0 or -ENOMEM (printed). */
@@ -204,5 +227,24 @@ int sweep_run_points(struct sweep *sw, FILE *rows);
 int sweep_make_out_dirs(const char *out);
 /* Opens DIR/rows.jsonl for writing (NULL: printed). */
 FILE *sweep_open_rows(const struct sweep *sw);
+
+/* ---- MPI (sweep_mpi.c: in the kvsim executable when built with Open MPI, KVSIM_HAVE_MPI) ---- */
+
+/* The rank the launcher (mpirun, srun) gave this process, from its environment, or -1: not
+ * launched by MPI. Callable before sweep_mpi_init. */
+int sweep_mpi_env_rank(void);
+/* "Open MPI v4.1.4": the MPI library kvsim was built with. */
+const char *sweep_mpi_library(void);
+/* MPI_Init_thread (MPI_THREAD_FUNNELED), this rank and the number of ranks. Returns 0, or
+ * -ENOTSUP (printed by rank 0; MPI already finalized). */
+int sweep_mpi_init(const struct sweep *sw, int *rank, int *ranks);
+/* Rank 0, every other rank asking: keeps the reports a rerun may keep, hands out the other
+ * pending points (the most expensive first) and replays its share on a second thread; every
+ * result becomes a report and a row as it arrives. rows NULL: runs nothing and tells every rank
+ * to stop (after an error on rank 0). Returns 0 or -ENOMEM (the job is then aborted). */
+int sweep_mpi_coordinate(struct sweep *sw, FILE *rows, int ranks);
+/* Ranks other than 0: replay the points rank 0 hands out until it says stop. */
+void sweep_mpi_serve(struct sweep *sw);
+void sweep_mpi_fini(void);
 
 #endif

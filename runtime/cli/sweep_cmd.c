@@ -455,8 +455,8 @@ static int write_pareto_svg(const struct sweep *sw)
         return -ENOMEM;
     }
     const double W = 760, H = 520;
-    struct sweep_plot p = {{INFINITY, INFINITY}, {-INFINITY, -INFINITY}, 90, 50, W - 90 - 30,
-                           H - 50 - 70};
+    struct sweep_plot p = {
+        {INFINITY, INFINITY}, {-INFINITY, -INFINITY}, 90, 50, W - 90 - 30, H - 50 - 70, false};
     size_t shown = 0, nf = 0;
     for (size_t i = 0; i < n; i++) {
         xy[i][0] = sweep_metric_value(sw, ran[i], sw->pareto[0]);
@@ -619,7 +619,7 @@ static void print_table(const struct sweep *sw)
 
 int cli_sweep_main(int argc, char **argv)
 {
-    struct sweep sw = {.cmd = "kvsim sweep", .axis_what = "in a --grid"};
+    struct sweep sw = {.cmd = "kvsim sweep", .axis_what = "both in a --grid and outside it"};
     int prc = parse_sweep_args(&sw, argc, argv);
     if (prc) {
         sweep_free(&sw);

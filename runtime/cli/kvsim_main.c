@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "runtime/cli/cli.h"
+#ifdef KVSIM_HAVE_MPI
+#include "runtime/cli/sweep.h"
+#endif
 #include "runtime/runtime.h"
 
 static void usage(FILE *out)
@@ -71,7 +74,12 @@ int main(int argc, char **argv)
     cli_begin(&p, "kvsim", argc, argv, opts, "+Vh");
     while ((c = cli_next(&p)) > 0) {
         if (c == 'V') {
-            printf("%s (allocator: %s)\n", kvsim_version(), kvsim_allocator());
+#ifdef KVSIM_HAVE_MPI
+            printf("%s (allocator: %s, mpi: %s)\n", kvsim_version(), kvsim_allocator(),
+                   sweep_mpi_library());
+#else
+            printf("%s (allocator: %s, mpi: none)\n", kvsim_version(), kvsim_allocator());
+#endif
             return CLI_EXIT_OK;
         }
         usage(stdout);

@@ -219,7 +219,7 @@ void sweep_free(struct sweep *sw)
         free(sw->axes[a].text);
         free(sw->axes[a].values);
     }
-    for (size_t i = 0; i < sw->npoints; i++) {
+    for (size_t i = 0; sw->points && i < sw->npoints; i++) {
         free(sw->points[i].error);
         json_decref(sw->points[i].row);
     }

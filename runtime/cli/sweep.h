@@ -78,6 +78,7 @@ struct sweep {
     size_t ngroups;
     const char *out;
     uint32_t jobs;
+    bool jobs_given; /* -j given (refused under MPI) */
     bool quiet;
     bool force;          /* rerun points whose report is already in DIR */
     bool keep_traces;    /* keep each group's requests loaded until sweep_free */
@@ -88,15 +89,16 @@ struct sweep {
     /* The configuration reads files besides the trace (profiles, --config, engine arguments):
      * their content is in no report's digest, so no report is reused. */
     bool reads_other_files;
-    bool progress;       /* a progress line on stderr (a terminal, not --quiet) */
-    int64_t t0;          /* when the sweep started (base_monotonic_ns) */
-    size_t started;      /* points started by this run */
-    size_t reused;       /* points whose report was already in DIR */
-    const char *version; /* kvsim_version(): a report of another version is not reused */
-    int mpi_ranks;       /* under mpirun: the ranks (0: not under MPI) */
-    uint64_t mpi_bytes;  /* bytes rank 0 received and sent */
-    const char *sort;    /* the table's order (a metric) */
-    char *pareto_text;   /* --pareto's list, split in place */
+    bool progress;         /* a progress line on stderr (a terminal, not --quiet) */
+    int64_t t0;            /* when the sweep started (base_monotonic_ns) */
+    size_t started;        /* points started by this run */
+    size_t reused;         /* points whose report was already in DIR */
+    const char *version;   /* kvsim_version(): a report of another version is not reused */
+    int mpi_ranks;         /* under mpirun: the ranks (0: not under MPI) */
+    uint64_t mpi_bytes;    /* bytes rank 0 received and sent */
+    int64_t mpi_serial_ns; /* rank 0's main thread making reports and rows of results */
+    const char *sort;      /* the table's order (a metric) */
+    char *pareto_text;     /* --pareto's list, split in place */
     const char *pareto[SWEEP_MAX_PARETO];
     size_t npareto;
 };

@@ -9,6 +9,7 @@
 #include "runtime/cli/sweep.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -44,7 +45,9 @@ static void sweep_usage(FILE *out)
             "                   point, sorted by id: the configuration and the key metrics,\n"
             "                   no wall-clock figure), reports/<id>.json (each point's report,\n"
             "                   as `kvsim replay --report` writes it)\n"
-            "  -j, --jobs N     worker processes (default: the number of cores)\n"
+            "  -j, --jobs N     worker processes (default: the number of cores); under\n"
+            "                   mpirun (mpirun -np R kvsim sweep ...: docs/scale.md) every\n"
+            "                   rank replays one point at a time and -j is refused\n"
             "  --max-points K   start at most K points, then stop (a rerun does the rest)\n"
             "  --force          rerun the points whose report is already in DIR (by default\n"
             "                   a rerun keeps them: same id, same kvsim, same trace bytes)\n"
@@ -279,6 +282,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         case 'j':
             if (cli_u32(&p, 1, 1024, &sw->jobs))
                 return -EINVAL;
+            sw->jobs_given = true;
             break;
         case 'f': sw->force = true; break;
         case 'm':
@@ -617,85 +621,158 @@ static void print_table(const struct sweep *sw)
     free(ran);
 }
 
+/* Everything after the points are resolved, on the process that owns DIR (rank 0 under MPI,
+ * ranks > 0: the other ranks are waiting for points). Returns the exit status. */
+static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
+{
+    int rc = sweep_make_out_dirs(sw->out);
+    FILE *rows = NULL;
+    if (rc)
+        fprintf(stderr, "kvsim sweep: option --out: %s: cannot write there: %s\n", sw->out,
+                kvsim_strerror(rc));
+    else if (!(rows = sweep_open_rows(sw)))
+        rc = -EINVAL;
+    if (rc) {
+#ifdef KVSIM_HAVE_MPI
+        if (ranks)
+            sweep_mpi_coordinate(sw, NULL, ranks); /* tells the others to stop */
+#endif
+        return CLI_EXIT_USAGE;
+    }
+    /* The invalid points' rows first (they never run), then the others as they finish. */
+    size_t invalid = 0;
+    for (size_t i = 0; i < sw->npoints && !rc; i++) {
+        struct sweep_point *pt = &sw->points[i];
+        if (pt->state != POINT_INVALID)
+            continue;
+        invalid++;
+        char *why = pt->error;
+        pt->error = NULL;
+        rc = sweep_finish_point(sw, pt, rows, NULL, why);
+        free(why);
+    }
+    sweep_note_inputs(sw);
+    sw->t0 = t0;
+    sw->progress = !sw->quiet && isatty(STDERR_FILENO);
+    if (ranks) {
+#ifdef KVSIM_HAVE_MPI
+        /* SIGINT: mpirun ends the job; the rows so far are on disk, a rerun keeps them. */
+        rc = sweep_mpi_coordinate(sw, rc ? NULL : rows, ranks);
+#endif
+    } else {
+        struct sigaction old_sa; /* SIGINT: the parent passes it on to the running points */
+        sweep_signals_begin(&old_sa);
+        if (!rc)
+            rc = sweep_run_points(sw, rows);
+        sweep_signals_end(&old_sa); /* the rest is quick; a SIGINT now ends it */
+    }
+    fclose(rows);
+    long front = 0;
+    if (!rc && sw->npareto && (front = mark_pareto(sw)) < 0)
+        rc = (int)front;
+    if (!rc && sw->npareto)
+        rc = write_pareto_svg(sw);
+    if (!rc)
+        rc = sweep_write_rows(sw);
+    if (sw->progress)
+        fprintf(stderr, "\r%70s\r", "");
+    if (!rc && !sw->quiet)
+        print_table(sw);
+    size_t failed = 0, left = 0;
+    for (size_t i = 0; i < sw->npoints; i++) {
+        failed += sw->points[i].state == POINT_FAILED;
+        left += sw->points[i].state == POINT_PENDING;
+    }
+    double wall = (double)(base_monotonic_ns() - t0) / 1e9;
+    char more[256] = "", svg_path[4200], workers[160];
+    snprintf(svg_path, sizeof svg_path, "%s/pareto.svg (%ld on the front)", sw->out, front);
+    if (left)
+        snprintf(more, sizeof more, "; %zu not run (%s): the same command runs them", left,
+                 sweep_interrupted ? "interrupted" : "--max-points");
+    if (ranks)
+        snprintf(workers, sizeof workers, "%d MPI ranks (%.0f bytes and %.2f ms of rank 0 a point)",
+                 ranks, sw->started ? (double)sw->mpi_bytes / (double)sw->started : 0.0,
+                 sw->started ? (double)sw->mpi_serial_ns / 1e6 / (double)sw->started : 0.0);
+    else
+        snprintf(workers, sizeof workers, "-j %" PRIu32, sw->jobs);
+    if (!rc)
+        printf("sweep: %zu points, %zu failed, %zu invalid, %zu kept from %s/reports, %s, %.2f s "
+               "wall, %zu trace loads; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
+               sw->npoints, failed, invalid, sw->reused, sw->out, workers, wall, sw->trace_loads,
+               sw->out, sw->out, sw->out, sw->npareto ? ", " : "", sw->npareto ? svg_path : "",
+               more);
+    if (rc)
+        return CLI_EXIT_FAILED;
+    if (sweep_interrupted && left)
+        return CLI_EXIT_INTERRUPTED;
+    return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+}
+
 int cli_sweep_main(int argc, char **argv)
 {
     struct sweep sw = {.cmd = "kvsim sweep", .axis_what = "both in a --grid and outside it"};
+    int env_rank = -1, saved_out = -1, saved_err = -1;
+#ifdef KVSIM_HAVE_MPI
+    env_rank = sweep_mpi_env_rank(); /* launched by mpirun or srun */
+#endif
+    if (env_rank > 0) { /* every rank parses the same line: rank 0 says what is wrong */
+        int null_fd = open("/dev/null", O_WRONLY);
+        fflush(NULL);
+        saved_out = dup(STDOUT_FILENO);
+        saved_err = dup(STDERR_FILENO);
+        if (null_fd >= 0) {
+            dup2(null_fd, STDOUT_FILENO);
+            dup2(null_fd, STDERR_FILENO);
+            close(null_fd);
+        }
+    }
     int prc = parse_sweep_args(&sw, argc, argv);
+    if (!prc && env_rank >= 0 && sw.jobs_given) {
+        fprintf(stderr, "kvsim sweep: option -j: under mpirun every rank replays one point at a "
+                        "time (Open MPI does not support fork() after MPI_Init): give more "
+                        "ranks instead\n");
+        prc = -EINVAL;
+    }
+    int64_t t0 = base_monotonic_ns();
+    int rc = prc ? 0 : sweep_plan_points(&sw);
+    if (saved_err >= 0) { /* a rank's own trouble from here on is its own to say */
+        fflush(NULL);
+        dup2(saved_out, STDOUT_FILENO);
+        dup2(saved_err, STDERR_FILENO);
+        close(saved_out);
+        close(saved_err);
+    }
     if (prc) {
         sweep_free(&sw);
         return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
     }
-    int64_t t0 = base_monotonic_ns();
-    int rc = sweep_plan_points(&sw);
     if (rc) {
         if (rc == -ENOMEM)
             fprintf(stderr, "kvsim sweep: out of memory\n");
         sweep_free(&sw);
         return rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
-    if ((rc = sweep_make_out_dirs(sw.out)) != 0) {
-        fprintf(stderr, "kvsim sweep: option --out: %s: cannot write there: %s\n", sw.out,
-                kvsim_strerror(rc));
-        sweep_free(&sw);
-        return CLI_EXIT_USAGE;
+    int status;
+    if (env_rank < 0)
+        status = sweep_owner(&sw, t0, 0);
+    else {
+#ifdef KVSIM_HAVE_MPI
+        int rank = 0, ranks = 1;
+        if (sweep_mpi_init(&sw, &rank, &ranks) != 0)
+            status = CLI_EXIT_FAILED;
+        else {
+            if (rank == 0)
+                status = sweep_owner(&sw, t0, ranks);
+            else {
+                sweep_mpi_serve(&sw);
+                status = CLI_EXIT_OK;
+            }
+            sweep_mpi_fini();
+        }
+#else
+        status = CLI_EXIT_FAILED; /* env_rank is -1 without MPI */
+#endif
     }
-    /* The invalid points' rows first (they never run), then the others as they finish. */
-    FILE *rows = sweep_open_rows(&sw);
-    if (!rows) {
-        sweep_free(&sw);
-        return CLI_EXIT_USAGE;
-    }
-    size_t invalid = 0;
-    for (size_t i = 0; i < sw.npoints && !rc; i++) {
-        struct sweep_point *pt = &sw.points[i];
-        if (pt->state != POINT_INVALID)
-            continue;
-        invalid++;
-        char *why = pt->error;
-        pt->error = NULL;
-        rc = sweep_finish_point(&sw, pt, rows, NULL, why);
-        free(why);
-    }
-    struct sigaction old_sa; /* SIGINT: the parent passes it on to the running points */
-    sweep_signals_begin(&old_sa);
-    sweep_note_inputs(&sw);
-    sw.t0 = t0;
-    sw.progress = !sw.quiet && isatty(STDERR_FILENO);
-    if (!rc)
-        rc = sweep_run_points(&sw, rows);
-    sweep_signals_end(&old_sa); /* the rest is quick; a SIGINT now ends it */
-    fclose(rows);
-    long front = 0;
-    if (!rc && sw.npareto && (front = mark_pareto(&sw)) < 0)
-        rc = (int)front;
-    if (!rc && sw.npareto)
-        rc = write_pareto_svg(&sw);
-    if (!rc)
-        rc = sweep_write_rows(&sw);
-    if (sw.progress)
-        fprintf(stderr, "\r%70s\r", "");
-    if (!rc && !sw.quiet)
-        print_table(&sw);
-    size_t failed = 0, left = 0;
-    for (size_t i = 0; i < sw.npoints; i++) {
-        failed += sw.points[i].state == POINT_FAILED;
-        left += sw.points[i].state == POINT_PENDING;
-    }
-    double wall = (double)(base_monotonic_ns() - t0) / 1e9;
-    char more[256] = "", svg_path[4200];
-    snprintf(svg_path, sizeof svg_path, "%s/pareto.svg (%ld on the front)", sw.out, front);
-    if (left)
-        snprintf(more, sizeof more, "; %zu not run (%s): the same command runs them", left,
-                 sweep_interrupted ? "interrupted" : "--max-points");
-    if (!rc)
-        printf("sweep: %zu points, %zu failed, %zu invalid, %zu kept from %s/reports, -j %" PRIu32
-               ", %.2f s wall, %zu trace loads; %s/rows.jsonl, %s/rows.csv, %s/reports/%s%s%s\n",
-               sw.npoints, failed, invalid, sw.reused, sw.out, sw.jobs, wall, sw.trace_loads,
-               sw.out, sw.out, sw.out, sw.npareto ? ", " : "", sw.npareto ? svg_path : "", more);
     sweep_free(&sw);
-    if (rc)
-        return CLI_EXIT_FAILED;
-    if (sweep_interrupted && left)
-        return CLI_EXIT_INTERRUPTED;
-    return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
+    return status;
 }

@@ -5,8 +5,8 @@
  * bisection picks (docs/plan.md).
  *
  * The candidates are the values of the searched option: every integer in LO..HI (--min), or LO,
- * LO x (1 + R), LO x (1 + R)^2, ... up to HI, each the previous times 1 + R rounded to six
- * significant digits (--max, R the resolution). They are the one axis of a sweep (sweep.h): each is
+ * LO x (1 + R), LO x (1 + R)^2, ..., each the previous times 1 + R rounded to six significant
+ * digits, then HI (--max, R the resolution). They are the one axis of a sweep (sweep.h): each is
  * resolved and identified up front, and a probe is that point run as a sweep runs it, so every
  * probe is a row of DIR in the sweep's format and a rerun keeps the reports already there.
  *
@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvpool/base.h"
@@ -102,10 +103,12 @@ struct plan {
     const char *slo[3]; /* --slo-ttft-ms, --slo-itl-ms, --slo-e2e-ms as given, or NULL */
     /* What the search found. */
     enum plan_outcome outcome;
-    long answer;       /* candidate index, or -1 */
-    long neighbour;    /* the answer's harder neighbour (a probe that did not meet), or -1 */
-    long inversion[2]; /* candidates where attainment falls on the easier one, or -1 */
-    size_t scanned;    /* candidates run because of it */
+    long answer;           /* candidate index, or -1 */
+    long neighbour;        /* the answer's harder neighbour (a probe that did not meet), or -1 */
+    long inversion[2];     /* candidates where attainment falls on the easier one, or -1 */
+    size_t scanned;        /* candidates run because of it */
+    bool checked;          /* plan_check_monotone ran (monotonicity is known) */
+    char trace_sha256[65]; /* the first probe's trace: every probe must read the same bytes */
     char error[2048];
     int error_status; /* the exit status of PLAN_PROBE_ERROR: 2 when the trace was refused */
 };
@@ -124,6 +127,17 @@ static size_t plan_position(const struct plan *pl, size_t k)
 static const char *plan_value(const struct plan *pl, size_t k)
 {
     return sweep_axis_value(&pl->sw, 0, k);
+}
+
+/* The searched option as a unit after candidate k's value: "1 engine", "2 engines". */
+static const char *plan_unit(const struct plan *pl, size_t k)
+{
+    static char unit[64];
+    snprintf(unit, sizeof unit, "%s", pl->sw.axes[0].name);
+    size_t n = strlen(unit);
+    if (!strcmp(plan_value(pl, k), "1") && n > 1 && unit[n - 1] == 's')
+        unit[n - 1] = 0;
+    return unit;
 }
 
 static double plan_metric(const struct plan *pl, size_t k, const char *name)
@@ -204,6 +218,20 @@ static enum probe_result plan_probe(struct plan *pl, size_t k)
                  pt->error ? pt->error : "?");
         return PROBE_ERROR;
     }
+    const struct sweep_group *g = &sw->groups[pt->group];
+    if (g->trace_path && g->loaded && !g->load_rc) { /* --max reads the file for each load */
+        if (!pl->trace_sha256[0])
+            snprintf(pl->trace_sha256, sizeof pl->trace_sha256, "%s", g->trace.sha256);
+        else if (strcmp(pl->trace_sha256, g->trace.sha256)) {
+            pl->error_status = CLI_EXIT_FAILED;
+            snprintf(pl->error, sizeof pl->error,
+                     "%s changed during the plan: the probe %s=%s read other bytes (sha256 "
+                     "%.12s...) than the first probe (%.12s...)",
+                     g->trace_path, sw->axes[0].name, plan_value(pl, k), g->trace.sha256,
+                     pl->trace_sha256);
+            return PROBE_ERROR;
+        }
+    }
     return plan_meets(pl, k) ? PROBE_MEETS : PROBE_FAILS;
 }
 
@@ -256,6 +284,7 @@ static enum probe_result plan_bisect(struct plan *pl)
 static enum probe_result plan_check_monotone(struct plan *pl)
 {
     size_t n = pl->ncand;
+    pl->checked = true;
     long prev = -1;
     for (size_t j = 0; j < n; j++) { /* the probes that ran, hardest first */
         size_t k = plan_candidate(pl, j);
@@ -273,10 +302,10 @@ static enum probe_result plan_check_monotone(struct plan *pl)
                 size_t c = plan_candidate(pl, s);
                 if (plan_probed(pl, c))
                     continue;
-                pl->scanned++;
                 enum probe_result r = plan_probe(pl, c);
                 if (r == PROBE_ERROR || r == PROBE_INTERRUPTED)
                     return r;
+                pl->scanned++;
             }
         }
         prev = (long)k;
@@ -289,11 +318,11 @@ static enum probe_result plan_check_monotone(struct plan *pl)
             best = j;
     while (best > 0) { /* the harder neighbour must be a probe that does not meet */
         size_t c = plan_candidate(pl, best - 1);
-        if (!plan_probed(pl, c))
-            pl->scanned++;
+        bool fresh = !plan_probed(pl, c);
         enum probe_result r = plan_probe(pl, c);
         if (r == PROBE_ERROR || r == PROBE_INTERRUPTED)
             return r;
+        pl->scanned += fresh;
         if (r == PROBE_FAILS)
             break;
         best--;
@@ -373,8 +402,10 @@ static int plan_candidates(struct cli_parser *p, struct plan *pl, const char *na
             snprintf(buf, sizeof buf, "%.6g", x * step);
             next = strtod(buf, NULL);
         }
-        if (next > pl->hi * (1 + 1e-12) || next == x)
+        if (next == x || x >= pl->hi)
             break;
+        if (next > pl->hi) /* HI itself is the last candidate (closer than 1 + R) */
+            next = pl->hi;
         x = next;
     }
     if (!rc) {
@@ -490,10 +521,17 @@ static int plan_parse_args(struct plan *pl, int argc, char **argv)
     if (pl->attainment <= 0)
         return cli_error(&p, "needs --attainment P (the percent of requests that must meet "
                              "every SLO, e.g. 95)");
-    for (size_t i = 0; i < sw->nbase; i++)
-        if (pl->maximize && !strcmp(sw->base[i].name, "trace") && !strcmp(sw->base[i].value, "-"))
-            return cli_error(&p, "--max arrival-speedup reads the trace once for each load: give "
-                                 "a file, not standard input");
+    for (size_t i = 0; i < sw->nbase; i++) {
+        struct stat st;
+        const char *t = sw->base[i].value;
+        if (!pl->maximize || strcmp(sw->base[i].name, "trace"))
+            continue;
+        if (!strcmp(t, "-") || (stat(t, &st) == 0 && !S_ISREG(st.st_mode)))
+            return cli_error(&p,
+                             "--max arrival-speedup reads the trace once for each load: give "
+                             "a regular file, not %s",
+                             !strcmp(t, "-") ? "standard input" : t);
+    }
     if (!sw->out)
         return cli_error(&p, "needs --out DIR (where the probes and plan.json go)");
     sw->npoints = pl->ncand;
@@ -623,10 +661,10 @@ static int plan_write_json(const struct plan *pl)
     ok = ok && !json_object_set_new(root, "answer", answer);
     json_t *at = pl->answer >= 0 ? plan_probe_json(pl, (size_t)pl->answer) : json_null();
     ok = ok && at && !json_object_set_new(root, "answer_probe", at);
-    if (ok && pl->answer >= 0) {
+    if (ok) { /* --max: the load found, as the trace's arrival rate */
         double rps, otps;
         json_t *offered =
-            plan_offered(pl, (size_t)pl->answer, &rps, &otps)
+            pl->maximize && pl->answer >= 0 && plan_offered(pl, (size_t)pl->answer, &rps, &otps)
                 ? json_pack("{s:f,s:f}", "requests_per_s", rps, "output_tokens_per_s", otps)
                 : json_null();
         ok = offered && !json_object_set_new(root, "offered_load", offered);
@@ -635,7 +673,8 @@ static int plan_write_json(const struct plan *pl)
     ok = ok && nb && !json_object_set_new(root, "neighbour", nb);
     json_t *mono = json_object();
     ok = ok && mono && !json_object_set_new(root, "monotonicity", mono);
-    ok = ok && !json_object_set_new(mono, "monotone", json_boolean(pl->inversion[0] < 0));
+    ok = ok && !json_object_set_new(mono, "monotone",
+                                    pl->checked ? json_boolean(pl->inversion[0] < 0) : json_null());
     json_t *inv = json_null();
     if (ok && pl->inversion[0] >= 0)
         inv = json_pack("[o,o]", plan_probe_json(pl, (size_t)pl->inversion[0]),
@@ -746,9 +785,9 @@ static int plan_write_svg(const struct plan *pl)
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
             "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"13\">\n"
             "<rect width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n"
-            "<text x=\"%.0f\" y=\"28\" font-size=\"16\">kvsim plan: %s %s, %zu probes of %zu "
+            "<text x=\"%.0f\" y=\"28\" font-size=\"16\">kvsim plan --%s %s: %zu probes of %zu "
             "candidates</text>\n",
-            W, H, W, H, p.left, pl->maximize ? "the largest" : "the smallest", name, pl->nprobes,
+            W, H, W, H, p.left, pl->maximize ? "max" : "min", pl->range_text, pl->nprobes,
             pl->ncand);
     sweep_svg_axes(f, &p, H, xt, "SLO attainment (%)");
     /* TTFT p99 on the right, its own scale */
@@ -796,14 +835,18 @@ static int plan_write_svg(const struct plan *pl)
         double x = sweep_plot_x(&p, plan_x(pl, k));
         double y = sweep_plot_y(&p, plan_metric(pl, k, "slo_attainment_pct"));
         bool is_answer = (long)k == pl->answer;
+        char pct[32];
+        plan_pct(pl, k, pct, sizeof pct);
         fprintf(f,
                 "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"%s\" fill=\"%s\"><title>%s=%s: "
-                "attainment %.4g %%</title></circle>\n",
+                "attainment %s %%</title></circle>\n",
                 is_answer           ? "answer"
                 : plan_meets(pl, k) ? "meets"
                                     : "misses",
                 x, y, is_answer ? "8" : "4", plan_meets(pl, k) ? "#d62728" : "#7f7f7f", name,
-                plan_value(pl, k), plan_metric(pl, k, "slo_attainment_pct"));
+                plan_value(pl, k), pct);
+        if (is_answer && y - 14 < p.top + 6)
+            y += 36; /* near the top: the label goes below the point */
         if (is_answer)
             fprintf(f,
                     "<text id=\"answer\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">answer: "
@@ -846,21 +889,13 @@ static void plan_print_answer(const struct plan *pl)
 {
     const char *name = pl->sw.axes[0].name;
     char a[32], b[32];
-    if (pl->outcome == PLAN_NONE) {
-        long best = -1;
-        for (size_t i = 0; i < pl->nprobes; i++) {
-            size_t k = pl->probes[i];
-            if (pl->sw.points[k].state == POINT_OK &&
-                (best < 0 || plan_metric(pl, k, "slo_attainment_pct") >
-                                 plan_metric(pl, (size_t)best, "slo_attainment_pct")))
-                best = (long)k;
-        }
-        if (best >= 0)
-            plan_pct(pl, (size_t)best, a, sizeof a);
-        printf("plan: nothing in %s meets attainment %g %%; the best probe: %s=%s, attainment "
-               "%s %%\n",
-               pl->range_text, pl->attainment, name, best >= 0 ? plan_value(pl, (size_t)best) : "-",
-               best >= 0 ? a : "-");
+    if (pl->outcome == PLAN_NONE) { /* the only probe: the easiest candidate, the best one */
+        size_t easiest = plan_candidate(pl, pl->ncand - 1);
+        plan_pct(pl, easiest, a, sizeof a);
+        printf("plan: the easiest candidate, %s=%s, does not meet attainment %g %% (%s %%): "
+               "nothing in %s is expected to (not scanned: kvsim sweep --grid shows the whole "
+               "curve)\n",
+               name, plan_value(pl, easiest), pl->attainment, a, pl->range_text);
         return;
     }
     if (pl->answer < 0)
@@ -875,14 +910,19 @@ static void plan_print_answer(const struct plan *pl)
     if (pl->maximize)
         printf("plan: %s %s%s: attainment %s %%", name, plan_value(pl, k), offered, a);
     else
-        printf("plan: %s %s: attainment %s %%", plan_value(pl, k), name, a);
+        printf("plan: %s %s: attainment %s %%", plan_value(pl, k), plan_unit(pl, k), a);
     if (pl->neighbour >= 0) {
         plan_pct(pl, (size_t)pl->neighbour, b, sizeof b);
         if (pl->maximize)
-            printf("; %s (+%g %%): %s %%", plan_value(pl, (size_t)pl->neighbour),
-                   pl->resolution_pct, b);
+            printf("; %s (+%.3g %%): %s %%", plan_value(pl, (size_t)pl->neighbour),
+                   (strtod(plan_value(pl, (size_t)pl->neighbour), NULL) /
+                        strtod(plan_value(pl, k), NULL) -
+                    1) *
+                       100,
+                   b);
         else
-            printf("; %s %s: %s %%", plan_value(pl, (size_t)pl->neighbour), name, b);
+            printf("; %s %s: %s %%", plan_value(pl, (size_t)pl->neighbour),
+                   plan_unit(pl, (size_t)pl->neighbour), b);
     }
     if (pl->outcome == PLAN_HARDEST)
         printf(pl->maximize ? " (the top of the range already meets: raise HI to find the limit)"
@@ -950,7 +990,8 @@ int cli_plan_main(int argc, char **argv)
             sw->points[k].state = POINT_IDLE; /* a candidate runs when the search picks it */
     sw->keep_traces = true; /* every probe of --min engines reads the same requests */
     pl.say = !sw->quiet;
-    sw->quiet = true; /* the plan prints its own line per probe (plan_probe) */
+    sw->own_failures = true; /* plan_probe says why a probe failed */
+    sw->quiet = true;        /* the plan prints its own line per probe (plan_probe) */
     sweep_note_inputs(sw);
     struct sigaction old_sa;
     sweep_signals_begin(&old_sa);
@@ -962,6 +1003,10 @@ int cli_plan_main(int argc, char **argv)
         pl.outcome = PLAN_PROBE_ERROR;
     else if (r == PROBE_INTERRUPTED)
         pl.outcome = PLAN_INTERRUPTED;
+    if (r == PROBE_ERROR || r == PROBE_INTERRUPTED) { /* a search cut short answers nothing */
+        pl.answer = pl.neighbour = -1;
+        pl.checked = false;
+    }
     sweep_signals_end(&old_sa);
     fclose(pl.rows);
     rc = sweep_write_rows(sw);

@@ -882,7 +882,9 @@ int sweep_finish_point(struct sweep *sw, struct sweep_point *pt, FILE *rows, con
     if (sw->progress && pt->state != POINT_OK)
         fprintf(stderr, "\r%70s\r", ""); /* the failure's line replaces the progress line */
     sw->nfailed += pt->state != POINT_OK;
-    if (pt->state == POINT_INVALID)
+    if (sw->own_failures && pt->state != POINT_OK)
+        ; /* the command says it (kvsim plan: "the probe ... failed") */
+    else if (pt->state == POINT_INVALID)
         fprintf(stderr, "%s: point (%s) is not a valid configuration: %s\n", sw->cmd, label,
                 pt->error);
     else if (pt->state == POINT_FAILED)

@@ -82,6 +82,7 @@ struct sweep {
     bool quiet;
     bool force;          /* rerun points whose report is already in DIR */
     bool keep_traces;    /* keep each group's requests loaded until sweep_free */
+    bool own_failures;   /* the command reports failed and invalid points itself */
     uint64_t max_points; /* start at most this many points (0: no limit) */
     size_t done;         /* points ended so far */
     size_t nfailed;      /* of which failed or invalid */

@@ -101,8 +101,9 @@ def main():
         if doc["goal"] == "min":
             harder = value - 1 if value > doc["range"][0] else None
         else:
-            step = 1 + doc["resolution_pct"] / 100
-            harder = value * step if value * step <= doc["range"][1] * (1 + 1e-12) else None
+            step, top = 1 + doc["resolution_pct"] / 100, doc["range"][1]
+            # the last candidate is HI itself, closer than 1 + R
+            harder = value * step if value * step <= top else top if value < top else None
         if harder is None:
             if doc["outcome"] != "range_end_meets" or doc["neighbour"] is not None:
                 fail(f"the answer is the range's end but the outcome is {doc['outcome']}")

@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -604,6 +606,206 @@ static void print_target_row(const char *what, const char *goal, const double *v
     printf("\n");
 }
 
+/* ---- threads (issue #39): where the CPU goes, idle and beside busy processes ---------------- */
+
+/* The replays whose threads are measured: each at 1, 2 and 8 threads, and at 2 threads with the
+ * accounting on (its own run: two clock reads per engine advance cost time). */
+static const struct {
+    enum kvsim_router_policy router;
+    bool disagg;
+} thr_setups[] = {
+    {KVSIM_ROUTER_ROUND_ROBIN, false},
+    {KVSIM_ROUTER_LEAST_LOADED, false},
+    {KVSIM_ROUTER_KV, false},
+    {KVSIM_ROUTER_KV, true},
+};
+#define THR_SETUPS (sizeof thr_setups / sizeof thr_setups[0])
+static const uint32_t thr_threads[] = {1, 2, 8, 2}; /* the last: accounting on */
+#define THR_RUNS      (sizeof thr_threads / sizeof thr_threads[0])
+#define THR_ACCT_RUN  3
+#define GOAL_CPU_2T   1.1 /* CPU at 2 threads <= 1.1x CPU at 1 thread */
+#define GOAL_8T_VS_2T 1.0 /* --threads 8 no slower than --threads 2 (wall) */
+
+struct thr_ctx {
+    const struct bench_trace_opts *o;
+};
+
+static void thr_child(const void *ctx, size_t i, struct bench_msg *msg)
+{
+    const struct thr_ctx *x = ctx;
+    size_t setup = i / THR_RUNS, run = i % THR_RUNS;
+    struct kvsim_replay_config cfg;
+    bench_trace_replay_config(x->o, &cfg);
+    cfg.num_engines = NUM_ENGINES;
+    cfg.num_threads = thr_threads[run];
+    cfg.router = thr_setups[setup].router;
+    if (thr_setups[setup].disagg) {
+        cfg.disagg.prefill_engines = DISAGG_PREFILL;
+        cfg.disagg.decode_engines = DISAGG_DECODE;
+        cfg.disagg.prefill_sched = cfg.disagg.decode_sched = cfg.sched;
+        cfg.disagg.prefill_router = cfg.disagg.decode_router = cfg.router;
+    }
+    if (run == THR_ACCT_RUN)
+        setenv("KVSIM_REPLAY_ACCOUNTING", "1", 1); /* this child only */
+    bench_replay_child(&cfg, false, msg);
+}
+
+static void thr_describe(const void *ctx, size_t i, struct bench_config *bc)
+{
+    (void)ctx;
+    size_t setup = i / THR_RUNS, run = i % THR_RUNS;
+    if (thr_setups[setup].disagg)
+        snprintf(bc->label, sizeof bc->label, "%s, %uP+%uD%s",
+                 kvsim_router_policy_name(thr_setups[setup].router), DISAGG_PREFILL, DISAGG_DECODE,
+                 run == THR_ACCT_RUN ? ", acct" : "");
+    else
+        snprintf(bc->label, sizeof bc->label, "%s%s",
+                 kvsim_router_policy_name(thr_setups[setup].router),
+                 run == THR_ACCT_RUN ? ", acct" : "");
+    bc->threads = thr_threads[run];
+}
+
+/* Busy processes beside the replays: one spinning child per CPU (n of them), killed by
+ * busy_stop. Returns how many started. */
+static int busy_start(pid_t *pids, int n)
+{
+    int started = 0;
+    fflush(NULL);
+    for (int k = 0; k < n; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            volatile uint64_t x = 0;
+            for (;;)
+                x++;
+        }
+        if (pid > 0)
+            pids[started++] = pid;
+    }
+    return started;
+}
+
+static void busy_stop(const pid_t *pids, int n)
+{
+    for (int k = 0; k < n; k++)
+        kill(pids[k], SIGKILL);
+    for (int k = 0; k < n; k++)
+        waitpid(pids[k], NULL, 0);
+}
+
+static double cpu_of(const struct bench_config *c)
+{
+    const struct bench_rep *b = bench_best(c);
+    return b ? bench_figures_of(b).cpu_s : 0.0;
+}
+
+static double wall_of(const struct bench_config *c)
+{
+    const struct bench_rep *b = bench_best(c);
+    return b ? bench_figures_of(b).wall_s : 0.0;
+}
+
+/* One pass: every setup at every thread count (beside `busy` spinning processes), its table
+ * and its targets. Adds to *ok and *identical; returns the pass's JSON. */
+static json_t *threads_pass(const struct bench_trace_opts *o, int busy, bool *ok, bool *identical)
+{
+    struct thr_ctx ctx = {.o = o};
+    struct bench_config runs[THR_SETUPS * THR_RUNS];
+    struct bench_suite suite = {
+        .prog = PROG,
+        .opts = o,
+        .label_width = 20,
+        .json_rate = true,
+        .ctx = &ctx,
+        .describe = thr_describe,
+        .child = thr_child,
+        .msg_json = bench_msg_json_add,
+        .num_configs = THR_SETUPS * THR_RUNS,
+        .configs = runs,
+    };
+    pid_t pids[64];
+    double load0[3] = {0};
+    getloadavg(load0, 3);
+    int started = busy_start(pids, busy < 64 ? busy : 64);
+    *ok = bench_suite_run(&suite) && *ok && started == busy;
+    busy_stop(pids, started);
+    double load1[3] = {0};
+    getloadavg(load1, 3);
+    printf("\nthreads, %d busy process%s beside (load average %.2f before, %.2f after); "
+           "accounting from its own 2-thread run (CPU s)\n",
+           busy, busy == 1 ? "" : "es", load0[0], load1[0]);
+    printf("%-14s %8s %8s %8s %7s %7s %7s %8s %7s %6s %6s %6s %6s %6s %6s %8s\n", "setup",
+           "wall 1T", "wall 2T", "wall 8T", "spd 2T", "CPU 1T", "CPU 2T", "CPU 2/1", "serial",
+           "bal 2", "bal 4", "bal 8", "bnd 2", "bnd 4", "bnd 8", "wait 2T");
+    bench_print_rule(140);
+    json_t *pass = json_object(), *rows = json_array();
+    bool cpu_met = true, t8_met = true;
+    for (size_t k = 0; k < THR_SETUPS; k++) {
+        const struct bench_config *c = &runs[k * THR_RUNS];
+        double w1 = wall_of(&c[0]), w2 = wall_of(&c[1]), w8 = wall_of(&c[2]);
+        double u1 = cpu_of(&c[0]), u2 = cpu_of(&c[1]);
+        const struct bench_rep *ab = bench_best(&c[THR_ACCT_RUN]);
+        const struct kvsim_thread_accounting *a = ab ? &ab->msg.acct : NULL;
+        bool same = true;
+        for (size_t r = 0; r < THR_RUNS; r++) {
+            const struct bench_rep *b = bench_best(&c[r]);
+            same = same && b && c[r].reps_identical && b->msg.digest &&
+                   b->msg.digest == bench_best(&c[0])->msg.digest;
+        }
+        *identical = *identical && same;
+        double adv = 0, wait = 0, bal[4] = {1, 0, 0, 0}, bnd[4] = {1, 0, 0, 0}, serial = 0;
+        if (a && a->enabled) {
+            for (uint32_t t = 0; t < a->threads; t++) {
+                adv += a->advance_s[t];
+                wait += a->wait_s[t];
+            }
+            double total = a->serial_s + adv;
+            serial = total > 0 ? a->serial_s / total : 0;
+            for (int i = 1; i < 4; i++) {
+                bal[i] = a->critical_s[i] > 0
+                             ? a->critical_s[0] / ((double)(1 << i) * a->critical_s[i])
+                             : 1;
+                bnd[i] = a->serial_s + a->critical_s[i] > 0
+                             ? total / (a->serial_s + a->critical_s[i])
+                             : 0;
+            }
+        }
+        char label[64];
+        snprintf(label, sizeof label, "%s%s", kvsim_router_policy_name(thr_setups[k].router),
+                 thr_setups[k].disagg ? " 4P+4D" : "");
+        double ratio = u1 > 0 ? u2 / u1 : 0;
+        printf("%-14s %8.3f %8.3f %8.3f %6.2fx %7.3f %7.3f %7.2fx %7.1f%% %6.2f %6.2f %6.2f "
+               "%5.2fx %5.2fx %5.2fx %8.3f%s\n",
+               label, w1, w2, w8, w2 > 0 ? w1 / w2 : 0, u1, u2, ratio, serial * 100, bal[1], bal[2],
+               bal[3], bnd[1], bnd[2], bnd[3], wait, same ? "" : "  RESULTS DIFFER");
+        if (thr_setups[k].router == KVSIM_ROUTER_KV)
+            cpu_met = cpu_met && ratio > 0 && ratio <= GOAL_CPU_2T;
+        t8_met = t8_met && w2 > 0 && w8 <= w2 * GOAL_8T_VS_2T * 1.05; /* 5 %: noise */
+        json_array_append_new(
+            rows,
+            json_pack("{s:s,s:b,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:[f,f,f],s:[f,f,f],s:f,s:b}", "router",
+                      kvsim_router_policy_name(thr_setups[k].router), "disagg",
+                      thr_setups[k].disagg, "wall_1t_s", w1, "wall_2t_s", w2, "wall_8t_s", w8,
+                      "cpu_1t_s", u1, "cpu_2t_s", u2, "cpu_2t_over_1t", ratio, "serial_fraction",
+                      serial, "balance_2_4_8", bal[1], bal[2], bal[3], "speedup_bound_2_4_8",
+                      bnd[1], bnd[2], bnd[3], "wait_cpu_2t_s", wait, "identical", same));
+    }
+    printf("targets: CPU 2T / CPU 1T <= %.1fx (kv, kv 4P+4D): %s; wall 8T <= wall 2T (every "
+           "setup, 5 %% noise): %s\n",
+           GOAL_CPU_2T, cpu_met ? "met" : "NOT met", t8_met ? "met" : "NOT met");
+    printf("serial: the coordinator's CPU outside engine advances and waits, over all CPU; bal T: "
+           "the advances' sum / (T x their least time on T threads, phase by phase); bnd T: "
+           "the speedup those bound (Amdahl with that balance); wait 2T: CPU in the barrier\n");
+    json_object_set_new(pass, "busy_processes", json_integer(busy));
+    json_object_set_new(pass, "load_before", json_real(load0[0]));
+    json_object_set_new(pass, "load_after", json_real(load1[0]));
+    json_object_set_new(pass, "rows", rows);
+    json_object_set_new(pass, "cpu_2t_goal_met", json_boolean(cpu_met));
+    json_object_set_new(pass, "wall_8t_goal_met", json_boolean(t8_met));
+    for (size_t i = 0; i < THR_SETUPS * THR_RUNS; i++)
+        free(runs[i].reps);
+    return pass;
+}
+
 int main(int argc, char **argv)
 {
     struct bench_trace_opts opt;
@@ -787,6 +989,13 @@ int main(int argc, char **argv)
                "goals)\n",
                QUICK_MAX_REQUESTS);
 
+    /* ---- threads: idle, then one busy process per CPU beside ---- */
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    json_t *threads = json_array();
+    json_array_append_new(threads, threads_pass(&opt, 0, &all_ok, &all_identical));
+    json_array_append_new(threads,
+                          threads_pass(&opt, cpus > 0 ? (int)cpus : 1, &all_ok, &all_identical));
+
     /* ---- JSON ---- */
     json_t *root = bench_suite_json_root(&suite);
     json_object_set_new(root, "options",
@@ -846,5 +1055,6 @@ int main(int argc, char **argv)
                         json_pack("{s:b, s:b}", "goal", 1, "measured", all_identical));
     json_object_set_new(root, "targets", targets);
     json_object_set_new(root, "targets_issue_14", t14);
+    json_object_set_new(root, "threads_issue_39", threads);
     return bench_suite_finish(&suite, root, all_ok, all_identical, "thread counts or repetitions");
 }

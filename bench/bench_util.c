@@ -652,6 +652,7 @@ void bench_replay_child(const struct kvsim_replay_config *cfg, bool with_offload
     msg->handoffs = rep.disagg.handoffs;
     msg->steps = rep.timing.steps;
     msg->peak_in_flight = rep.peak_in_flight;
+    msg->acct = rep.accounting;
     struct digest d;
     digest_init(&d);
     dig_report(&d, &rep);

@@ -163,6 +163,7 @@ struct bench_msg {
     uint64_t peak_in_flight;   /* the report's: the most requests in flight at once */
     uint64_t trace_bytes;      /* a copies run's: the caller's copy of the trace, in bytes */
     uint64_t digest;
+    struct kvsim_thread_accounting acct; /* the report's (KVSIM_REPLAY_ACCOUNTING=1), or off */
     char err[256];
 };
 

@@ -12,8 +12,8 @@
  * engine's evolution depends only on what it was given, and the router only on what engines
  * published at boundaries, so results are identical for any thread count.
  *
- * The barrier spins up to 200 us, then sleeps on a futex; with more threads than CPUs it sleeps at
- * once.
+ * The barrier spins (up to 200 us) only while spinning has recently paid, and never with as many
+ * threads as CPUs; otherwise it sleeps on a futex (barrier_wait).
  *
  * A shared G3 (--g3-shared) lives in the block registry: every replay thread is then registered
  * with it (QSBR), reports a quiescent state after each engine advance and is offline while it
@@ -40,22 +40,28 @@
 
 /* ---- barrier ------------------------------------------------------------------------------ */
 
-#define BARRIER_SPIN_NS INT64_C(200000) /* 200 us */
+#define BARRIER_SPIN_NS     INT64_C(200000) /* the longest spin: 200 us */
+#define BARRIER_MAX_BACKOFF 256u            /* waits that sleep at once after spins that failed */
 
 /*
  * barrier_wait - wait until all `parties` threads have arrived.
  * Context: every replay thread, once per phase boundary; never while holding anything another
- * party needs. Returns when the last party arrives.
+ * party needs. w is the caller's own waiter state (NULL: never spin). Returns when the last
+ * party arrives.
  * Ordering: the last arrival's release increment of `generation` pairs with every waiter's
- * acquire load, so everything any party wrote before arriving is visible to all after. Spins
- * for b->spin_ns, then sleeps on the futex. The phases of a disaggregated replay are often tens
- * of microseconds apart (more when the coordinator runs several alone): a waiter that slept
- * would cost a wake-up each time, so with no more threads than CPUs it spins that long first
- * (none otherwise). The last arrival wakes only
- * when somebody sleeps: `sleepers` and `generation` are both sequentially consistent, so either
- * the waker sees the sleeper or the sleeper's futex wait sees the new generation.
+ * acquire load, so everything any party wrote before arriving is visible to all after. The last
+ * arrival wakes only when somebody sleeps: `sleepers` and `generation` are both sequentially
+ * consistent, so either the waker sees the sleeper or the sleeper's futex wait sees the new
+ * generation.
+ * Waiting adapts (docs/replay.md, "Threads"): a waiter spins (up to b->spin_ns, and never when
+ * threads >= CPUs: spin_ns 0) only while spinning has recently paid. A spin that ends with the
+ * barrier open resets the backoff; one that runs out and sleeps makes the next 1, 2, 4, ... 256
+ * waits sleep at once, and the wait after them spins again to see whether it pays now. So phases
+ * tens of microseconds apart (a disaggregated replay's) keep their cheap spins, and waits that
+ * spinning never shortens (the other party preempted on a busy machine, a long serial boundary)
+ * cost one futex sleep instead of 200 us of CPU.
  */
-static void barrier_wait(struct barrier *b)
+static void barrier_wait(struct barrier *b, struct barrier_waiter *w)
 {
     uint32_t gen = atomic_load_explicit(&b->generation, memory_order_acquire);
     if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) + 1 == b->parties) {
@@ -66,13 +72,24 @@ static void barrier_wait(struct barrier *b)
             base_futex_wake(&b->generation, INT_MAX);
         return;
     }
-    int64_t spin_until = b->spin_ns > 0 ? base_monotonic_ns() + b->spin_ns : 0;
-    for (uint32_t spin = 1;; spin++) {
-        if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen)
-            return;
-        if (spin % 64 == 0 && base_monotonic_ns() >= spin_until)
-            break;
-        base_cpu_relax();
+    bool spin = b->spin_ns > 0 && w && w->skip == 0;
+    if (w && w->skip)
+        w->skip--;
+    if (spin) {
+        int64_t spin_until = base_monotonic_ns() + b->spin_ns;
+        for (uint32_t n = 1;; n++) {
+            if (atomic_load_explicit(&b->generation, memory_order_acquire) != gen) {
+                w->backoff = 0; /* it paid */
+                return;
+            }
+            if (n % 64 == 0 && base_monotonic_ns() >= spin_until)
+                break;
+            base_cpu_relax();
+        }
+        w->backoff = w->backoff
+                         ? (w->backoff < BARRIER_MAX_BACKOFF ? 2 * w->backoff : BARRIER_MAX_BACKOFF)
+                         : 1;
+        w->skip = w->backoff;
     }
     atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
     while (atomic_load_explicit(&b->generation, memory_order_seq_cst) == gen)
@@ -321,15 +338,33 @@ static void coord_online(struct replay *rp)
     }
 }
 
-/* The epoch barrier for any replay thread: offline while it waits (a shared G3's grace periods
- * must not wait for a parked thread). */
-static void epoch_barrier(struct replay *rp)
+/* This thread's CPU time, ns (the accounting's clock). */
+static int64_t thread_cpu_ns(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The epoch barrier for replay thread w: offline while it waits (a shared G3's grace periods
+ * must not wait for a parked thread); with the accounting on, its CPU and wall time go to w's
+ * wait. */
+static void epoch_barrier(struct replay *rp, uint32_t w)
+{
+    int64_t cpu0 = 0, wall0 = 0;
+    if (rp->acct.on) {
+        cpu0 = thread_cpu_ns();
+        wall0 = base_monotonic_ns();
+    }
     if (rp->g3)
         kvpool_registry_thread_offline();
-    barrier_wait(&rp->barrier);
+    barrier_wait(&rp->barrier, &rp->waiters[w]);
     if (rp->g3)
         kvpool_registry_thread_online();
+    if (rp->acct.on) {
+        rp->acct.thr[w].wait_cpu_ns += thread_cpu_ns() - cpu0;
+        rp->acct.thr[w].wait_wall_ns += base_monotonic_ns() - wall0;
+    }
 }
 
 /* Boundary work at rp->b_cur (coordinator, all workers parked). Returns 0, -ENOMEM, or
@@ -521,6 +556,39 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         rp->engine_rc[e] = rc;
 }
 
+/* work_engine by replay thread w, its CPU time accounted to w and to e when the accounting is
+ * on (e is w's alone within the phase). */
+static void advance_engine(struct replay *rp, uint32_t w, uint32_t e, enum phase phase)
+{
+    if (!rp->acct.on) {
+        work_engine(rp, e, phase);
+        return;
+    }
+    int64_t t0 = thread_cpu_ns();
+    work_engine(rp, e, phase);
+    int64_t d = thread_cpu_ns() - t0;
+    rp->acct.engine_ns[e] += d;
+    rp->acct.thr[w].advance_ns += d;
+}
+
+/* After a phase (coordinator, the engines' threads joined): the phase's least time on T threads
+ * for T = 1, 2, 4, 8, from its engines' CPU times. */
+static void acct_phase_end(struct replay *rp)
+{
+    if (!rp->acct.on)
+        return;
+    static const int64_t ts[4] = {1, 2, 4, 8};
+    int64_t sum = 0, max = 0;
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        sum += rp->acct.engine_ns[e];
+        max = rp->acct.engine_ns[e] > max ? rp->acct.engine_ns[e] : max;
+        rp->acct.engine_ns[e] = 0;
+    }
+    for (int i = 0; i < 4; i++)
+        rp->acct.critical_ns[i] += max > sum / ts[i] ? max : sum / ts[i];
+    rp->acct.phases++;
+}
+
 /* Whether this thread takes engine e in the current phase: the first to exchange the phase's
  * number into e's claim word does. Relaxed: the barriers order the engines' state. */
 static bool claim_engine(struct replay *rp, uint32_t e)
@@ -546,19 +614,19 @@ static void work(struct replay *rp, uint32_t w, enum phase phase)
     if (T == 1) {
         for (uint32_t e = 0; e < N; e++)
             if (works_in(rp, e, phase))
-                work_engine(rp, e, phase);
+                advance_engine(rp, 0, e, phase);
         return;
     }
     for (uint32_t e = w; e < N; e += T)
         if (works_in(rp, e, phase) && claim_engine(rp, e))
-            work_engine(rp, e, phase);
+            advance_engine(rp, w, e, phase);
     for (uint32_t k = 1; k < T; k++) {
         uint32_t v = (w + k) % T;
         if (v >= N)
             continue;
         for (uint32_t e = v + (N - 1 - v) / T * T;; e -= T) { /* v's last engine, then back */
             if (works_in(rp, e, phase) && claim_engine(rp, e))
-                work_engine(rp, e, phase);
+                advance_engine(rp, w, e, phase);
             if (e < T)
                 break;
         }
@@ -577,11 +645,11 @@ static void *worker_main(void *arg)
     if (rp->g3)
         kvpool_registry_thread_register();
     for (;;) {
-        epoch_barrier(rp);
+        epoch_barrier(rp, wa->w);
         if (rp->finished)
             break;
         work(rp, wa->w, rp->phase);
-        epoch_barrier(rp);
+        epoch_barrier(rp, wa->w);
     }
     if (rp->g3)
         kvpool_registry_thread_unregister();
@@ -842,6 +910,9 @@ static void replay_free(struct replay *rp)
     free(rp->nodes);
     free(rp->engine_rc);
     free(rp->claim);
+    free(rp->acct.thr);
+    free(rp->waiters);
+    free(rp->acct.engine_ns);
     free(rp->next_turn);
     free(rp->releases);
     free(rp->slot_parent);
@@ -865,8 +936,10 @@ static void replay_free(struct replay *rp)
  * counting at 2. Coordinator, workers parked. */
 static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
 {
-    bool admit = phase == PHASE_PREFILL_ADMIT;
-    int64_t until = admit ? rp->b_cur : rp->b_next;
+    bool admit =
+        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
+    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
+    int64_t until = to_cur ? rp->b_cur : rp->b_next;
     uint32_t n = 0;
     for (uint32_t e = 0; e < rp->num_engines && n < 2; e++)
         if (works_in(rp, e, phase) &&
@@ -877,25 +950,72 @@ static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
 }
 
 /*
- * One phase of a disaggregated epoch. With work for two engines or more, every worker takes its
- * engines and the barrier orders the phase; otherwise the coordinator advances them all itself
- * and the workers stay parked: the short epochs of the handoff lookahead often have work for
- * one engine only, and two barriers would cost more than the work. Which thread advances an
- * engine never changes what it does, so the results stay the same for any --threads.
+ * Whether the next phase with work on two engines or more wakes the workers (coordinator).
+ * Threads must pay for themselves: a parallel phase costs two barriers (and, with threads >=
+ * CPUs, a futex wake-up each), which a phase of a few tens of microseconds does not repay. So
+ * the coordinator times every phase (the monotonic clock, a vDSO read), and for each kind of
+ * phase (the prefill engines' admission is not the decode engines' advance): after
+ * PHASE_SMALL_RUN parallel phases in a row shorter than PHASE_SMALL_NS it runs the following ones
+ * alone (the workers sleep at the barrier), until a phase it ran alone takes PHASE_BIG_NS or
+ * more, and every PHASE_PROBE-th phase in a row alone goes parallel again to measure. Which thread
+ * advances an engine never changes what it does: results are the same whatever this decides.
  */
-static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errlen)
+#define PHASE_SMALL_NS  INT64_C(100000)
+#define PHASE_BIG_NS    INT64_C(300000)
+#define PHASE_SMALL_RUN 8u
+#define PHASE_PROBE     64u
+
+static bool phase_parallel(struct replay *rp, enum phase phase)
+{
+    if (rp->num_threads < 2 || engines_with_work(rp, phase) < 2)
+        return false;
+    struct phase_policy *p = &rp->phase_policy[phase];
+    if (!p->alone)
+        return true;
+    return ++p->alone_run % PHASE_PROBE == 0;
+}
+
+static void phase_measured(struct replay *rp, enum phase phase, bool parallel, int64_t wall_ns)
+{
+    struct phase_policy *p = &rp->phase_policy[phase];
+    if (parallel) {
+        p->small_run = wall_ns < PHASE_SMALL_NS ? p->small_run + 1 : 0;
+        p->alone = p->small_run >= PHASE_SMALL_RUN;
+        if (!p->alone)
+            p->alone_run = 0;
+        rp->phases_parallel++;
+    } else if (p->alone && wall_ns >= PHASE_BIG_NS) {
+        p->alone = false; /* worth the workers again */
+        p->small_run = p->alone_run = 0;
+    }
+}
+
+/* One phase (coordinator): the workers take their engines, the barriers ordering the phase, or
+ * the coordinator advances every engine itself (phase_parallel). */
+static void run_work(struct replay *rp, enum phase phase)
 {
     rp->phase = phase;
     rp->phase_seq++;
-    if (rp->num_threads > 1 && engines_with_work(rp, phase) >= 2) {
-        epoch_barrier(rp);
+    bool parallel = phase_parallel(rp, phase);
+    int64_t t0 = base_monotonic_ns();
+    if (parallel) {
+        epoch_barrier(rp, 0);
         work(rp, 0, phase);
-        epoch_barrier(rp);
+        epoch_barrier(rp, 0);
     } else {
         for (uint32_t e = 0; e < rp->num_engines; e++)
             if (works_in(rp, e, phase))
-                work_engine(rp, e, phase);
+                advance_engine(rp, 0, e, phase);
     }
+    if (rp->num_threads > 1)
+        phase_measured(rp, phase, parallel, base_monotonic_ns() - t0);
+    acct_phase_end(rp);
+}
+
+/* One phase of a disaggregated epoch (run_work), then the engines' errors. */
+static int run_phase(struct replay *rp, enum phase phase, char *err, size_t errlen)
+{
+    run_work(rp, phase);
     return check_engines(rp, err, errlen);
 }
 
@@ -1135,6 +1255,19 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.routed_hashes || !rp.inbox_head ||
                     !rp.inbox_tail || !rp.nodes || !rp.engine_rc || !rp.claim || !rp.next_turn))
         rc = -ENOMEM;
+    /* Thread accounting: off unless asked for (then two clock reads per engine advance and per
+     * barrier); when off it costs one predictable branch at each. */
+    const char *acct = getenv("KVSIM_REPLAY_ACCOUNTING");
+    rp.acct.on = acct && *acct && strcmp(acct, "0") != 0;
+    rp.waiters = calloc(rp.num_threads, sizeof *rp.waiters);
+    if (rc == 0 && !rp.waiters)
+        rc = -ENOMEM;
+    if (rc == 0 && rp.acct.on) {
+        rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
+        rp.acct.engine_ns = calloc(rp.num_engines, sizeof *rp.acct.engine_ns);
+        if (!rp.acct.thr || !rp.acct.engine_ns)
+            rc = -ENOMEM;
+    }
     struct kvsim_tiers_config tiers = cfg->tiers;
     tiers.pool = NULL;
     if (rc == 0 && cfg->offload) {
@@ -1232,7 +1365,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     struct worker_arg *args = NULL;
     rp.barrier.parties = rp.num_threads;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    rp.barrier.spin_ns = cpus > 0 && rp.num_threads <= (uint32_t)cpus ? BARRIER_SPIN_NS : 0;
+    /* Threads >= CPUs: a spinning waiter would hold the CPU the party it waits for needs. */
+    rp.barrier.spin_ns = cpus > 0 && rp.num_threads < (uint32_t)cpus ? BARRIER_SPIN_NS : 0;
     if (rp.num_threads > 1) {
         threads = calloc(rp.num_threads, sizeof *threads);
         args = calloc(rp.num_threads, sizeof *args);
@@ -1252,6 +1386,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.stop_ns = cfg->max_sim_time_ns > 0 && rp.b_cur <= INT64_MAX - cfg->max_sim_time_ns
                      ? rp.b_cur + cfg->max_sim_time_ns
                      : INT64_MAX;
+    if (rp.acct.on)
+        rp.acct.coord_cpu0 = thread_cpu_ns();
     while (rc == 0 && rp.num_prefill && !stop_now(&rp)) {
         rc = disagg_epoch(&rp, err, errlen);
         show_progress(&rp, false);
@@ -1278,13 +1414,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 rp.b_next = next_boundary(&rp);
                 clamp_next(&rp);
             }
-            rp.phase = phases[ph];
-            rp.phase_seq++;
-            if (rp.num_threads > 1)
-                epoch_barrier(&rp);
-            work(&rp, 0, rp.phase);
-            if (rp.num_threads > 1)
-                epoch_barrier(&rp);
+            run_work(&rp, phases[ph]);
             rc = check_engines(&rp, err, errlen);
         }
         show_progress(&rp, false);
@@ -1294,6 +1424,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             break;
         rp.b_cur = rp.b_next;
     }
+    if (rp.acct.on)
+        rp.acct.coord_cpu_ns = thread_cpu_ns() - rp.acct.coord_cpu0;
     /* Every session turn routed with a next turn has released it at a boundary (unless the
      * replay ended early). */
     bool early = strcmp(rp.end_reason, "finished") != 0;
@@ -1310,7 +1442,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     coord_offline(&rp); /* joins, output files and the table: no registry access until free */
     if (rp.num_threads > 1 && threads) {
         rp.finished = true;
-        barrier_wait(&rp.barrier);
+        barrier_wait(&rp.barrier, NULL);
         for (uint32_t w = 1; w < rp.barrier.parties; w++)
             pthread_join(threads[w], NULL);
     }
@@ -1357,6 +1489,24 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                                  &report->timing);
         if (rc == 0)
             rc = summarize_engines(&rp, report);
+        if (rc == 0 && rp.acct.on) {
+            struct kvsim_thread_accounting *ac = &report->accounting;
+            ac->enabled = true;
+            ac->threads = rp.num_threads < KVSIM_ACCOUNTING_MAX_THREADS
+                              ? rp.num_threads
+                              : KVSIM_ACCOUNTING_MAX_THREADS;
+            ac->phases = rp.acct.phases;
+            ac->parallel_phases = rp.phases_parallel;
+            const struct acct_thread *c = &rp.acct.thr[0];
+            ac->serial_s = (double)(rp.acct.coord_cpu_ns - c->advance_ns - c->wait_cpu_ns) / 1e9;
+            for (uint32_t t = 0; t < ac->threads; t++) {
+                ac->advance_s[t] = (double)rp.acct.thr[t].advance_ns / 1e9;
+                ac->wait_s[t] = (double)rp.acct.thr[t].wait_cpu_ns / 1e9;
+                ac->wait_wall_s[t] = (double)rp.acct.thr[t].wait_wall_ns / 1e9;
+            }
+            for (int i = 0; i < 4; i++)
+                ac->critical_s[i] = (double)rp.acct.critical_ns[i] / 1e9;
+        }
         if (rc == 0)
             rc = unbounded_reuse(&rp.trace, cfg->sched.block_size, report);
         if (rc == 0 && cfg->offload)

@@ -18,7 +18,14 @@ struct barrier {
     _Atomic uint32_t generation; /* futex word */
     _Atomic uint32_t sleepers;   /* parties in (or entering) the futex wait */
     uint32_t parties;
-    int64_t spin_ns; /* how long a waiter spins before it sleeps (0 when threads > CPUs) */
+    int64_t spin_ns; /* the longest a waiter spins before it sleeps (0: threads >= CPUs) */
+};
+
+/* One party's memory of whether spinning paid (barrier_wait): owned by that thread. */
+struct barrier_waiter {
+    uint32_t skip;    /* waits left that sleep at once */
+    uint32_t backoff; /* the skip after the next spin that does not pay (0: the last paid) */
+    char pad[64 - 2 * sizeof(uint32_t)];
 };
 
 enum phase {
@@ -29,6 +36,14 @@ enum phase {
     PHASE_PREFILL_ADMIT,   /* prefill engines: admit at b_cur, start steps at b_cur */
     PHASE_PREFILL_ADVANCE, /* prefill engines: advance to b_next */
     PHASE_DECODE_ADVANCE,  /* decode engines: advance to b_next (applying posted messages) */
+    PHASE_KINDS
+};
+
+/* Whether parallel phases of one kind pay (run_work; the coordinator's). */
+struct phase_policy {
+    bool alone;         /* run by the coordinator alone for now */
+    uint32_t small_run; /* parallel phases in a row shorter than PHASE_SMALL_NS */
+    uint32_t alone_run; /* phases in a row run alone */
 };
 
 struct follow_up {
@@ -53,8 +68,29 @@ struct routed_hashes {
     uint32_t num_ent, cap_ent, next_ent; /* next_ent: the next admission's */
 };
 
+/* Thread accounting (KVSIM_REPLAY_ACCOUNTING=1; docs/replay.md): one per replay thread,
+ * written by that thread only, read by the coordinator after the threads joined. */
+struct acct_thread {
+    int64_t advance_ns;   /* CPU advancing engines */
+    int64_t wait_cpu_ns;  /* CPU in the epoch barrier (spinning, the futex calls) */
+    int64_t wait_wall_ns; /* wall time in the epoch barrier */
+    char pad[64 - 3 * sizeof(int64_t)];
+};
+
+struct replay_acct {
+    bool on;
+    struct acct_thread *thr; /* [num_threads] */
+    int64_t *engine_ns;      /* [engines]: the current phase's advance CPU, by engine */
+    /* Per phase, the time T threads need at least: max(the largest engine, the sum / T),
+     * summed over phases, for T = 1, 2, 4, 8 (coordinator, after each phase). */
+    int64_t critical_ns[4];
+    uint64_t phases;
+    int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
+};
+
 struct replay {
     const struct kvsim_replay_config *cfg;
+    struct replay_acct acct;
     struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
     struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
     bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
@@ -83,6 +119,9 @@ struct replay {
     uint64_t phase_seq; /* +1 per phase (coordinator, before the phase's first barrier) */
     bool finished;
     struct barrier barrier;
+    struct barrier_waiter *waiters;                /* [num_threads] */
+    struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (run_work) */
+    uint64_t phases_parallel;                      /* phases the workers took part in */
     /* arrivals */
     size_t open_cursor; /* next open-loop request in trace order */
     int32_t *next_turn; /* follow-up of each request, or -1 */

@@ -410,6 +410,25 @@ struct kvsim_disagg_summary {
  * kvsim_metrics_summarize). The fields under "wall" depend on the machine and the thread count;
  * everything else is bit-identical for identical inputs.
  */
+/* Where a replay's threads spent their CPU (KVSIM_REPLAY_ACCOUNTING=1; docs/replay.md): in the
+ * report's "wall" part. Times are CPU seconds (CLOCK_THREAD_CPUTIME_ID) unless named wall. */
+#define KVSIM_ACCOUNTING_MAX_THREADS 64
+struct kvsim_thread_accounting {
+    bool enabled;
+    uint32_t threads;         /* entries below (the replay's threads, at most the maximum) */
+    uint64_t phases;          /* phases (each a barrier pair, or run by the coordinator alone) */
+    uint64_t parallel_phases; /* of which the workers took part in (run_work) */
+    /* The coordinator's CPU over the epochs that is neither advancing engines nor waiting:
+     * routing, merging events, handoffs, the boundary. */
+    double serial_s;
+    double advance_s[KVSIM_ACCOUNTING_MAX_THREADS]; /* per thread: advancing engines */
+    double wait_s[KVSIM_ACCOUNTING_MAX_THREADS];    /* per thread: in the epoch barrier */
+    double wait_wall_s[KVSIM_ACCOUNTING_MAX_THREADS];
+    /* The least time of the phases on T = 1, 2, 4, 8 threads: per phase max(its largest
+     * engine's advance, their sum / T), summed; [0] is every advance's sum. */
+    double critical_s[4];
+};
+
 struct kvsim_report {
     /* run */
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
@@ -470,12 +489,13 @@ struct kvsim_report {
     struct kvsim_latency e2e; /* finish - arrival */
     /* wall: machine- and thread-count-dependent */
     uint32_t num_threads;
-    int64_t wall_ns;                      /* <= 0: unknown */
-    double speed;                         /* simulated seconds per wall second (0: unknown) */
-    double wall_requests_per_s;           /* completed requests per wall second (0: unknown) */
-    struct kvsim_offload_summary offload; /* filled by the replay after summarizing */
-    struct kvsim_disagg_summary disagg;   /* filled by the replay after summarizing */
-    struct kvsim_timing_summary timing;   /* filled by the replay after summarizing */
+    int64_t wall_ns;                           /* <= 0: unknown */
+    double speed;                              /* simulated seconds per wall second (0: unknown) */
+    double wall_requests_per_s;                /* completed requests per wall second (0: unknown) */
+    struct kvsim_thread_accounting accounting; /* filled by the replay when asked for */
+    struct kvsim_offload_summary offload;      /* filled by the replay after summarizing */
+    struct kvsim_disagg_summary disagg;        /* filled by the replay after summarizing */
+    struct kvsim_timing_summary timing;        /* filled by the replay after summarizing */
     /* per engine (engine order; NULL when not filled), owned (kvsim_report_fini) */
     struct kvsim_engine_summary *per_engine;
     uint32_t num_per_engine;

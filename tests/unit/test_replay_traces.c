@@ -8,7 +8,9 @@
  */
 #include <criterion/criterion.h>
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <stddef.h>
 
 #include "runtime/replay/replay.h"
@@ -60,6 +62,72 @@ Test(replay_determinism, azure_code_least_loaded_1_vs_2_threads, .timeout = 300)
 Test(replay_determinism, azure_conv_kv_1_vs_2_threads, .timeout = 300)
 {
     check_deterministic("AzureLLMInferenceTrace_conv.csv", KVSIM_ROUTER_KV, false);
+}
+
+/* 1, 2, 3 and 8 threads (issue #39): the same report and records, aggregated (8 engines, kv)
+ * and disaggregated (4 prefill + 4 decode, kv routers), whatever the barrier's waiting does. */
+static void check_thread_counts(bool disagg)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    c.router = KVSIM_ROUTER_KV;
+    if (disagg) {
+        c.disagg.prefill_engines = c.disagg.decode_engines = 4;
+        c.disagg.prefill_sched = c.disagg.decode_sched = c.sched;
+        c.disagg.prefill_router = c.disagg.decode_router = KVSIM_ROUTER_KV;
+    }
+    struct kvsim_report r1 = replay_run(&c, 1, "n1");
+    cr_assert_eq(r1.completed + r1.rejected, r1.num_requests);
+    replay_run(&c, 2, "n2");
+    replay_run(&c, 3, "n3");
+    replay_run(&c, 8, "n8");
+    const char *tags[] = {"n2", "n3", "n8"};
+    replay_assert_same_as(tags, 3, "n1");
+}
+Test(replay_determinism, mooncake_1000_kv_1_2_3_8_threads, .timeout = 300)
+{
+    check_thread_counts(false);
+}
+Test(replay_determinism, mooncake_1000_disagg_1_2_3_8_threads, .timeout = 300)
+{
+    check_thread_counts(true);
+}
+
+/* The thread accounting (KVSIM_REPLAY_ACCOUNTING=1) changes no result, and its figures add up:
+ * the critical path on one thread is every advance, on T threads at least 1/T of it and no
+ * more than on fewer threads; the serial part is not negative. */
+Test(replay_determinism, thread_accounting_adds_up_and_changes_nothing, .timeout = 300)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    struct kvsim_report off = replay_run(&c, 2, "acct_off");
+    cr_assert_not(off.accounting.enabled);
+    cr_assert_eq(setenv("KVSIM_REPLAY_ACCOUNTING", "1", 1), 0);
+    struct kvsim_report on = replay_run(&c, 2, "acct_on");
+    unsetenv("KVSIM_REPLAY_ACCOUNTING");
+    replay_assert_same_files("acct_off", "acct_on", "json");
+    replay_assert_same_files("acct_off", "acct_on", "jsonl");
+    const struct kvsim_thread_accounting *a = &on.accounting;
+    cr_assert(a->enabled);
+    cr_assert_eq(a->threads, 2);
+    cr_assert_gt(a->phases, 0);
+    double advance = a->advance_s[0] + a->advance_s[1];
+    cr_assert_gt(advance, 0);
+    cr_assert_lt(fabs(a->critical_s[0] - advance), 1e-6,
+                 "critical path on 1 thread %g, advances %g", a->critical_s[0], advance);
+    static const double ts[4] = {1, 2, 4, 8};
+    for (int i = 1; i < 4; i++) {
+        cr_assert_geq(a->critical_s[i], a->critical_s[0] / ts[i] - 1e-9);
+        cr_assert_leq(a->critical_s[i], a->critical_s[i - 1] + 1e-9);
+    }
+    cr_assert_geq(a->serial_s, 0);
+    cr_assert_geq(a->wait_s[0], 0);
+    cr_assert_geq(a->wait_wall_s[1], a->wait_s[1] * 0.5, "waiting: wall %g s, CPU %g s",
+                  a->wait_wall_s[1], a->wait_s[1]);
 }
 
 /* The engines take the kv router's prompt hashes instead of hashing again; with the invariants

@@ -30,7 +30,8 @@ foreach(_line IN LISTS _lines)
     set_tests_properties("${KVSIM_CD_NAME}/${_t}" PROPERTIES
                          SKIP_RETURN_CODE 77 TIMEOUT ${KVSIM_CD_TIMEOUT} LABELS "${KVSIM_CD_LABELS}"
                          FIXTURES_REQUIRED kvsim_tmpdir
-                         ENVIRONMENT_MODIFICATION "TMPDIR=set:${KVSIM_CD_TMPDIR}")
+                         ENVIRONMENT_MODIFICATION
+                         "TMPDIR=set:${KVSIM_CD_TMPDIR};KVSIM_REPLAY_OVERSUBSCRIBE=set:1")
     math(EXPR _count "${_count} + 1")
   endif()
 endforeach()

@@ -83,6 +83,12 @@ function(kvsim_finish_tests)
     set_property(TEST ${t} APPEND PROPERTY LABELS ${labels})
     set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION
                  "TMPDIR=set:${KVSIM_TEST_TMPDIR}")
+    # Tests replay on the thread counts they ask for, even beyond the machine's CPUs (a user's
+    # replay is capped at them: docs/replay.md); cli_replay_threads_capped_at_cpus checks the cap.
+    if(NOT t STREQUAL "cli_replay_threads_capped_at_cpus")
+      set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT_MODIFICATION
+                   "KVSIM_REPLAY_OVERSUBSCRIBE=set:1")
+    endif()
     if(NOT t MATCHES "^tmpdir_")
       set_property(TEST ${t} APPEND PROPERTY FIXTURES_REQUIRED kvsim_tmpdir)
     endif()

@@ -24,6 +24,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -336,6 +337,17 @@ static void coord_online(struct replay *rp)
         kvpool_registry_thread_online();
         rp->rcu_online = true;
     }
+}
+
+/* The CPUs this process may run on (its affinity mask, e.g. under taskset or a container's
+ * cpuset), or 0 when unknown. */
+static uint32_t replay_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 0;
 }
 
 /* This thread's CPU time, ns (the accounting's clock). */
@@ -1225,6 +1237,13 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rp.num_engines = rp.num_prefill + rp.num_decode;
     }
     rp.num_threads = cfg->num_threads < rp.num_engines ? cfg->num_threads : rp.num_engines;
+    /* More threads than CPUs only add wake-ups: unless KVSIM_REPLAY_OVERSUBSCRIBE=1 the replay
+     * runs on at most as many threads as this process may use CPUs (docs/replay.md); the
+     * report's wall.threads says how many ran. Results are the same for any count. */
+    const char *over = getenv("KVSIM_REPLAY_OVERSUBSCRIBE");
+    uint32_t cpus = replay_cpus();
+    if (cpus && rp.num_threads > cpus && !(over && *over && strcmp(over, "0") != 0))
+        rp.num_threads = cpus;
     size_t R = rp.trace.num_reqs;
     /* One ITL sketch per engine: any replay thread may advance any engine (work). */
     rc = kvsim_metrics_create((uint32_t)R, rp.num_engines, &rp.metrics);
@@ -1364,9 +1383,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     pthread_t *threads = NULL;
     struct worker_arg *args = NULL;
     rp.barrier.parties = rp.num_threads;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     /* Threads >= CPUs: a spinning waiter would hold the CPU the party it waits for needs. */
-    rp.barrier.spin_ns = cpus > 0 && rp.num_threads < (uint32_t)cpus ? BARRIER_SPIN_NS : 0;
+    rp.barrier.spin_ns = cpus && rp.num_threads < cpus ? BARRIER_SPIN_NS : 0;
     if (rp.num_threads > 1) {
         threads = calloc(rp.num_threads, sizeof *threads);
         args = calloc(rp.num_threads, sizeof *args);

@@ -972,8 +972,8 @@ static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
  * more, and every PHASE_PROBE-th phase in a row alone goes parallel again to measure. Which thread
  * advances an engine never changes what it does: results are the same whatever this decides.
  */
-#define PHASE_SMALL_NS  INT64_C(100000)
-#define PHASE_BIG_NS    INT64_C(300000)
+#define PHASE_SMALL_NS  INT64_C(250000)
+#define PHASE_BIG_NS    INT64_C(750000)
 #define PHASE_SMALL_RUN 8u
 #define PHASE_PROBE     64u
 

@@ -665,6 +665,81 @@ static void thr_describe(const void *ctx, size_t i, struct bench_config *bc)
     bc->threads = thr_threads[run];
 }
 
+/* The 64-engine projection (issue #40): the synthetic workload, 3,000 sessions at 60 a second,
+ * on 64 engines and 1 thread with the accounting on; its bounds for 2 to 16 threads. */
+#define PROJ_ENGINES  64u
+#define PROJ_SESSIONS 3000u
+#define PROJ_RATE     60.0
+#define GOAL_BOUND_16 10.0
+
+static void proj_child(const void *ctx, size_t i, struct bench_msg *msg)
+{
+    const struct thr_ctx *x = ctx;
+    (void)i;
+    struct kvsim_replay_config cfg;
+    bench_trace_replay_config(x->o, &cfg);
+    cfg.trace_path = NULL;
+    cfg.trace_opts.max_requests = 0;
+    cfg.synth.num_sessions = x->o->quick ? PROJ_SESSIONS / 10 : PROJ_SESSIONS;
+    cfg.synth.session_rate = PROJ_RATE;
+    cfg.num_engines = PROJ_ENGINES;
+    cfg.num_threads = 1;
+    setenv("KVSIM_REPLAY_ACCOUNTING", "1", 1); /* this child only */
+    bench_replay_child(&cfg, false, msg);
+}
+
+static void proj_describe(const void *ctx, size_t i, struct bench_config *bc)
+{
+    (void)ctx;
+    (void)i;
+    snprintf(bc->label, sizeof bc->label, "synthetic, %u engines", PROJ_ENGINES);
+    bc->threads = 1;
+}
+
+/* Prints the projection and returns its JSON (null when the run failed). */
+static json_t *projection_64(const struct bench_trace_opts *o, bool *ok)
+{
+    struct thr_ctx ctx = {.o = o};
+    struct bench_config run;
+    struct bench_suite suite = {.prog = PROG,
+                                .opts = o,
+                                .label_width = 20,
+                                .json_rate = true,
+                                .ctx = &ctx,
+                                .describe = proj_describe,
+                                .child = proj_child,
+                                .msg_json = bench_msg_json_add,
+                                .num_configs = 1,
+                                .configs = &run};
+    double load0[3] = {0};
+    getloadavg(load0, 3);
+    *ok = bench_suite_run(&suite) && *ok;
+    const struct bench_rep *b = bench_best(&run);
+    const struct kvsim_thread_accounting *a = b ? &b->msg.acct : NULL;
+    json_t *j = json_null();
+    if (a && a->enabled) {
+        double adv = 0;
+        for (uint32_t t = 0; t < a->threads; t++)
+            adv += a->advance_s[t];
+        double total = a->serial_s + adv, bnd[KVSIM_ACCOUNTING_BOUNDS] = {1};
+        for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS; i++)
+            bnd[i] = total / (a->serial_s + a->critical_s[i]);
+        printf("\nprojection (issue #40): the synthetic workload (%u sessions) on %u engines, 1 "
+               "thread, accounting on (load average %.2f): serial %.1f %%; speedup bound 2T "
+               "%.2fx, 4T %.2fx, 8T %.2fx, 16T %.2fx (goal at 16: >= %.0fx: %s)\n",
+               o->quick ? PROJ_SESSIONS / 10 : PROJ_SESSIONS, PROJ_ENGINES, load0[0],
+               100 * a->serial_s / total, bnd[1], bnd[2], bnd[3], bnd[4], GOAL_BOUND_16,
+               bnd[4] >= GOAL_BOUND_16 ? "met" : "NOT met");
+        j = json_pack("{s:I,s:I,s:f,s:[f,f,f,f],s:f}", "engines", (json_int_t)PROJ_ENGINES,
+                      "sessions", (json_int_t)(o->quick ? PROJ_SESSIONS / 10 : PROJ_SESSIONS),
+                      "serial_fraction", a->serial_s / total, "speedup_bound_2_4_8_16", bnd[1],
+                      bnd[2], bnd[3], bnd[4], "goal_bound_16", GOAL_BOUND_16);
+    } else
+        printf("\nprojection (issue #40): the 64-engine run failed\n");
+    free(run.reps);
+    return j;
+}
+
 /* Busy processes beside the replays: one spinning child per CPU (n of them), killed by
  * busy_stop. Returns how many started. */
 static int busy_start(pid_t *pids, int n)
@@ -995,6 +1070,7 @@ int main(int argc, char **argv)
     json_array_append_new(threads, threads_pass(&opt, 0, &all_ok, &all_identical));
     json_array_append_new(threads,
                           threads_pass(&opt, cpus > 0 ? (int)cpus : 1, &all_ok, &all_identical));
+    json_t *projection = projection_64(&opt, &all_ok);
 
     /* ---- JSON ---- */
     json_t *root = bench_suite_json_root(&suite);
@@ -1056,5 +1132,6 @@ int main(int argc, char **argv)
     json_object_set_new(root, "targets", targets);
     json_object_set_new(root, "targets_issue_14", t14);
     json_object_set_new(root, "threads_issue_39", threads);
+    json_object_set_new(root, "projection_issue_40", projection);
     return bench_suite_finish(&suite, root, all_ok, all_identical, "thread counts or repetitions");
 }

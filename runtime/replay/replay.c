@@ -568,6 +568,19 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         rp->engine_rc[e] = rc;
 }
 
+/* Whether engine e has something to do in the phase: an arrival to admit, or an event (a step
+ * end, a message, a deadline) at or before the instant the phase advances it to. The thread that
+ * owns e in the phase, or the coordinator with the workers parked. */
+static bool engine_has_work(const struct replay *rp, uint32_t e, enum phase phase)
+{
+    bool admit =
+        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
+    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
+    return works_in(rp, e, phase) &&
+           ((admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e])) ||
+            kvsim_engine_next_event(rp->engines[e]) <= (to_cur ? rp->b_cur : rp->b_next));
+}
+
 /* work_engine by replay thread w, its CPU time accounted to w and to e when the accounting is
  * on (e is w's alone within the phase). */
 static void advance_engine(struct replay *rp, uint32_t w, uint32_t e, enum phase phase)
@@ -576,28 +589,52 @@ static void advance_engine(struct replay *rp, uint32_t w, uint32_t e, enum phase
         work_engine(rp, e, phase);
         return;
     }
+    if (!engine_has_work(rp, e, phase)) { /* not worth two clock reads (system calls) */
+        work_engine(rp, e, phase);
+        return;
+    }
     int64_t t0 = thread_cpu_ns();
     work_engine(rp, e, phase);
+    rp->acct.engine_ns[e] += thread_cpu_ns() - t0;
+    (void)w;
+}
+
+/* Thread w's CPU over its part of a phase (accounting on): the engines timed one by one and
+ * the ones with nothing to do, which are not (acct_phase_end shares those out). */
+static int64_t acct_work_begin(const struct replay *rp)
+{
+    return rp->acct.on ? thread_cpu_ns() : 0;
+}
+
+static void acct_work_end(struct replay *rp, uint32_t w, int64_t t0)
+{
+    if (!rp->acct.on)
+        return;
     int64_t d = thread_cpu_ns() - t0;
-    rp->acct.engine_ns[e] += d;
     rp->acct.thr[w].advance_ns += d;
+    rp->acct.thr[w].phase_ns += d;
 }
 
 /* After a phase (coordinator, the engines' threads joined): the phase's least time on T threads
- * for T = 1, 2, 4, 8, from its engines' CPU times. */
+ * for T = 1, 2, 4, 8, 16, from its engines' CPU times. */
 static void acct_phase_end(struct replay *rp)
 {
     if (!rp->acct.on)
         return;
-    static const int64_t ts[4] = {1, 2, 4, 8};
-    int64_t sum = 0, max = 0;
+    int64_t sum = 0, max = 0, all = 0;
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         sum += rp->acct.engine_ns[e];
         max = rp->acct.engine_ns[e] > max ? rp->acct.engine_ns[e] : max;
         rp->acct.engine_ns[e] = 0;
     }
-    for (int i = 0; i < 4; i++)
-        rp->acct.critical_ns[i] += max > sum / ts[i] ? max : sum / ts[i];
+    for (uint32_t w = 0; w < rp->num_threads; w++) {
+        all += rp->acct.thr[w].phase_ns;
+        rp->acct.thr[w].phase_ns = 0;
+    }
+    if (all > sum) /* the engines with nothing to do, and the loop: shared out */
+        sum = all;
+    for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++)
+        rp->acct.critical_ns[i] += max > sum >> i ? max : sum >> i;
     rp->acct.phases++;
 }
 
@@ -620,7 +657,7 @@ static bool claim_engine(struct replay *rp, uint32_t e)
  * makes it (with the static e mod T, one thread idled). Context: every replay thread inside a
  * phase; the coordinator bumped rp->phase_seq before the phase's first barrier.
  */
-static void work(struct replay *rp, uint32_t w, enum phase phase)
+static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
 {
     uint32_t T = rp->num_threads, N = rp->num_engines;
     if (T == 1) {
@@ -643,6 +680,14 @@ static void work(struct replay *rp, uint32_t w, enum phase phase)
                 break;
         }
     }
+}
+
+/* work_engines, its CPU accounted to thread w when the accounting is on. */
+static void work(struct replay *rp, uint32_t w, enum phase phase)
+{
+    int64_t t0 = acct_work_begin(rp);
+    work_engines(rp, w, phase);
+    acct_work_end(rp, w, t0);
 }
 
 struct worker_arg {
@@ -948,16 +993,9 @@ static void replay_free(struct replay *rp)
  * counting at 2. Coordinator, workers parked. */
 static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
 {
-    bool admit =
-        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
-    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
-    int64_t until = to_cur ? rp->b_cur : rp->b_next;
     uint32_t n = 0;
     for (uint32_t e = 0; e < rp->num_engines && n < 2; e++)
-        if (works_in(rp, e, phase) &&
-            ((admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e])) ||
-             kvsim_engine_next_event(rp->engines[e]) <= until))
-            n++;
+        n += engine_has_work(rp, e, phase);
     return n;
 }
 
@@ -1015,9 +1053,11 @@ static void run_work(struct replay *rp, enum phase phase)
         work(rp, 0, phase);
         epoch_barrier(rp, 0);
     } else {
+        int64_t a0 = acct_work_begin(rp);
         for (uint32_t e = 0; e < rp->num_engines; e++)
             if (works_in(rp, e, phase))
                 advance_engine(rp, 0, e, phase);
+        acct_work_end(rp, 0, a0);
     }
     if (rp->num_threads > 1)
         phase_measured(rp, phase, parallel, base_monotonic_ns() - t0);
@@ -1522,7 +1562,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 ac->wait_s[t] = (double)rp.acct.thr[t].wait_cpu_ns / 1e9;
                 ac->wait_wall_s[t] = (double)rp.acct.thr[t].wait_wall_ns / 1e9;
             }
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++)
                 ac->critical_s[i] = (double)rp.acct.critical_ns[i] / 1e9;
         }
         if (rc == 0)

@@ -74,7 +74,8 @@ struct acct_thread {
     int64_t advance_ns;   /* CPU advancing engines */
     int64_t wait_cpu_ns;  /* CPU in the epoch barrier (spinning, the futex calls) */
     int64_t wait_wall_ns; /* wall time in the epoch barrier */
-    char pad[64 - 3 * sizeof(int64_t)];
+    int64_t phase_ns;     /* CPU advancing engines in the current phase */
+    char pad[64 - 4 * sizeof(int64_t)];
 };
 
 struct replay_acct {
@@ -82,8 +83,8 @@ struct replay_acct {
     struct acct_thread *thr; /* [num_threads] */
     int64_t *engine_ns;      /* [engines]: the current phase's advance CPU, by engine */
     /* Per phase, the time T threads need at least: max(the largest engine, the sum / T),
-     * summed over phases, for T = 1, 2, 4, 8 (coordinator, after each phase). */
-    int64_t critical_ns[4];
+     * summed over phases, for T = 1, 2, 4, 8, 16 (coordinator, after each phase). */
+    int64_t critical_ns[KVSIM_ACCOUNTING_BOUNDS];
     uint64_t phases;
     int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
 };

@@ -413,6 +413,7 @@ struct kvsim_disagg_summary {
 /* Where a replay's threads spent their CPU (KVSIM_REPLAY_ACCOUNTING=1; docs/replay.md): in the
  * report's "wall" part. Times are CPU seconds (CLOCK_THREAD_CPUTIME_ID) unless named wall. */
 #define KVSIM_ACCOUNTING_MAX_THREADS 64
+#define KVSIM_ACCOUNTING_BOUNDS      5 /* T = 1, 2, 4, 8, 16 */
 struct kvsim_thread_accounting {
     bool enabled;
     uint32_t threads;         /* entries below (the replay's threads, at most the maximum) */
@@ -424,9 +425,9 @@ struct kvsim_thread_accounting {
     double advance_s[KVSIM_ACCOUNTING_MAX_THREADS]; /* per thread: advancing engines */
     double wait_s[KVSIM_ACCOUNTING_MAX_THREADS];    /* per thread: in the epoch barrier */
     double wait_wall_s[KVSIM_ACCOUNTING_MAX_THREADS];
-    /* The least time of the phases on T = 1, 2, 4, 8 threads: per phase max(its largest
-     * engine's advance, their sum / T), summed; [0] is every advance's sum. */
-    double critical_s[4];
+    /* The least time of the phases on T = 1, 2, 4, 8, 16 threads (T = 2^i): per phase max(its
+     * largest engine's advance, their sum / T), summed; [0] is every advance's sum. */
+    double critical_s[KVSIM_ACCOUNTING_BOUNDS];
 };
 
 struct kvsim_report {

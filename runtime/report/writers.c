@@ -389,8 +389,8 @@ static json_t *accounting_json(const struct kvsim_thread_accounting *a)
              ok;
     }
     double total = a->serial_s + advance;
-    static const char *const ts[4] = {"1", "2", "4", "8"};
-    for (int i = 1; i < 4 && bound; i++) {
+    static const char *const ts[KVSIM_ACCOUNTING_BOUNDS] = {"1", "2", "4", "8", "16"};
+    for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS && bound; i++) {
         double least = a->serial_s + a->critical_s[i];
         double threads_t = (double)(1 << i);
         ok = put(bound, ts[i],

@@ -633,8 +633,10 @@ static void acct_phase_end(struct replay *rp)
     }
     if (all > sum) /* the engines with nothing to do, and the loop: shared out */
         sum = all;
-    for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++)
-        rp->acct.critical_ns[i] += max > sum >> i ? max : sum >> i;
+    for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) { /* sum / 2^i rounded up: never below */
+        int64_t share = (sum + (INT64_C(1) << i) - 1) >> i;
+        rp->acct.critical_ns[i] += max > share ? max : share;
+    }
     rp->acct.phases++;
 }
 

@@ -718,21 +718,18 @@ static json_t *projection_64(const struct bench_trace_opts *o, bool *ok)
     const struct kvsim_thread_accounting *a = b ? &b->msg.acct : NULL;
     json_t *j = json_null();
     if (a && a->enabled) {
-        double adv = 0;
-        for (uint32_t t = 0; t < a->threads; t++)
-            adv += a->advance_s[t];
-        double total = a->serial_s + adv, bnd[KVSIM_ACCOUNTING_BOUNDS] = {1};
-        for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS; i++)
-            bnd[i] = total / (a->serial_s + a->critical_s[i]);
+        struct kvsim_thread_bounds tb;
+        kvsim_thread_accounting_bounds(a, &tb);
+        const double *bnd = tb.speedup;
         printf("\nprojection (issue #40): the synthetic workload (%u sessions) on %u engines, 1 "
                "thread, accounting on (load average %.2f): serial %.1f %%; speedup bound 2T "
                "%.2fx, 4T %.2fx, 8T %.2fx, 16T %.2fx (goal at 16: >= %.0fx: %s)\n",
                o->quick ? PROJ_SESSIONS / 10 : PROJ_SESSIONS, PROJ_ENGINES, load0[0],
-               100 * a->serial_s / total, bnd[1], bnd[2], bnd[3], bnd[4], GOAL_BOUND_16,
+               100 * tb.serial_fraction, bnd[1], bnd[2], bnd[3], bnd[4], GOAL_BOUND_16,
                bnd[4] >= GOAL_BOUND_16 ? "met" : "NOT met");
         j = json_pack("{s:I,s:I,s:f,s:[f,f,f,f],s:f}", "engines", (json_int_t)PROJ_ENGINES,
                       "sessions", (json_int_t)(o->quick ? PROJ_SESSIONS / 10 : PROJ_SESSIONS),
-                      "serial_fraction", a->serial_s / total, "speedup_bound_2_4_8_16", bnd[1],
+                      "serial_fraction", tb.serial_fraction, "speedup_bound_2_4_8_16", bnd[1],
                       bnd[2], bnd[3], bnd[4], "goal_bound_16", GOAL_BOUND_16);
     } else
         printf("\nprojection (issue #40): the 64-engine run failed\n");
@@ -827,23 +824,11 @@ static json_t *threads_pass(const struct bench_trace_opts *o, int busy, bool *ok
                    b->msg.digest == bench_best(&c[0])->msg.digest;
         }
         *identical = *identical && same;
-        double adv = 0, wait = 0, bal[4] = {1, 0, 0, 0}, bnd[4] = {1, 0, 0, 0}, serial = 0;
-        if (a && a->enabled) {
-            for (uint32_t t = 0; t < a->threads; t++) {
-                adv += a->advance_s[t];
-                wait += a->wait_s[t];
-            }
-            double total = a->serial_s + adv;
-            serial = total > 0 ? a->serial_s / total : 0;
-            for (int i = 1; i < 4; i++) {
-                bal[i] = a->critical_s[i] > 0
-                             ? a->critical_s[0] / ((double)(1 << i) * a->critical_s[i])
-                             : 1;
-                bnd[i] = a->serial_s + a->critical_s[i] > 0
-                             ? total / (a->serial_s + a->critical_s[i])
-                             : 0;
-            }
-        }
+        struct kvsim_thread_bounds tb = {.balance = {1, 1, 1, 1, 1}};
+        if (a && a->enabled)
+            kvsim_thread_accounting_bounds(a, &tb);
+        const double *bal = tb.balance, *bnd = tb.speedup;
+        double serial = tb.serial_fraction, wait = tb.wait_s;
         char label[64];
         snprintf(label, sizeof label, "%s%s", kvsim_router_policy_name(thr_setups[k].router),
                  thr_setups[k].disagg ? " 4P+4D" : "");

@@ -32,6 +32,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def bench_grid(trace, quick):
+    """The benchmark's grid ({option: values}) and its base arguments (the trace, and with
+    quick the first 2,000 requests); bench_sweep_mpi.py runs the same."""
+    if quick:
+        return ({"engines": ["2", "4"], "max-num-seqs": ["64", "256"],
+                 "num-gpu-blocks": ["8192", "16384"]}, [trace, "--max-requests", "2000"])
+    return ({"engines": ["2", "4", "6", "8"], "max-num-seqs": ["32", "64", "128", "256"],
+             "num-gpu-blocks": ["4096", "8192", "16384", "32768"]}, [trace])
+
+
 def children_cpu():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
@@ -49,13 +59,7 @@ def main():
     if not os.access(a.trace, os.R_OK):
         print(f"bench_sweep: {a.trace} cannot be read (the shared traces)")
         return 77
-    grid = {"engines": ["2", "4", "6", "8"], "max-num-seqs": ["32", "64", "128", "256"],
-            "num-gpu-blocks": ["4096", "8192", "16384", "32768"]}
-    base = [a.trace]
-    if a.quick:
-        grid = {"engines": ["2", "4"], "max-num-seqs": ["64", "256"],
-                "num-gpu-blocks": ["8192", "16384"]}
-        base += ["--max-requests", "2000"]
+    grid, base = bench_grid(a.trace, a.quick)
     names = list(grid)
     points = list(itertools.product(*grid.values()))
     load0 = os.getloadavg()[0]

@@ -31,6 +31,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_sweep import bench_grid  # noqa: E402  (the same grid)
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 
 
@@ -70,13 +72,7 @@ def main():
     if "mpi: none" in version or not shutil.which("mpirun"):
         print("bench_sweep_mpi: kvsim was built without MPI or mpirun is missing")
         return 77
-    grid = {"engines": ["2", "4", "6", "8"], "max-num-seqs": ["32", "64", "128", "256"],
-            "num-gpu-blocks": ["4096", "8192", "16384", "32768"]}
-    base = [a.trace]
-    if a.quick:
-        grid = {"engines": ["2", "4"], "max-num-seqs": ["64", "256"],
-                "num-gpu-blocks": ["8192", "16384"]}
-        base += ["--max-requests", "2000"]
+    grid, base = bench_grid(a.trace, a.quick)
     npoints = len(list(itertools.product(*grid.values())))
     gargs = [x for k, v in grid.items() for x in ("--grid", f"{k}={','.join(v)}")]
     sweep = [a.kvsim, "sweep", *base, *gargs]

@@ -598,23 +598,8 @@ static bool plan_offered(const struct plan *pl, size_t k, double *rps, double *o
 /* The GPUs of candidate k: engines (or prefill + decode engines) x tensor-parallel size. */
 static uint64_t plan_gpus(const struct plan *pl, size_t k)
 {
-    struct kvsim_options o;
-    struct kvsim_run run;
-    char err[1024];
-    if (sweep_point_options(&pl->sw, k, &o, err, sizeof err))
-        return 0;
-    if (kvsim_options_resolve(&o, &run, err, sizeof err)) {
-        kvsim_options_fini(&o);
-        return 0;
-    }
-    const struct kvsim_replay_config *r = &run.replay;
-    uint64_t engines = r->disagg.prefill_engines
-                           ? (uint64_t)r->disagg.prefill_engines + r->disagg.decode_engines
-                           : r->num_engines;
-    uint64_t gpus = engines * (o.timing.tp ? o.timing.tp : 1);
-    kvsim_run_fini(&run);
-    kvsim_options_fini(&o);
-    return gpus;
+    uint32_t engines, tp;
+    return sweep_point_engines(&pl->sw, k, &engines, &tp) ? 0 : (uint64_t)engines * tp;
 }
 
 static const char *plan_outcome_name(enum plan_outcome o)

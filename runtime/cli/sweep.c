@@ -1002,8 +1002,8 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
 /* The report of point pt already in DIR that a rerun keeps (NULL: run it): complete or ended by
  * its own bounds (not interrupted), of this kvsim version, of the same trace bytes (sha256: the
  * id names the trace's path, not its content). */
-json_t *sweep_reusable_report(const struct sweep *sw, const struct sweep_point *pt,
-                              const char *trace_sha256)
+static json_t *reusable_report(const struct sweep *sw, const struct sweep_point *pt,
+                               const char *trace_sha256)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
@@ -1024,6 +1024,40 @@ json_t *sweep_reusable_report(const struct sweep *sw, const struct sweep_point *
         return NULL;
     }
     return r;
+}
+
+int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows)
+{
+    const struct sweep_group *g = &sw->groups[pt->group];
+    json_t *kept =
+        reusable_report(sw, pt, g->trace_path && g->loaded && !g->load_rc ? g->trace.sha256 : NULL);
+    if (!kept)
+        return 0;
+    sw->reused++;
+    pt->reused = true;
+    int rc = sweep_finish_point(sw, pt, rows, kept, NULL);
+    json_decref(kept);
+    return rc ? rc : 1;
+}
+
+int sweep_point_engines(const struct sweep *sw, size_t index, uint32_t *engines, uint32_t *tp)
+{
+    struct kvsim_options o;
+    struct kvsim_run run;
+    char err[1024];
+    if (sweep_point_options(sw, index, &o, err, sizeof err))
+        return -EINVAL;
+    if (kvsim_options_resolve(&o, &run, err, sizeof err)) {
+        kvsim_options_fini(&o);
+        return -EINVAL;
+    }
+    const struct kvsim_replay_config *r = &run.replay;
+    *engines = r->disagg.prefill_engines ? r->disagg.prefill_engines + r->disagg.decode_engines
+                                         : r->num_engines;
+    *tp = o.timing.tp ? o.timing.tp : 1;
+    kvsim_run_fini(&run);
+    kvsim_options_fini(&o);
+    return 0;
 }
 
 int sweep_group_load(struct sweep *sw, size_t g)
@@ -1089,12 +1123,9 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
                 rc = sweep_finish_point(sw, pt, rows, NULL, grp->load_error);
                 continue;
             }
-            json_t *kept = sweep_reusable_report(sw, pt, trace ? trace->sha256 : NULL);
+            int kept = sweep_keep_reusable(sw, pt, rows);
             if (kept) {
-                sw->reused++;
-                pt->reused = true;
-                rc = sweep_finish_point(sw, pt, rows, kept, NULL);
-                json_decref(kept);
+                rc = kept < 0 ? kept : 0;
                 continue;
             }
             if (sweep_interrupted || (sw->max_points && sw->started >= sw->max_points))

@@ -214,10 +214,13 @@ int sweep_group_load(struct sweep *sw, size_t g);
  * a negative errno with the message in err. Any thread; no shared state but sweep_interrupted. */
 int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
                        const struct kvsim_trace *trace, char **text, char *err, size_t errlen);
-/* The report of point pt already in DIR that a rerun keeps (NULL: run it): of this kvsim
- * version, ended by its own bounds, of the same trace bytes (trace_sha256; NULL: synthetic). */
-json_t *sweep_reusable_report(const struct sweep *sw, const struct sweep_point *pt,
-                              const char *trace_sha256);
+/* Ends point pt with the report already in DIR when a rerun keeps it (of this kvsim version,
+ * ended by its own bounds, of the same trace bytes: its group's, loaded). Returns 1 (kept: the
+ * point has its row), 0 (run it) or -ENOMEM. */
+int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows);
+/* The engines of point index (prefill + decode ones when disaggregated) and its tensor-parallel
+ * size. Returns 0, or -EINVAL when it is not a valid configuration. */
+int sweep_point_engines(const struct sweep *sw, size_t index, uint32_t *engines, uint32_t *tp);
 /* Ends point pt after its replay: ran (its report is in DIR/reports/<id>.json, read back for
  * the row) or failed (why). Returns 0 or -ENOMEM. */
 int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool ran,

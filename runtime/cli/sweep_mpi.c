@@ -149,20 +149,8 @@ static double point_cost(const struct sweep *sw, const struct sweep_point *pt)
 {
     const struct sweep_group *g = &sw->groups[pt->group];
     double requests = g->trace_path && g->loaded && !g->load_rc ? (double)g->trace.num_reqs : 1;
-    struct kvsim_options o;
-    struct kvsim_run run;
-    char err[256];
-    double engines = 1;
-    if (!sweep_point_options(sw, pt->index, &o, err, sizeof err)) {
-        if (!kvsim_options_resolve(&o, &run, err, sizeof err)) {
-            const struct kvsim_replay_config *r = &run.replay;
-            engines = r->disagg.prefill_engines
-                          ? (double)r->disagg.prefill_engines + r->disagg.decode_engines
-                          : (double)r->num_engines;
-            kvsim_run_fini(&run);
-        }
-        kvsim_options_fini(&o);
-    }
+    uint32_t engines = 1, tp;
+    sweep_point_engines(sw, pt->index, &engines, &tp); /* pending points are valid */
     return requests * engines;
 }
 
@@ -194,12 +182,9 @@ int sweep_mpi_coordinate(struct sweep *sw, FILE *rows, int ranks)
             rc = sweep_finish_point(sw, pt, rows, NULL, g->load_error);
             continue;
         }
-        json_t *kept = sweep_reusable_report(sw, pt, g->trace_path ? g->trace.sha256 : NULL);
+        int kept = sweep_keep_reusable(sw, pt, rows);
         if (kept) {
-            sw->reused++;
-            pt->reused = true;
-            rc = sweep_finish_point(sw, pt, rows, kept, NULL);
-            json_decref(kept);
+            rc = kept < 0 ? kept : 0;
             continue;
         }
         if (sw->max_points && nqueue >= sw->max_points)

@@ -581,9 +581,9 @@ static bool engine_has_work(const struct replay *rp, uint32_t e, enum phase phas
             kvsim_engine_next_event(rp->engines[e]) <= (to_cur ? rp->b_cur : rp->b_next));
 }
 
-/* work_engine by replay thread w, its CPU time accounted to w and to e when the accounting is
- * on (e is w's alone within the phase). */
-static void advance_engine(struct replay *rp, uint32_t w, uint32_t e, enum phase phase)
+/* work_engine, its CPU time accounted to e when the accounting is on and e has work (e is the
+ * calling thread's alone within the phase; the thread's own total is work()'s). */
+static void advance_engine(struct replay *rp, uint32_t e, enum phase phase)
 {
     if (!rp->acct.on) {
         work_engine(rp, e, phase);
@@ -596,7 +596,6 @@ static void advance_engine(struct replay *rp, uint32_t w, uint32_t e, enum phase
     int64_t t0 = thread_cpu_ns();
     work_engine(rp, e, phase);
     rp->acct.engine_ns[e] += thread_cpu_ns() - t0;
-    (void)w;
 }
 
 /* Thread w's CPU over its part of a phase (accounting on): the engines timed one by one and
@@ -665,19 +664,19 @@ static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
     if (T == 1) {
         for (uint32_t e = 0; e < N; e++)
             if (works_in(rp, e, phase))
-                advance_engine(rp, 0, e, phase);
+                advance_engine(rp, e, phase);
         return;
     }
     for (uint32_t e = w; e < N; e += T)
         if (works_in(rp, e, phase) && claim_engine(rp, e))
-            advance_engine(rp, w, e, phase);
+            advance_engine(rp, e, phase);
     for (uint32_t k = 1; k < T; k++) {
         uint32_t v = (w + k) % T;
         if (v >= N)
             continue;
         for (uint32_t e = v + (N - 1 - v) / T * T;; e -= T) { /* v's last engine, then back */
             if (works_in(rp, e, phase) && claim_engine(rp, e))
-                advance_engine(rp, w, e, phase);
+                advance_engine(rp, e, phase);
             if (e < T)
                 break;
         }
@@ -1058,7 +1057,7 @@ static void run_work(struct replay *rp, enum phase phase)
         int64_t a0 = acct_work_begin(rp);
         for (uint32_t e = 0; e < rp->num_engines; e++)
             if (works_in(rp, e, phase))
-                advance_engine(rp, 0, e, phase);
+                advance_engine(rp, e, phase);
         acct_work_end(rp, 0, a0);
     }
     if (rp->num_threads > 1)

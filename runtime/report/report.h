@@ -430,6 +430,16 @@ struct kvsim_thread_accounting {
     double critical_s[KVSIM_ACCOUNTING_BOUNDS];
 };
 
+/* What a kvsim_thread_accounting bounds: its advance over all threads, its serial fraction and,
+ * for T = 2^i threads, the balance (the advances' sum / (T x the least time on T threads)) and
+ * the speedup that serial part and that balance allow (Amdahl); [0] is one thread's (1, 1). */
+struct kvsim_thread_bounds {
+    double advance_s, wait_s, serial_fraction;
+    double balance[KVSIM_ACCOUNTING_BOUNDS], speedup[KVSIM_ACCOUNTING_BOUNDS];
+};
+KVSIM_EXTERN void kvsim_thread_accounting_bounds(const struct kvsim_thread_accounting *a,
+                                                 struct kvsim_thread_bounds *out);
+
 struct kvsim_report {
     /* run */
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */

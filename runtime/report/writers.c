@@ -375,33 +375,44 @@ static json_t *engine_json(const struct kvsim_engine_summary *s, int id)
                      "mean_kv_usage", s->mean_kv_usage, "peak_kv_usage", s->peak_kv_usage);
 }
 
+void kvsim_thread_accounting_bounds(const struct kvsim_thread_accounting *a,
+                                    struct kvsim_thread_bounds *out)
+{
+    *out = (struct kvsim_thread_bounds){0};
+    for (uint32_t t = 0; t < a->threads; t++) {
+        out->advance_s += a->advance_s[t];
+        out->wait_s += a->wait_s[t];
+    }
+    double total = a->serial_s + out->advance_s;
+    out->serial_fraction = total > 0 ? a->serial_s / total : 0.0;
+    for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) {
+        double least = a->serial_s + a->critical_s[i];
+        out->speedup[i] = least > 0 ? total / least : 0.0;
+        out->balance[i] =
+            a->critical_s[i] > 0 ? a->critical_s[0] / ((double)(1 << i) * a->critical_s[i]) : 1.0;
+    }
+}
+
 /* wall.accounting: the threads' CPU (kvsim_thread_accounting) and what it bounds. */
 static json_t *accounting_json(const struct kvsim_thread_accounting *a)
 {
+    struct kvsim_thread_bounds b;
+    kvsim_thread_accounting_bounds(a, &b);
     json_t *o = json_object(), *threads = json_array(), *bound = json_object();
     bool ok = o && threads && bound;
-    double advance = 0;
-    for (uint32_t t = 0; t < a->threads && threads; t++) {
-        advance += a->advance_s[t];
+    for (uint32_t t = 0; t < a->threads && threads; t++)
         ok = json_array_append_new(threads, json_pack("{s:f,s:f,s:f}", "advance_cpu_s",
                                                       a->advance_s[t], "wait_cpu_s", a->wait_s[t],
                                                       "wait_wall_s", a->wait_wall_s[t])) == 0 &&
              ok;
-    }
-    double total = a->serial_s + advance;
     static const char *const ts[KVSIM_ACCOUNTING_BOUNDS] = {"1", "2", "4", "8", "16"};
-    for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS && bound; i++) {
-        double least = a->serial_s + a->critical_s[i];
-        double threads_t = (double)(1 << i);
+    for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS && bound; i++)
         ok = put(bound, ts[i],
-                 json_pack("{s:f,s:f}", "speedup", least > 0 ? total / least : 0.0, "balance",
-                           a->critical_s[i] > 0 ? a->critical_s[0] / (threads_t * a->critical_s[i])
-                                                : 1.0)) &&
+                 json_pack("{s:f,s:f}", "speedup", b.speedup[i], "balance", b.balance[i])) &&
              ok;
-    }
     ok = put(o, "serial_cpu_s", json_real(a->serial_s)) && ok;
-    ok = put(o, "advance_cpu_s", json_real(advance)) && ok;
-    ok = put(o, "serial_fraction", json_real(total > 0 ? a->serial_s / total : 0.0)) && ok;
+    ok = put(o, "advance_cpu_s", json_real(b.advance_s)) && ok;
+    ok = put(o, "serial_fraction", json_real(b.serial_fraction)) && ok;
     ok = put(o, "phases", json_integer((json_int_t)a->phases)) && ok;
     ok = put(o, "parallel_phases", json_integer((json_int_t)a->parallel_phases)) && ok;
     ok = put(o, "bound", bound) && ok; /* put releases what it cannot insert */

@@ -12,8 +12,8 @@
  * engine's evolution depends only on what it was given, and the router only on what engines
  * published at boundaries, so results are identical for any thread count.
  *
- * The barrier spins (up to 200 us) only while spinning has recently paid, and never with as many
- * threads as CPUs; otherwise it sleeps on a futex (barrier_wait).
+ * The barrier spins (up to 200 us) only while spinning has recently paid, and never with more
+ * threads than CPUs; otherwise it sleeps on a futex (barrier_wait).
  *
  * A shared G3 (--g3-shared) lives in the block registry: every replay thread is then registered
  * with it (QSBR), reports a quiescent state after each engine advance and is offline while it
@@ -55,7 +55,7 @@
  * consistent, so either the waker sees the sleeper or the sleeper's futex wait sees the new
  * generation.
  * Waiting adapts (docs/replay.md, "Threads"): a waiter spins (up to b->spin_ns, and never when
- * threads >= CPUs: spin_ns 0) only while spinning has recently paid. A spin that ends with the
+ * threads > CPUs: spin_ns 0) only while spinning has recently paid. A spin that ends with the
  * barrier open resets the backoff; one that runs out and sleeps makes the next 1, 2, 4, ... 256
  * waits sleep at once, and the wait after them spins again to see whether it pays now. So phases
  * tens of microseconds apart (a disaggregated replay's) keep their cheap spins, and waits that
@@ -263,9 +263,11 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
     return kvsim_router_route(router, pubs, rp->hashes, nh, blocks, s->input_len);
 }
 
-/* Keeps the nh hashes the router computed for req (sent to engine e) for e's admission.
- * Coordinator, at a boundary. Returns 0 or -ENOMEM. */
-static int routed_push(struct replay *rp, uint32_t e, uint32_t req, uint32_t nh)
+/* Keeps the nh hashes the router computed for req (sent to engine e) for e's admission: a
+ * pointer to them when they were prepared (route_prep: they stay put until the admission),
+ * otherwise a copy of rp->hashes. Coordinator, at a boundary. Returns 0 or -ENOMEM. */
+static int routed_push(struct replay *rp, uint32_t e, uint32_t req, uint32_t nh,
+                       const kvpool_hash *prepared)
 {
     struct routed_hashes *q = &rp->routed_hashes[e];
     if (q->num_ent == q->cap_ent) {
@@ -275,6 +277,10 @@ static int routed_push(struct replay *rp, uint32_t e, uint32_t req, uint32_t nh)
             return -ENOMEM;
         q->ent = ne;
         q->cap_ent = nc;
+    }
+    if (prepared) {
+        q->ent[q->num_ent++] = (struct routed_entry){req, nh, 0, prepared};
+        return 0;
     }
     if (q->num_hashes + nh > q->cap_hashes) {
         size_t nc = q->cap_hashes ? q->cap_hashes : 1024;
@@ -287,9 +293,184 @@ static int routed_push(struct replay *rp, uint32_t e, uint32_t req, uint32_t nh)
         q->cap_hashes = nc;
     }
     memcpy(q->hashes + q->num_hashes, rp->hashes, nh * sizeof *rp->hashes);
-    q->ent[q->num_ent++] = (struct routed_entry){req, nh, q->num_hashes};
+    q->ent[q->num_ent++] = (struct routed_entry){req, nh, q->num_hashes, NULL};
     q->num_hashes += nh;
     return 0;
+}
+
+/* ---- route preparation ----------------------------------------------------------------------
+ *
+ * With the kv router, routing an arrival means hashing its prompt and asking every engine how
+ * much of it it caches: on the coordinator, with the workers parked, that was most of the
+ * serial time of a replay with many engines. Both are done in the phase that advances the
+ * engines to the boundary where the arrivals are due, in parallel (struct route_prep): the
+ * coordinator lists the arrivals it already knows are due there (open-loop arrivals, and session
+ * turns already pending), each thread hashes the prompts it claims, then each engine's thread,
+ * right after advancing it to the boundary, looks up every listed prompt in that engine's cache.
+ * The engines' caches at the boundary are exactly what the boundary would have looked up, and
+ * an overlap over a full prompt caps to what the router's incremental lookups gave, so every
+ * decision is the same (kvsim_router_route_overlaps); arrivals found only at the boundary (a
+ * turn released by a finish in the phase, a slot's next session) are routed as before.
+ */
+
+/* Whether request req was prepared for the current boundary: its index there, or -1. */
+static int64_t prepared_slot(const struct replay *rp, uint32_t req)
+{
+    const struct route_prep *p = rp->prep_ready;
+    if (!p)
+        return -1;
+    uint32_t i = rp->prep_slot[req];
+    return i < p->num && p->reqs[i] == req ? (int64_t)i : -1;
+}
+
+static int prep_add(struct replay *rp, struct route_prep *p, uint32_t req)
+{
+    if (p->num == p->cap) {
+        uint32_t nc = p->cap ? 2 * p->cap : 64;
+        uint32_t *reqs = realloc(p->reqs, nc * sizeof *reqs);
+        if (reqs)
+            p->reqs = reqs;
+        uint32_t *nhs = realloc(p->num_hashes, nc * sizeof *nhs);
+        if (nhs)
+            p->num_hashes = nhs;
+        size_t *off = realloc(p->off, nc * sizeof *off);
+        if (off)
+            p->off = off;
+        _Atomic uint32_t *hashed = malloc(nc * sizeof *hashed);
+        if (!reqs || !nhs || !off || !hashed) {
+            free(hashed);
+            return -ENOMEM;
+        }
+        free(p->hashed);
+        p->hashed = hashed;
+        p->cap = nc;
+    }
+    rp->prep_slot[req] = p->num;
+    p->reqs[p->num++] = req;
+    return 0;
+}
+
+/* The pending follow-ups due by t, from heap slot i down (the heap's order prunes the rest). */
+static int prep_add_heap(struct replay *rp, struct route_prep *p, size_t i, int64_t t)
+{
+    if (i >= rp->heap_len || rp->heap[i].t > t)
+        return 0;
+    int rc = prep_add(rp, p, rp->heap[i].req);
+    if (rc == 0)
+        rc = prep_add_heap(rp, p, 2 * i + 1, t);
+    if (rc == 0)
+        rc = prep_add_heap(rp, p, 2 * i + 2, t);
+    return rc;
+}
+
+/*
+ * Lists the arrivals known to be due by rp->b_next and sizes their hashes and overlaps, for the
+ * phase about to advance the engines there (rp->prep_now; NULL when there is nothing to
+ * prepare). Coordinator, workers parked. Returns 0 or -ENOMEM.
+ */
+static int route_prep_collect(struct replay *rp)
+{
+    rp->prep_now = NULL;
+    if (!rp->prep_on || rp->b_next == INT64_MAX)
+        return 0;
+    struct route_prep *p = &rp->prep[rp->prep_fill];
+    p->num = 0;
+    p->boundary = INT64_MIN;
+    int rc = 0;
+    if (!rp->concurrency) /* open loop: first turns and independent requests, in trace order */
+        for (size_t c = rp->open_cursor; c < rp->trace.num_reqs && rc == 0; c++) {
+            if (rp->trace.reqs[c].prev_turn >= 0)
+                continue;
+            if (rp->trace.reqs[c].arrival_ns > rp->b_next)
+                break;
+            rc = prep_add(rp, p, (uint32_t)c);
+        }
+    if (rc == 0)
+        rc = prep_add_heap(rp, p, 0, rp->b_next);
+    if (rc || p->num == 0)
+        return rc;
+    uint32_t bs = rp->cfg->sched.block_size;
+    size_t total = 0;
+    for (uint32_t i = 0; i < p->num; i++) {
+        p->num_hashes[i] = rp->trace.reqs[p->reqs[i]].input_len / bs;
+        p->off[i] = total;
+        total += p->num_hashes[i];
+        atomic_init(&p->hashed[i], 0);
+    }
+    if (total > p->cap_hashes) {
+        kvpool_hash *h = realloc(p->hashes, total * sizeof *h);
+        if (!h)
+            return -ENOMEM;
+        p->hashes = h;
+        p->cap_hashes = total;
+    }
+    p->stride = (p->num + 15) / 16 * 16; /* a cache line per engine's overlaps */
+    if (rp->num_engines * p->stride > p->cap_ov) {
+        uint32_t *ov = realloc(p->ov, rp->num_engines * p->stride * sizeof *ov);
+        if (!ov)
+            return -ENOMEM;
+        p->ov = ov;
+        p->cap_ov = rp->num_engines * p->stride;
+    }
+    atomic_init(&p->next_hash, 0);
+    atomic_init(&p->rc, 0);
+    p->boundary = rp->b_next;
+    rp->prep_now = p;
+    return 0;
+}
+
+/* Hashes the prompts of the phase's route preparation that thread w claims first. Context: every
+ * replay thread taking part in the phase, before it takes engines. */
+static void route_prep_hash(struct replay *rp, uint32_t w)
+{
+    struct route_prep *p = rp->prep_now;
+    if (!p)
+        return;
+    struct replay_worker *wk = &rp->workers[w];
+    uint32_t bs = rp->cfg->sched.block_size;
+    for (;;) {
+        uint32_t i = atomic_fetch_add_explicit(&p->next_hash, 1, memory_order_relaxed);
+        if (i >= p->num)
+            break;
+        uint32_t req = p->reqs[i];
+        int64_t rc = 0;
+        uint32_t n = kvsim_prompt_runs(&rp->trace, req, wk->runs, wk->cap_runs);
+        if (n > wk->cap_runs) {
+            struct kvpool_token_run *nr = realloc(wk->runs, n * sizeof *nr);
+            if (nr) {
+                wk->runs = nr;
+                wk->cap_runs = n;
+                kvsim_prompt_runs(&rp->trace, req, wk->runs, n);
+            } else {
+                rc = -ENOMEM;
+            }
+        }
+        if (rc == 0)
+            rc = kvpool_hash_prompt_more(bs, NULL, 0, wk->runs, n, p->hashes + p->off[i], 0,
+                                         p->num_hashes[i]);
+        if (rc >= 0 && rc != p->num_hashes[i])
+            rc = -EINVAL; /* a prompt shorter than its own length: the trace reader's bug */
+        if (rc < 0) {
+            int none = 0;
+            atomic_compare_exchange_strong(&p->rc, &none, (int)rc);
+        }
+        atomic_store_explicit(&p->hashed[i], 1, memory_order_release);
+    }
+}
+
+/* Engine e's overlap with every prompt of the phase's route preparation, once it is at the
+ * boundary. Context: the thread that advanced e in the phase, after route_prep_hash. A prompt
+ * another thread is still hashing is waited for (every prompt was claimed before any thread
+ * got here). */
+static void route_prep_overlaps(struct replay *rp, uint32_t e)
+{
+    struct route_prep *p = rp->prep_now;
+    for (uint32_t i = 0; i < p->num; i++) {
+        while (!atomic_load_explicit(&p->hashed[i], memory_order_acquire))
+            base_cpu_relax();
+        p->ov[e * p->stride + i] =
+            kvsim_router_overlap_on(rp->router, e, p->hashes + p->off[i], p->num_hashes[i]);
+    }
 }
 
 /* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. With
@@ -299,11 +480,22 @@ static int route_one(struct replay *rp, uint32_t req)
     uint32_t bs =
         rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size : rp->cfg->sched.block_size;
     uint32_t nh;
-    int64_t e = replay__route(rp, rp->router, rp->pubs, req, bs, NULL, 0, &nh);
+    const kvpool_hash *prepared = NULL;
+    int64_t e, slot = prepared_slot(rp, req);
+    if (slot >= 0) {
+        const struct route_prep *p = rp->prep_ready;
+        const struct kvsim_req_spec *s = &rp->trace.reqs[req];
+        nh = p->num_hashes[slot];
+        prepared = p->hashes + p->off[slot];
+        e = kvsim_router_route_overlaps(rp->router, rp->pubs, p->ov + slot, p->stride, nh,
+                                        (s->input_len + bs - 1) / bs, s->input_len);
+    } else {
+        e = replay__route(rp, rp->router, rp->pubs, req, bs, NULL, 0, &nh);
+    }
     if (e < 0)
         return (int)e;
     if (nh) {
-        int rc = routed_push(rp, (uint32_t)e, req, nh);
+        int rc = routed_push(rp, (uint32_t)e, req, nh, prepared);
         if (rc)
             return rc;
     }
@@ -370,7 +562,7 @@ static void epoch_barrier(struct replay *rp, uint32_t w)
     }
     if (rp->g3)
         kvpool_registry_thread_offline();
-    barrier_wait(&rp->barrier, &rp->waiters[w]);
+    barrier_wait(&rp->barrier, &rp->workers[w].waiter);
     if (rp->g3)
         kvpool_registry_thread_online();
     if (rp->acct.on) {
@@ -455,8 +647,15 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
                 return rc;
         }
     }
-    /* 2. Route every arrival due now, in (time, request) order. The last boundary's routed
-     * hashes were all taken: every inbox was drained since. */
+    /* 2. Route every arrival due now, in (time, request) order, with the overlaps prepared in
+     * the phase that ended here where there are some. The last boundary's routed hashes were
+     * all taken: every inbox was drained since. */
+    struct route_prep *made = &rp->prep[rp->prep_fill];
+    rp->prep_ready = NULL;
+    if (made->num && made->boundary == rp->b_cur) {
+        rp->prep_ready = made; /* admitted in the next phase, which fills the other one */
+        rp->prep_fill ^= 1;
+    }
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         struct routed_hashes *q = &rp->routed_hashes[e];
         q->num_hashes = 0;
@@ -543,7 +742,7 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
             struct kvsim_engine_admit_opts o = {0};
             if (q->next_ent < q->num_ent && q->ent[q->next_ent].req == req) {
                 const struct routed_entry *en = &q->ent[q->next_ent++];
-                o.prompt_hashes = q->hashes + en->off;
+                o.prompt_hashes = en->prepared ? en->prepared : q->hashes + en->off;
                 o.num_prompt_hashes = en->num;
                 o.hashes_block_size = rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size
                                                       : rp->cfg->sched.block_size;
@@ -562,6 +761,8 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         kvpool_events_drain(kvsim_engine_pool(eng), apply_event, &ec);
         rc = ec.rc;
     }
+    if (rc == 0 && rp->prep_now && !to_cur)
+        route_prep_overlaps(rp, e); /* e is at the next boundary: what it caches there */
     if (rp->g3)
         kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
     if (rc && !rp->engine_rc[e])
@@ -639,55 +840,35 @@ static void acct_phase_end(struct replay *rp)
     rp->acct.phases++;
 }
 
-/* Whether this thread takes engine e in the current phase: the first to exchange the phase's
- * number into e's claim word does. Relaxed: the barriers order the engines' state. */
-static bool claim_engine(struct replay *rp, uint32_t e)
-{
-    return atomic_exchange_explicit(&rp->claim[e], rp->phase_seq, memory_order_relaxed) !=
-           rp->phase_seq;
-}
-
 /*
- * The parallel part of a phase for replay thread w. Engines are taken dynamically: w first takes
- * its own engines w, w + T, ... (they were w's the last time too, so their state is in its
- * caches), front to back, then helps with the others', back to front (their owners work from the
- * front). Which thread advances an engine never changes what it does (engines are independent
- * within a phase, and the barriers order each engine's state from one phase's thread to the
- * next), so results are the same for any --threads; taking engines dynamically keeps every
- * thread busy when an epoch's work sits on a few engines, as the kv router's prefix affinity
- * makes it (with the static e mod T, one thread idled). Context: every replay thread inside a
- * phase; the coordinator bumped rp->phase_seq before the phase's first barrier.
+ * The parallel part of a phase for replay thread w: its own engines, w, w + T, w + 2T, ...,
+ * always the same ones, so each engine's state stays in its thread's caches. Which thread
+ * advances an engine never changes what it does (engines are independent within a phase, and
+ * the barriers order each engine's state from one phase's thread to the next), so results are the
+ * same for any --threads. Nothing is taken from another thread: measured on the conversation
+ * trace (docs/replay.md, "Threads"), an engine advanced by a thread other than its usual one
+ * costs more than waiting for that thread does, whether it is taken when a thread runs out of
+ * work (dynamic claiming, which issue #39 had) or handed over by expected cost every few phases
+ * (the longest engines first to the least loaded thread); the coordinator does run a phase's
+ * engines alone when splitting it does not pay (phase_parallel). Context: every replay thread
+ * inside a phase.
  */
 static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
 {
     uint32_t T = rp->num_threads, N = rp->num_engines;
-    if (T == 1) {
-        for (uint32_t e = 0; e < N; e++)
-            if (works_in(rp, e, phase))
-                advance_engine(rp, e, phase);
-        return;
-    }
     for (uint32_t e = w; e < N; e += T)
-        if (works_in(rp, e, phase) && claim_engine(rp, e))
+        if (works_in(rp, e, phase))
             advance_engine(rp, e, phase);
-    for (uint32_t k = 1; k < T; k++) {
-        uint32_t v = (w + k) % T;
-        if (v >= N)
-            continue;
-        for (uint32_t e = v + (N - 1 - v) / T * T;; e -= T) { /* v's last engine, then back */
-            if (works_in(rp, e, phase) && claim_engine(rp, e))
-                advance_engine(rp, e, phase);
-            if (e < T)
-                break;
-        }
-    }
 }
 
-/* work_engines, its CPU accounted to thread w when the accounting is on. */
+/* work_engines, its wall time kept for phase_measured and its CPU accounted to thread w when
+ * the accounting is on. */
 static void work(struct replay *rp, uint32_t w, enum phase phase)
 {
-    int64_t t0 = acct_work_begin(rp);
+    int64_t t0 = acct_work_begin(rp), wall0 = base_monotonic_ns();
+    route_prep_hash(rp, w);
     work_engines(rp, w, phase);
+    rp->workers[w].busy_ns = base_monotonic_ns() - wall0;
     acct_work_end(rp, w, t0);
 }
 
@@ -967,9 +1148,20 @@ static void replay_free(struct replay *rp)
     free(rp->inbox_tail);
     free(rp->nodes);
     free(rp->engine_rc);
-    free(rp->claim);
     free(rp->acct.thr);
-    free(rp->waiters);
+    for (uint32_t w = 0; rp->workers && w < rp->num_threads; w++)
+        free(rp->workers[w].runs);
+    free(rp->workers);
+    for (int k = 0; k < 2; k++) {
+        struct route_prep *p = &rp->prep[k];
+        free(p->reqs);
+        free(p->num_hashes);
+        free(p->off);
+        free(p->hashed);
+        free(p->hashes);
+        free(p->ov);
+    }
+    free(rp->prep_slot);
     free(rp->acct.engine_ns);
     free(rp->next_turn);
     free(rp->releases);
@@ -996,25 +1188,33 @@ static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
 {
     uint32_t n = 0;
     for (uint32_t e = 0; e < rp->num_engines && n < 2; e++)
-        n += engine_has_work(rp, e, phase);
+        n += engine_has_work(rp, e, phase) ||
+             (rp->prep_now && phase != PHASE_ADMIT && works_in(rp, e, phase));
     return n;
 }
 
 /*
  * Whether the next phase with work on two engines or more wakes the workers (coordinator).
- * Threads must pay for themselves: a parallel phase costs two barriers (and, with threads >=
- * CPUs, a futex wake-up each), which a phase of a few tens of microseconds does not repay. So
- * the coordinator times every phase (the monotonic clock, a vDSO read), and for each kind of
- * phase (the prefill engines' admission is not the decode engines' advance): after
- * PHASE_SMALL_RUN parallel phases in a row shorter than PHASE_SMALL_NS it runs the following ones
- * alone (the workers sleep at the barrier), until a phase it ran alone takes PHASE_BIG_NS or
- * more, and every PHASE_PROBE-th phase in a row alone goes parallel again to measure. Which thread
- * advances an engine never changes what it does: results are the same whatever this decides.
+ * Threads must pay for themselves: a parallel phase costs two barriers (a spin of a few
+ * microseconds with a CPU per thread; a futex wake-up each when a party is asleep or was
+ * preempted), which a phase of a few microseconds of work, or one whose work sits on one
+ * engine, does not repay. So each thread times its part of a parallel phase (work, the
+ * monotonic clock: a vDSO read), and the coordinator sets the sum of those against the phase's
+ * wall time: the phase paid when the sum is PHASE_PAID_PERCENT % of the wall or more (what the
+ * threads did together, over what the phase cost; one thread alone would have needed about the
+ * sum). For each kind of phase (the prefill engines' admission is not the decode engines'
+ * advance): after PHASE_SMALL_RUN parallel phases in a row that did not pay, the coordinator runs
+ * the following ones alone (the workers sleep at the barrier), until a phase it ran alone takes
+ * PHASE_BIG_NS or more, and every PHASE_PROBE-th phase in a row alone goes parallel again to
+ * measure. A busy machine that preempts a worker makes its phases not pay (the coordinator
+ * takes the worker's engines meanwhile and waits for it at the end), so they run alone. Which
+ * thread advances an engine never changes what it does: results are the same whatever this
+ * decides.
  */
-#define PHASE_SMALL_NS  INT64_C(250000)
-#define PHASE_BIG_NS    INT64_C(750000)
-#define PHASE_SMALL_RUN 8u
-#define PHASE_PROBE     64u
+#define PHASE_PAID_PERCENT 110
+#define PHASE_BIG_NS       INT64_C(400000)
+#define PHASE_SMALL_RUN    8u
+#define PHASE_PROBE        64u
 
 static bool phase_parallel(struct replay *rp, enum phase phase)
 {
@@ -1026,11 +1226,17 @@ static bool phase_parallel(struct replay *rp, enum phase phase)
     return ++p->alone_run % PHASE_PROBE == 0;
 }
 
+/* After a phase of the given kind (coordinator, the workers parked): whether it paid, when it
+ * ran in parallel, and what that says about the next ones (phase_parallel). */
 static void phase_measured(struct replay *rp, enum phase phase, bool parallel, int64_t wall_ns)
 {
     struct phase_policy *p = &rp->phase_policy[phase];
     if (parallel) {
-        p->small_run = wall_ns < PHASE_SMALL_NS ? p->small_run + 1 : 0;
+        int64_t busy = 0;
+        for (uint32_t w = 0; w < rp->num_threads; w++)
+            busy += rp->workers[w].busy_ns;
+        bool paid = busy * 100 >= wall_ns * PHASE_PAID_PERCENT;
+        p->small_run = paid ? 0 : p->small_run + 1;
         p->alone = p->small_run >= PHASE_SMALL_RUN;
         if (!p->alone)
             p->alone_run = 0;
@@ -1046,7 +1252,6 @@ static void phase_measured(struct replay *rp, enum phase phase, bool parallel, i
 static void run_work(struct replay *rp, enum phase phase)
 {
     rp->phase = phase;
-    rp->phase_seq++;
     bool parallel = phase_parallel(rp, phase);
     int64_t t0 = base_monotonic_ns();
     if (parallel) {
@@ -1055,6 +1260,7 @@ static void run_work(struct replay *rp, enum phase phase)
         epoch_barrier(rp, 0);
     } else {
         int64_t a0 = acct_work_begin(rp);
+        route_prep_hash(rp, 0);
         for (uint32_t e = 0; e < rp->num_engines; e++)
             if (works_in(rp, e, phase))
                 advance_engine(rp, e, phase);
@@ -1305,7 +1511,6 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
     rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
     rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
-    rp.claim = calloc(rp.num_engines, sizeof *rp.claim); /* phase_seq starts at 0: unclaimed */
     rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
     rp.concurrency = cfg->replay_concurrency;
     rp.releases = malloc((R ? R : 1) * sizeof *rp.releases);
@@ -1313,14 +1518,26 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && (!rp.releases || !rp.slot_parent))
         rc = -ENOMEM;
     if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.routed_hashes || !rp.inbox_head ||
-                    !rp.inbox_tail || !rp.nodes || !rp.engine_rc || !rp.claim || !rp.next_turn))
+                    !rp.inbox_tail || !rp.nodes || !rp.engine_rc || !rp.next_turn))
         rc = -ENOMEM;
     /* Thread accounting: off unless asked for (then two clock reads per engine advance and per
      * barrier); when off it costs one predictable branch at each. */
     const char *acct = getenv("KVSIM_REPLAY_ACCOUNTING");
     rp.acct.on = acct && *acct && strcmp(acct, "0") != 0;
-    rp.waiters = calloc(rp.num_threads, sizeof *rp.waiters);
-    if (rc == 0 && !rp.waiters)
+    /* Route preparation (aggregated, kv router, engines to choose from): the same decisions,
+     * computed in the phases. On with threads to share it (on 1 thread it only moves the work,
+     * and measured 5-10 % slower: its lookups leave the caches later), and with the accounting,
+     * whose bounds are of a run on several threads. KVSIM_REPLAY_ROUTE_PREP=0 or 1 overrides
+     * (to compare; reports are identical). */
+    const char *prep_env = getenv("KVSIM_REPLAY_ROUTE_PREP");
+    rp.prep_on =
+        !rp.num_prefill && cfg->router == KVSIM_ROUTER_KV && rp.num_engines > 1 &&
+        (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp.num_threads > 1 || rp.acct.on);
+    rp.prep[0].boundary = rp.prep[1].boundary = INT64_MIN;
+    if (rc == 0 && rp.prep_on && !(rp.prep_slot = calloc(R ? R : 1, sizeof *rp.prep_slot)))
+        rc = -ENOMEM;
+    rp.workers = calloc(rp.num_threads, sizeof *rp.workers);
+    if (rc == 0 && !rp.workers)
         rc = -ENOMEM;
     if (rc == 0 && rp.acct.on) {
         rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
@@ -1424,8 +1641,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     pthread_t *threads = NULL;
     struct worker_arg *args = NULL;
     rp.barrier.parties = rp.num_threads;
-    /* Threads >= CPUs: a spinning waiter would hold the CPU the party it waits for needs. */
-    rp.barrier.spin_ns = cpus && rp.num_threads < cpus ? BARRIER_SPIN_NS : 0;
+    /* Threads > CPUs (KVSIM_REPLAY_OVERSUBSCRIBE): a spinning waiter would hold the CPU the
+     * party it waits for needs. Up to one thread per CPU it spins while that pays (a busy
+     * machine that preempts a party makes it sleep at once: barrier_wait's backoff). */
+    rp.barrier.spin_ns = cpus && rp.num_threads <= cpus ? BARRIER_SPIN_NS : 0;
     if (rp.num_threads > 1) {
         threads = calloc(rp.num_threads, sizeof *threads);
         args = calloc(rp.num_threads, sizeof *args);
@@ -1473,8 +1692,13 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 rp.b_next = next_boundary(&rp);
                 clamp_next(&rp);
             }
+            if (phases[ph] != PHASE_ADMIT && (rc = route_prep_collect(&rp)) != 0)
+                break;
             run_work(&rp, phases[ph]);
             rc = check_engines(&rp, err, errlen);
+            if (rc == 0 && rp.prep_now)
+                rc = atomic_load_explicit(&rp.prep_now->rc, memory_order_relaxed);
+            rp.prep_now = NULL;
         }
         show_progress(&rp, false);
         if (rc)

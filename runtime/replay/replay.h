@@ -101,6 +101,27 @@ KVSIM_EXTERN void kvsim_router_overlap_begin(struct kvsim_router *r);
 KVSIM_EXTERN uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r,
                                                    const kvpool_hash *hashes, uint32_t num_hashes);
 
+/*
+ * kvsim_router_overlap_on - engine `engine`'s overlap with a prompt: how many of
+ * hashes[0..num_hashes) it caches from the first one on (kv policy). Reads that engine's shard
+ * or pool only, so threads may ask about different engines, or the same one, at once.
+ * Context: any thread, while nothing changes the engine's cache (the engine's own thread after
+ * advancing it, or anyone between the barriers that bracket a boundary).
+ */
+KVSIM_EXTERN uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t engine,
+                                              const kvpool_hash *hashes, uint32_t num_hashes);
+/*
+ * kvsim_router_route_overlaps - kvsim_router_route (kv policy) for a prompt whose overlap with
+ * engine e, over its first num_hashes block hashes, is overlaps[e * stride] (computed with
+ * kvsim_router_overlap_on as of this boundary). The same choice as kvsim_router_route with those
+ * hashes, and recorded the same way. Coordinator only, at a boundary. Returns the engine.
+ */
+KVSIM_EXTERN uint32_t kvsim_router_route_overlaps(struct kvsim_router *r,
+                                                  const struct kvsim_engine_pub *const *pubs,
+                                                  const uint32_t *overlaps, size_t stride,
+                                                  uint32_t num_hashes, uint32_t prompt_blocks,
+                                                  uint64_t prompt_tokens);
+
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
 KVSIM_EXTERN void kvsim_router_new_boundary(struct kvsim_router *r);
 /* Block hashes the indexer tracks, summed over the engines' shards (a hash cached on two engines

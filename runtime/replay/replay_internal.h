@@ -18,14 +18,48 @@ struct barrier {
     _Atomic uint32_t generation; /* futex word */
     _Atomic uint32_t sleepers;   /* parties in (or entering) the futex wait */
     uint32_t parties;
-    int64_t spin_ns; /* the longest a waiter spins before it sleeps (0: threads >= CPUs) */
+    int64_t spin_ns; /* the longest a waiter spins before it sleeps (0: threads > CPUs) */
 };
 
 /* One party's memory of whether spinning paid (barrier_wait): owned by that thread. */
 struct barrier_waiter {
     uint32_t skip;    /* waits left that sleep at once */
     uint32_t backoff; /* the skip after the next spin that does not pay (0: the last paid) */
-    char pad[64 - 2 * sizeof(uint32_t)];
+};
+
+/* What one replay thread keeps for itself: owned by that thread; busy_ns is read by the
+ * coordinator after the phase's last barrier. */
+struct replay_worker {
+    struct barrier_waiter waiter;
+    int64_t busy_ns;               /* wall ns taking engines (work), this phase */
+    struct kvpool_token_run *runs; /* scratch: a prompt's token runs (route_prep_hash) */
+    uint32_t cap_runs;
+    char pad[64 - sizeof(struct barrier_waiter) - sizeof(int64_t) - sizeof(void *) -
+             sizeof(uint32_t)];
+};
+
+/*
+ * The kv router's work for the arrivals due at the next boundary, done in the phase that
+ * advances the engines to it (replay.c, "route preparation"): each arrival's prompt hashed in
+ * full, by whichever thread claims it first, and its overlap with each engine, by the thread
+ * that advanced that engine, right after. The coordinator fills reqs before the phase (workers
+ * parked) and routes with the overlaps at the boundary; the admissions of the phase after read
+ * the hashes. Two of them: one filled for the next boundary while the other's hashes are
+ * admitted.
+ */
+struct route_prep {
+    int64_t boundary;         /* the boundary it was made for (INT64_MIN: none) */
+    uint32_t num, cap;        /* arrivals */
+    uint32_t *reqs;           /* [cap]: the requests, in no particular order */
+    uint32_t *num_hashes;     /* [cap]: each one's full blocks, all hashed */
+    size_t *off;              /* [cap]: where its hashes start in hashes[] */
+    _Atomic uint32_t *hashed; /* [cap]: 1 once its hashes are written (release) */
+    kvpool_hash *hashes;
+    size_t cap_hashes;
+    uint32_t *ov; /* engine e's overlap with arrival i: ov[e * stride + i] */
+    size_t cap_ov, stride;
+    _Atomic uint32_t next_hash; /* the next arrival a thread may claim to hash */
+    _Atomic int rc;             /* the first error hashing (0: none) */
 };
 
 enum phase {
@@ -42,7 +76,7 @@ enum phase {
 /* Whether parallel phases of one kind pay (run_work; the coordinator's). */
 struct phase_policy {
     bool alone;         /* run by the coordinator alone for now */
-    uint32_t small_run; /* parallel phases in a row shorter than PHASE_SMALL_NS */
+    uint32_t small_run; /* parallel phases in a row that did not pay (phase_measured) */
     uint32_t alone_run; /* phases in a row run alone */
 };
 
@@ -64,6 +98,7 @@ struct routed_hashes {
     struct routed_entry {
         uint32_t req, num; /* num hashes of request req, from off */
         size_t off;
+        const kvpool_hash *prepared; /* or NULL: the hashes are at prepared[0..num) */
     } * ent;
     uint32_t num_ent, cap_ent, next_ent; /* next_ent: the next admission's */
 };
@@ -113,14 +148,12 @@ struct replay {
     struct cds_wfcq_tail *inbox_tail;
     struct cds_wfcq_node *nodes;
     int *engine_rc;
-    _Atomic uint64_t *claim; /* [engines]: the phase_seq of the phase that last took it */
     /* epoch */
     int64_t b_cur, b_next;
     enum phase phase;
-    uint64_t phase_seq; /* +1 per phase (coordinator, before the phase's first barrier) */
     bool finished;
     struct barrier barrier;
-    struct barrier_waiter *waiters;                /* [num_threads] */
+    struct replay_worker *workers;                 /* [num_threads] */
     struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (run_work) */
     uint64_t phases_parallel;                      /* phases the workers took part in */
     /* arrivals */
@@ -148,7 +181,13 @@ struct replay {
     kvpool_hash *hashes;
     uint32_t cap_hashes;
     struct routed_hashes
-        *routed_hashes; /* [engines]: the kv router's hashes of this boundary's arrivals */
+        *routed_hashes;          /* [engines]: the kv router's hashes of this boundary's arrivals */
+    bool prep_on;                /* route preparation (aggregated, kv router, 2+ engines) */
+    struct route_prep prep[2];   /* the one filled in the current phase: prep[prep_fill] */
+    uint32_t prep_fill;          /* 0 or 1 */
+    struct route_prep *prep_now; /* the current phase's (prep[prep_fill]), or NULL */
+    const struct route_prep *prep_ready; /* the one for the current boundary, or NULL */
+    uint32_t *prep_slot; /* [R]: a request's index in the route_prep it was put in */
     /* progress */
     bool progress;
     int64_t last_progress; /* wall ns */

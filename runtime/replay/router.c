@@ -219,8 +219,8 @@ void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *
 }
 
 /* Longest prefix of hashes cached on engine e. */
-static uint32_t overlap_on(const struct kvsim_router *r, uint32_t e, const kvpool_hash *hashes,
-                           uint32_t n)
+uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t e,
+                                 const kvpool_hash *hashes, uint32_t n)
 {
     uint32_t i = 0;
     if (r->pools) {
@@ -238,7 +238,7 @@ uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_has
 {
     uint32_t best = 0;
     for (uint32_t e = 0; e < r->n && best < num_hashes; e++) {
-        uint32_t ov = overlap_on(r, e, hashes, num_hashes);
+        uint32_t ov = kvsim_router_overlap_on(r, e, hashes, num_hashes);
         if (ov > best)
             best = ov;
     }
@@ -260,7 +260,7 @@ static void extend_overlaps(struct kvsim_router *r, const kvpool_hash *hashes, u
         return;
     for (uint32_t e = 0; e < r->n; e++)
         if (r->ov[e] == r->ov_len)
-            r->ov[e] += overlap_on(r, e, hashes + r->ov_len, n - r->ov_len);
+            r->ov[e] += kvsim_router_overlap_on(r, e, hashes + r->ov_len, n - r->ov_len);
     r->ov_len = n;
 }
 
@@ -275,6 +275,49 @@ uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r, const kvpool_hash 
         if (r->ov[e] > best)
             best = r->ov[e];
     return best < num_hashes ? best : num_hashes;
+}
+
+/* The kv policy's choice: the lowest overlap_weight * blocks to prefill + active blocks (of the
+ * engine and booked at this boundary), the lowest id among equals; engine e's overlap is
+ * ov[e * stride], over the first num_hashes blocks. */
+static uint32_t kv_choice(const struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                          const uint32_t *ov, size_t stride, uint32_t num_hashes,
+                          uint32_t prompt_blocks)
+{
+    uint32_t best = 0;
+    double bc = 0;
+    for (uint32_t e = 0; e < r->n; e++) {
+        /* an overlap is a prefix length: over fewer hashes it is the smaller one */
+        uint32_t o = ov[e * stride] < num_hashes ? ov[e * stride] : num_hashes;
+        if (o > prompt_blocks)
+            o = prompt_blocks;
+        double cost = r->w * (double)(prompt_blocks - o) +
+                      (double)(pubs[e]->active_blocks + r->pending_blocks[e]);
+        if (e == 0 || cost < bc) {
+            best = e;
+            bc = cost;
+        }
+    }
+    return best;
+}
+
+/* Books a choice: the next decision at this boundary sees it. */
+static uint32_t book(struct kvsim_router *r, uint32_t best, uint32_t prompt_blocks,
+                     uint64_t prompt_tokens)
+{
+    r->pending_blocks[best] += prompt_blocks;
+    r->pending_tokens[best] += prompt_tokens;
+    r->ov_open = false;
+    return best;
+}
+
+uint32_t kvsim_router_route_overlaps(struct kvsim_router *r,
+                                     const struct kvsim_engine_pub *const *pubs,
+                                     const uint32_t *overlaps, size_t stride, uint32_t num_hashes,
+                                     uint32_t prompt_blocks, uint64_t prompt_tokens)
+{
+    uint32_t best = kv_choice(r, pubs, overlaps, stride, num_hashes, prompt_blocks);
+    return book(r, best, prompt_blocks, prompt_tokens);
 }
 
 uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
@@ -300,28 +343,12 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
         }
         break;
     }
-    case KVSIM_ROUTER_KV: {
-        double bc = 0;
+    case KVSIM_ROUTER_KV:
         if (!r->ov_open) /* no overlaps of this request yet: all of them, from block 0 */
             kvsim_router_overlap_begin(r);
         extend_overlaps(r, hashes, num_hashes);
-        for (uint32_t e = 0; e < r->n; e++) {
-            /* an overlap is a prefix length: over fewer hashes it is the smaller one */
-            uint32_t ov = r->ov[e] < num_hashes ? r->ov[e] : num_hashes;
-            if (ov > prompt_blocks)
-                ov = prompt_blocks;
-            double cost = r->w * (double)(prompt_blocks - ov) +
-                          (double)(pubs[e]->active_blocks + r->pending_blocks[e]);
-            if (e == 0 || cost < bc) {
-                best = e;
-                bc = cost;
-            }
-        }
+        best = kv_choice(r, pubs, r->ov, 1, num_hashes, prompt_blocks);
         break;
     }
-    }
-    r->pending_blocks[best] += prompt_blocks;
-    r->pending_tokens[best] += prompt_tokens;
-    r->ov_open = false;
-    return best;
+    return book(r, best, prompt_blocks, prompt_tokens);
 }

@@ -37,6 +37,43 @@ Test(replay, default_workload_completes_with_prefix_reuse, .timeout = 120)
     replay_remove_outputs("default");
 }
 
+/*
+ * Routing in the phases (the kv router's route preparation, docs/replay.md) decides as routing
+ * at the boundary does, on the built-in workload's sessions (turns pending in the heap, turns
+ * released inside a phase) open and in a closed loop (sessions sent at finishes): the same
+ * report and records with it off on 1 thread, on at 1, 2 and 3 threads.
+ */
+static void check_route_prep(uint32_t concurrency, const char *tag)
+{
+    struct kvsim_replay_config c;
+    replay_base_config(&c, NULL);
+    c.router = KVSIM_ROUTER_KV;
+    c.replay_concurrency = concurrency;
+    char off[32], on1[32], on2[32], on3[32];
+    snprintf(off, sizeof off, "%s-off", tag);
+    snprintf(on1, sizeof on1, "%s-on1", tag);
+    snprintf(on2, sizeof on2, "%s-on2", tag);
+    snprintf(on3, sizeof on3, "%s-on3", tag);
+    setenv("KVSIM_REPLAY_ROUTE_PREP", "0", 1);
+    struct kvsim_report r = replay_run(&c, 1, off);
+    cr_assert_gt(r.prefix_cache_reuse, 0.2, "sessions share prefixes: overlaps decide");
+    setenv("KVSIM_REPLAY_ROUTE_PREP", "1", 1);
+    replay_run(&c, 1, on1);
+    unsetenv("KVSIM_REPLAY_ROUTE_PREP"); /* the default: on with threads */
+    replay_run(&c, 2, on2);
+    replay_run(&c, 3, on3);
+    const char *tags[] = {on1, on2, on3};
+    replay_assert_same_as(tags, 3, off);
+}
+Test(replay, route_prep_decides_as_the_boundary_open_loop, .timeout = 120)
+{
+    check_route_prep(0, "prep-open");
+}
+Test(replay, route_prep_decides_as_the_boundary_closed_loop, .timeout = 120)
+{
+    check_route_prep(16, "prep-closed");
+}
+
 /* Closed-loop sessions: a follow-up turn arrives after the previous turn finished plus its
  * delay, whatever engine served the previous turn. */
 Test(replay, session_turns_wait_for_the_previous_turn)
@@ -297,6 +334,58 @@ Test(replay_router, indexed_blocks_follow_stored_removed_and_cleared_events)
     apply(r, 1, KVPOOL_EVENT_CLEARED, NULL, 0);
     cr_assert_eq(kvsim_router_indexed_blocks(r), 0);
     kvsim_router_destroy(r);
+}
+
+/*
+ * Overlaps prepared engine by engine (kvsim_router_overlap_on, as the replay's phases compute
+ * them) route like the incremental ones: each engine's overlap is the length of its cached
+ * prefix (engine 4's stops at its hole), and kvsim_router_route_overlaps, reading them with a
+ * stride, picks what kvsim_router_route picks, round after round at one boundary (each choice
+ * booked for the next); with equal costs the lowest engine wins.
+ */
+Test(replay_router, prepared_overlaps_route_like_incremental_ones)
+{
+    enum { E = 5, N = 12, STRIDE = 3 };
+    static const uint32_t held[E] = {0, 3, 5, 8, N};
+    static const uint32_t expect[E] = {0, 3, 5, 8, 10};
+    kvpool_hash h[N];
+    for (uint32_t i = 0; i < N; i++)
+        h[i] = UINT64_C(0x9e3779b97f4a7c15) * (i + 7);
+    struct kvsim_router *pre, *ref;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, E, 1.0, &pre), 0);
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, E, 1.0, &ref), 0);
+    for (uint32_t e = 0; e < E; e++)
+        if (held[e]) {
+            apply(pre, e, KVPOOL_EVENT_STORED, h, held[e]);
+            apply(ref, e, KVPOOL_EVENT_STORED, h, held[e]);
+        }
+    apply(pre, 4, KVPOOL_EVENT_REMOVED, &h[10], 1);
+    apply(ref, 4, KVPOOL_EVENT_REMOVED, &h[10], 1);
+    uint32_t ov[E * STRIDE];
+    for (uint32_t e = 0; e < E; e++) {
+        ov[e * STRIDE] = kvsim_router_overlap_on(pre, e, h, N);
+        cr_assert_eq(ov[e * STRIDE], expect[e], "engine %u", e);
+    }
+    struct kvsim_engine_pub pub[E];
+    const struct kvsim_engine_pub *pubs[E];
+    for (uint32_t e = 0; e < E; e++) {
+        pub[e] = (struct kvsim_engine_pub){.active_blocks = 2u * e};
+        pubs[e] = &pub[e];
+    }
+    for (int k = 0; k < 6; k++) { /* the bookings move the choice from engine to engine */
+        uint32_t a = kvsim_router_route_overlaps(pre, pubs, ov, STRIDE, N, N, 16 * N);
+        uint32_t b = kvsim_router_route(ref, pubs, h, N, N, 16 * N);
+        cr_assert_eq(a, b, "arrival %d: engine %u vs %u", k, a, b);
+    }
+    kvsim_router_new_boundary(pre);
+    for (uint32_t e = 0; e < E; e++) {
+        pub[e].active_blocks = 0;
+        ov[e * STRIDE] = 0;
+    }
+    cr_assert_eq(kvsim_router_route_overlaps(pre, pubs, ov, STRIDE, N, N, 16 * N), 0,
+                 "equal costs: the lowest engine");
+    kvsim_router_destroy(pre);
+    kvsim_router_destroy(ref);
 }
 
 /*

@@ -550,14 +550,60 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/*
+ * The accounting's clock. A CPU-time read is a system call (about a microsecond on a
+ * paravirtualised VM), and a 64-engine replay makes millions: uncorrected, they were most of
+ * what the accounting measured. So each thread counts its reads (acct_clock), the replay
+ * measures what one read costs before it starts (acct_clock_cost: the median gap between
+ * back-to-back reads), and every measured interval gives back one read's cost for its own pair
+ * of reads and one for each read made inside it (acct_net).
+ */
+static _Thread_local uint64_t acct_reads; /* this thread's acct_clock calls */
+
+static int64_t acct_clock(void)
+{
+    acct_reads++;
+    return thread_cpu_ns();
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int64_t acct_clock_cost(void)
+{
+    int64_t gap[31], prev = thread_cpu_ns();
+    for (int i = 0; i < 31; i++) {
+        int64_t now = thread_cpu_ns();
+        gap[i] = now - prev;
+        prev = now;
+    }
+    qsort(gap, 31, sizeof *gap, cmp_i64);
+    return gap[15];
+}
+
+/* An interval from t0 (read when acct_reads was reads0, after the read) to now, less the cost
+ * of its reads: its own pair and the ones made inside it. Never negative. */
+static int64_t acct_net(const struct replay *rp, int64_t t0, uint64_t reads0)
+{
+    int64_t t1 = acct_clock();
+    uint64_t inside = acct_reads - reads0 - 1;
+    int64_t d = t1 - t0 - rp->acct.clock_ns * (int64_t)(1 + inside);
+    return d > 0 ? d : 0;
+}
+
 /* The epoch barrier for replay thread w: offline while it waits (a shared G3's grace periods
  * must not wait for a parked thread); with the accounting on, its CPU and wall time go to w's
  * wait. */
 static void epoch_barrier(struct replay *rp, uint32_t w)
 {
     int64_t cpu0 = 0, wall0 = 0;
+    uint64_t reads0 = 0;
     if (rp->acct.on) {
-        cpu0 = thread_cpu_ns();
+        cpu0 = acct_clock();
+        reads0 = acct_reads;
         wall0 = base_monotonic_ns();
     }
     if (rp->g3)
@@ -566,7 +612,7 @@ static void epoch_barrier(struct replay *rp, uint32_t w)
     if (rp->g3)
         kvpool_registry_thread_online();
     if (rp->acct.on) {
-        rp->acct.thr[w].wait_cpu_ns += thread_cpu_ns() - cpu0;
+        rp->acct.thr[w].wait_cpu_ns += acct_net(rp, cpu0, reads0);
         rp->acct.thr[w].wait_wall_ns += base_monotonic_ns() - wall0;
     }
 }
@@ -719,6 +765,7 @@ static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
     switch (phase) {
     case PHASE_PREFILL_ADMIT:
     case PHASE_PREFILL_ADVANCE: return e < rp->num_prefill;
+    case PHASE_PREFILL_ADMIT_DECODE_LAST: return true;
     case PHASE_DECODE_ADVANCE: return e >= rp->num_prefill;
     default: return true;
     }
@@ -728,9 +775,10 @@ static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
 static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
 {
     struct kvsim_engine *eng = rp->engines[e];
-    bool admit =
-        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
-    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
+    bool admit = phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE ||
+                 phase == PHASE_PREFILL_ADMIT || phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
+    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT ||
+                  phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
     int rc = 0;
     if (admit) {
         /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
@@ -774,9 +822,10 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
  * owns e in the phase, or the coordinator with the workers parked. */
 static bool engine_has_work(const struct replay *rp, uint32_t e, enum phase phase)
 {
-    bool admit =
-        phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE || phase == PHASE_PREFILL_ADMIT;
-    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT;
+    bool admit = phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE ||
+                 phase == PHASE_PREFILL_ADMIT || phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
+    bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT ||
+                  phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
     return works_in(rp, e, phase) &&
            ((admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e])) ||
             kvsim_engine_next_event(rp->engines[e]) <= (to_cur ? rp->b_cur : rp->b_next));
@@ -794,23 +843,30 @@ static void advance_engine(struct replay *rp, uint32_t e, enum phase phase)
         work_engine(rp, e, phase);
         return;
     }
-    int64_t t0 = thread_cpu_ns();
+    int64_t t0 = acct_clock();
+    uint64_t reads0 = acct_reads;
     work_engine(rp, e, phase);
-    rp->acct.engine_ns[e] += thread_cpu_ns() - t0;
+    rp->acct.engine_ns[e] += acct_net(rp, t0, reads0);
 }
 
 /* Thread w's CPU over its part of a phase (accounting on): the engines timed one by one and
  * the ones with nothing to do, which are not (acct_phase_end shares those out). */
+static _Thread_local uint64_t acct_work_reads0; /* acct_reads at acct_work_begin */
+
 static int64_t acct_work_begin(const struct replay *rp)
 {
-    return rp->acct.on ? thread_cpu_ns() : 0;
+    if (!rp->acct.on)
+        return 0;
+    int64_t t0 = acct_clock();
+    acct_work_reads0 = acct_reads;
+    return t0;
 }
 
 static void acct_work_end(struct replay *rp, uint32_t w, int64_t t0)
 {
     if (!rp->acct.on)
         return;
-    int64_t d = thread_cpu_ns() - t0;
+    int64_t d = acct_net(rp, t0, acct_work_reads0);
     rp->acct.thr[w].advance_ns += d;
     rp->acct.thr[w].phase_ns += d;
 }
@@ -841,8 +897,40 @@ static void acct_phase_end(struct replay *rp)
 }
 
 /*
- * The parallel part of a phase for replay thread w: its own engines, w, w + T, w + 2T, ...,
- * always the same ones, so each engine's state stays in its thread's caches. Which thread
+ * Which thread owns which engines (work_engines), once for the replay (coordinator, before the
+ * workers start). Aggregated: engine e is thread e mod T's. Disaggregated: the prefill engines
+ * are shared by threads [0, T/2), the decode engines by [T/2, T), each pool's engines in turn
+ * (on 2 threads the coordinator holds the prefill engines, the worker the decode engines). A
+ * disaggregated epoch's prefill phases then run on the coordinator's own engines when they run
+ * alone (most do: their work is a few tens of microseconds), and the decode engines' state never
+ * leaves the worker's core; interleaved, every phase run alone moved half of the engines to the
+ * coordinator's core and back (docs/replay.md, "Threads": 0.83x of one thread's speed on 2
+ * threads against 0.92x split, with phase_measured's 50 us minimum).
+ */
+static void assign_engines(struct replay *rp)
+{
+    uint32_t T = rp->num_threads, N = rp->num_engines, k = 0;
+    uint32_t Tp = T / 2 ? T / 2 : 1; /* the prefill engines' threads */
+    for (uint32_t w = 0; w < T; w++) {
+        rp->own_off[w] = k;
+        for (uint32_t e = 0; e < N; e++) {
+            uint32_t owner;
+            if (!rp->num_prefill || T < 2)
+                owner = e % T;
+            else if (e < rp->num_prefill)
+                owner = e % Tp;
+            else
+                owner = Tp + (e - rp->num_prefill) % (T - Tp);
+            if (owner == w)
+                rp->own[k++] = e;
+        }
+    }
+    rp->own_off[T] = k;
+}
+
+/*
+ * The parallel part of a phase for replay thread w: its own engines (assign_engines), always the
+ * same ones, so each engine's state stays in its thread's caches. Which thread
  * advances an engine never changes what it does (engines are independent within a phase, and
  * the barriers order each engine's state from one phase's thread to the next), so results are the
  * same for any --threads. Nothing is taken from another thread: measured on the conversation
@@ -855,10 +943,9 @@ static void acct_phase_end(struct replay *rp)
  */
 static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
 {
-    uint32_t T = rp->num_threads, N = rp->num_engines;
-    for (uint32_t e = w; e < N; e += T)
-        if (works_in(rp, e, phase))
-            advance_engine(rp, e, phase);
+    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++)
+        if (works_in(rp, rp->own[i], phase))
+            advance_engine(rp, rp->own[i], phase);
 }
 
 /* work_engines, its wall time kept for phase_measured and its CPU accounted to thread w when
@@ -1151,6 +1238,8 @@ static void replay_free(struct replay *rp)
     free(rp->acct.thr);
     for (uint32_t w = 0; rp->workers && w < rp->num_threads; w++)
         free(rp->workers[w].runs);
+    free(rp->own);
+    free(rp->own_off);
     free(rp->workers);
     for (int k = 0; k < 2; k++) {
         struct route_prep *p = &rp->prep[k];
@@ -1202,16 +1291,21 @@ static uint32_t engines_with_work(const struct replay *rp, enum phase phase)
  * monotonic clock: a vDSO read), and the coordinator sets the sum of those against the phase's
  * wall time: the phase paid when the sum is PHASE_PAID_PERCENT % of the wall or more (what the
  * threads did together, over what the phase cost; one thread alone would have needed about the
- * sum). For each kind of phase (the prefill engines' admission is not the decode engines'
+ * sum), and the phase took PHASE_MIN_NS or more: a shorter one cannot repay what it costs
+ * outside its own wall time (its engines' state, messages and records moving between cores make
+ * the coordinator's work and the next phases slower; on a disaggregated replay of the
+ * conversation trace, phases that paid by their own measure made the whole replay slower than
+ * one thread). For each kind of phase (the prefill engines' admission is not the decode engines'
  * advance): after PHASE_SMALL_RUN parallel phases in a row that did not pay, the coordinator runs
  * the following ones alone (the workers sleep at the barrier), until a phase it ran alone takes
  * PHASE_BIG_NS or more, and every PHASE_PROBE-th phase in a row alone goes parallel again to
  * measure. A busy machine that preempts a worker makes its phases not pay (the coordinator
- * takes the worker's engines meanwhile and waits for it at the end), so they run alone. Which
+ * waits for it at the end), so they run alone. Which
  * thread advances an engine never changes what it does: results are the same whatever this
  * decides.
  */
 #define PHASE_PAID_PERCENT 110
+#define PHASE_MIN_NS       INT64_C(50000)
 #define PHASE_BIG_NS       INT64_C(400000)
 #define PHASE_SMALL_RUN    8u
 #define PHASE_PROBE        64u
@@ -1235,7 +1329,7 @@ static void phase_measured(struct replay *rp, enum phase phase, bool parallel, i
         int64_t busy = 0;
         for (uint32_t w = 0; w < rp->num_threads; w++)
             busy += rp->workers[w].busy_ns;
-        bool paid = busy * 100 >= wall_ns * PHASE_PAID_PERCENT;
+        bool paid = busy * 100 >= wall_ns * PHASE_PAID_PERCENT && wall_ns >= PHASE_MIN_NS;
         p->small_run = paid ? 0 : p->small_run + 1;
         p->alone = p->small_run >= PHASE_SMALL_RUN;
         if (!p->alone)
@@ -1312,6 +1406,70 @@ static int disagg_epoch(struct replay *rp, char *err, size_t errlen)
     if (rp->b_next == INT64_MAX && replay__disagg_stuck(rp, err, errlen))
         return -EDEADLK;
     return 0;
+}
+
+/*
+ * Disaggregated epochs, pipelined (a replay without session turns or a closed loop): the decode
+ * engines' part of an epoch runs in the same phase as the prefill engines' admission at the next
+ * boundary, which they do not depend on. Per epoch k: route the arrivals at b_cur(k) to prefill
+ * engines; one phase in which the prefill engines admit them and start their steps at b_cur(k)
+ * while the decode engines advance to b_cur(k) = b_next(k - 1), applying the pins routed to them
+ * after epoch k - 1's prefill phase; epoch k - 1's reservations become transfers (their releases
+ * reach the prefill engines after b_cur(k), so nothing the prefill engines did at b_cur(k)
+ * needed them); then b_next(k), the prefill engines' advance to it and their pins routed, as in
+ * disagg_epoch. Each engine sees the same messages at the same instants in the same order as in
+ * disagg_epoch, and the routers the same loads (posting a message changes no load), so the
+ * results are identical (a test compares both); the epoch costs two phases instead of three, and
+ * the decode engines' work is shared with the prefill engines'. Finished requests release
+ * nothing without sessions, so the boundary that collects them one epoch later changes nothing.
+ * *pending says whether epoch k - 1's decode part is still to come (disagg_pipeline_drain runs
+ * it after the last epoch).
+ */
+static int disagg_pipelined(struct replay *rp, bool *pending, char *err, size_t errlen)
+{
+    int rc = boundary(rp, err, errlen);
+    rp->epochs++;
+    if (rc == 0)
+        rc = run_phase(rp, *pending ? PHASE_PREFILL_ADMIT_DECODE_LAST : PHASE_PREFILL_ADMIT, err,
+                       errlen);
+    if (rc == 0 && *pending) {
+        int64_t b_cur = rp->b_cur; /* the last epoch's bounds, for its transfers */
+        rp->b_cur = rp->b_prev;
+        rp->b_next = b_cur;
+        rc = replay__disagg_after_decode(rp, err, errlen);
+        rp->b_cur = b_cur;
+        *pending = false;
+    }
+    if (rc)
+        return rc;
+    rp->b_next = next_boundary(rp);
+    int64_t bound = replay__disagg_bound(rp);
+    if (bound < rp->b_next)
+        rp->b_next = bound;
+    clamp_next(rp);
+    if (rp->b_next <= rp->b_cur) {
+        snprintf(err, errlen, "internal error: the epoch at %" PRId64 " ns cannot advance",
+                 rp->b_cur);
+        return KVSIM_EINVARIANT;
+    }
+    if ((rc = run_phase(rp, PHASE_PREFILL_ADVANCE, err, errlen)) != 0 ||
+        (rc = replay__disagg_after_prefill(rp)) != 0)
+        return rc;
+    *pending = true;
+    rp->b_prev = rp->b_cur;
+    return 0;
+}
+
+/* The decode part of the last pipelined epoch (b_cur to b_next), then the dead-end check when
+ * nothing is left. */
+static int disagg_pipeline_drain(struct replay *rp, char *err, size_t errlen)
+{
+    int rc = run_phase(rp, PHASE_DECODE_ADVANCE, err, errlen);
+    if (rc == 0)
+        rc = replay__disagg_after_decode(rp, err, errlen);
+    if (rc == 0 && rp->b_next == INT64_MAX && replay__disagg_stuck(rp, err, errlen))
+        rc = -EDEADLK;
+    return rc;
 }
 
 void kvsim_replay_config_default(struct kvsim_replay_config *c)
@@ -1537,8 +1695,12 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && rp.prep_on && !(rp.prep_slot = calloc(R ? R : 1, sizeof *rp.prep_slot)))
         rc = -ENOMEM;
     rp.workers = calloc(rp.num_threads, sizeof *rp.workers);
-    if (rc == 0 && !rp.workers)
+    rp.own = calloc(rp.num_engines, sizeof *rp.own);
+    rp.own_off = calloc(rp.num_threads + 1, sizeof *rp.own_off);
+    if (rc == 0 && (!rp.workers || !rp.own || !rp.own_off))
         rc = -ENOMEM;
+    if (rc == 0)
+        assign_engines(&rp);
     if (rc == 0 && rp.acct.on) {
         rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
         rp.acct.engine_ns = calloc(rp.num_engines, sizeof *rp.acct.engine_ns);
@@ -1623,6 +1785,11 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 rp.min_delay = rp.trace.reqs[i].delay_ns;
         }
     }
+    /* Disaggregated epochs pipelined (disagg_pipelined) when no finish releases anything:
+     * KVSIM_REPLAY_DISAGG_PIPELINE=0 runs them one after the other (to compare). */
+    const char *pipe_env = getenv("KVSIM_REPLAY_DISAGG_PIPELINE");
+    rp.pipelined = rp.num_prefill && rp.min_delay == INT64_MAX && !rp.concurrency &&
+                   !(pipe_env && strcmp(pipe_env, "0") == 0);
     if (rp.min_delay == INT64_MAX || rp.concurrency)
         rp.min_delay = 0;          /* a freed slot's next session arrives at the finish itself */
     for (size_t i = 0; i < R; i++) /* what a finish releases, as the engines see it */
@@ -1664,14 +1831,26 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     rp.stop_ns = cfg->max_sim_time_ns > 0 && rp.b_cur <= INT64_MAX - cfg->max_sim_time_ns
                      ? rp.b_cur + cfg->max_sim_time_ns
                      : INT64_MAX;
-    if (rp.acct.on)
-        rp.acct.coord_cpu0 = thread_cpu_ns();
+    uint64_t coord_reads0 = 0;
+    if (rp.acct.on) {
+        rp.acct.clock_ns = acct_clock_cost();
+        rp.acct.coord_cpu0 = acct_clock();
+        coord_reads0 = acct_reads;
+    }
+    bool decode_pending = false; /* pipelined: the last epoch's decode part is still to come */
     while (rc == 0 && rp.num_prefill && !stop_now(&rp)) {
-        rc = disagg_epoch(&rp, err, errlen);
+        rc = rp.pipelined ? disagg_pipelined(&rp, &decode_pending, err, errlen)
+                          : disagg_epoch(&rp, err, errlen);
         show_progress(&rp, false);
         if (rc || rp.b_next == INT64_MAX)
             break;
         rp.b_cur = rp.b_next;
+    }
+    if (rc == 0 && decode_pending) { /* the last epoch (b_prev to b_next)'s decode part */
+        int64_t moved_on = rp.b_cur; /* stopped early: the loop moved on to b_next */
+        rp.b_cur = rp.b_prev;
+        rc = disagg_pipeline_drain(&rp, err, errlen);
+        rp.b_cur = moved_on;
     }
     while (rc == 0 && !rp.num_prefill && !stop_now(&rp)) {
         rc = boundary(&rp, err, errlen);
@@ -1708,7 +1887,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rp.b_cur = rp.b_next;
     }
     if (rp.acct.on)
-        rp.acct.coord_cpu_ns = thread_cpu_ns() - rp.acct.coord_cpu0;
+        rp.acct.coord_cpu_ns = acct_net(&rp, rp.acct.coord_cpu0, coord_reads0);
     /* Every session turn routed with a next turn has released it at a boundary (unless the
      * replay ended early). */
     bool early = strcmp(rp.end_reason, "finished") != 0;

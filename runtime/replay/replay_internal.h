@@ -70,6 +70,9 @@ enum phase {
     PHASE_PREFILL_ADMIT,   /* prefill engines: admit at b_cur, start steps at b_cur */
     PHASE_PREFILL_ADVANCE, /* prefill engines: advance to b_next */
     PHASE_DECODE_ADVANCE,  /* decode engines: advance to b_next (applying posted messages) */
+    /* pipelined disaggregated epochs (replay.c, disagg_pipelined): the prefill engines admit at
+     * b_cur and start their steps while the decode engines finish the epoch before, to b_cur */
+    PHASE_PREFILL_ADMIT_DECODE_LAST,
     PHASE_KINDS
 };
 
@@ -122,6 +125,7 @@ struct replay_acct {
     int64_t critical_ns[KVSIM_ACCOUNTING_BOUNDS];
     uint64_t phases;
     int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
+    int64_t clock_ns;                 /* what one CPU-time read costs (replay.c, acct_clock) */
 };
 
 struct replay {
@@ -150,10 +154,12 @@ struct replay {
     int *engine_rc;
     /* epoch */
     int64_t b_cur, b_next;
+    int64_t b_prev; /* pipelined disaggregated epochs: the last epoch's b_cur */
     enum phase phase;
     bool finished;
     struct barrier barrier;
-    struct replay_worker *workers;                 /* [num_threads] */
+    struct replay_worker *workers; /* [num_threads] */
+    uint32_t *own, *own_off;       /* thread w's engines: own[own_off[w] .. own_off[w + 1]) */
     struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (run_work) */
     uint64_t phases_parallel;                      /* phases the workers took part in */
     /* arrivals */
@@ -208,6 +214,7 @@ struct replay {
     uint32_t *msg_engine;
     size_t num_msgs, cap_msgs;
     uint64_t epochs;
+    bool pipelined; /* disaggregated epochs pipelined (disagg_pipelined) */
 };
 
 /* A prefill engine's link: the transfers reserved on it and not started yet, first come first

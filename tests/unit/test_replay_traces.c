@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
 
@@ -93,6 +94,47 @@ Test(replay_determinism, mooncake_1000_kv_1_2_3_8_threads, .timeout = 300)
 Test(replay_determinism, mooncake_1000_disagg_1_2_3_8_threads, .timeout = 300)
 {
     check_thread_counts(true);
+}
+
+/*
+ * Pipelined disaggregated epochs (the decode engines' part of an epoch beside the prefill
+ * engines' admission at the next boundary; docs/disagg.md) give what epochs run one after the
+ * other give: 4 prefill + 4 decode engines with kv routers on the Mooncake 1000 trace, to the
+ * end and stopped early (--max-sim-time-s: the last epoch's decode part still runs), at 1 and 2
+ * threads.
+ */
+static void check_pipeline(int64_t max_sim_time_ns, const char *tag)
+{
+    char path[512];
+    kvsim_test_trace_path(path, sizeof path, "mooncake_trace_1000.jsonl");
+    struct kvsim_replay_config c;
+    replay_base_config(&c, path);
+    c.disagg.prefill_engines = c.disagg.decode_engines = 4;
+    c.disagg.prefill_sched = c.disagg.decode_sched = c.sched;
+    c.disagg.prefill_router = c.disagg.decode_router = KVSIM_ROUTER_KV;
+    c.max_sim_time_ns = max_sim_time_ns;
+    char off[32], on1[32], on2[32];
+    snprintf(off, sizeof off, "%s-off", tag);
+    snprintf(on1, sizeof on1, "%s-on1", tag);
+    snprintf(on2, sizeof on2, "%s-on2", tag);
+    setenv("KVSIM_REPLAY_DISAGG_PIPELINE", "0", 1);
+    struct kvsim_report r = replay_run(&c, 1, off);
+    cr_assert_gt(r.disagg.handoffs, 100, "handoffs happened");
+    if (max_sim_time_ns)
+        cr_assert_gt(r.incomplete, 0, "stopped early with requests in flight");
+    unsetenv("KVSIM_REPLAY_DISAGG_PIPELINE"); /* the default: pipelined */
+    replay_run(&c, 1, on1);
+    replay_run(&c, 2, on2);
+    const char *tags[] = {on1, on2};
+    replay_assert_same_as(tags, 2, off);
+}
+Test(replay_determinism, mooncake_1000_disagg_pipelined_as_sequential, .timeout = 300)
+{
+    check_pipeline(0, "pipe");
+}
+Test(replay_determinism, mooncake_1000_disagg_pipelined_stopped_early, .timeout = 300)
+{
+    check_pipeline(INT64_C(20000000000), "pipe-stop");
 }
 
 /* The thread accounting (KVSIM_REPLAY_ACCOUNTING=1) changes no result, and its figures add up:

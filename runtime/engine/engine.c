@@ -252,6 +252,8 @@ void engine__publish(struct kvsim_engine *e)
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
     e->pub.earliest_parent_finish = INT64_MAX;
+    e->pub.first_step_end = INT64_MAX;
+    e->pub.parent_min_left = UINT32_MAX;
     /* The first step that can end: the running one, or (idle, waiting for a transfer or a
      * message) one that starts when the transfer ends or the message applies. */
     int64_t first_end = e->step ? e->step_end : INT64_MAX;
@@ -262,8 +264,9 @@ void engine__publish(struct kvsim_engine *e)
         int64_t m = kvsim_step_model_min_duration_ns(&e->cfg.model);
         first_end = wake > INT64_MAX - m ? INT64_MAX : wake + m;
     }
+    e->pub.first_step_end = first_end;
     /* A prefill engine's finishes release nothing: the decode engine's do. */
-    if (!e->cfg.next_turn || first_end == INT64_MAX || e->cfg.role == KVSIM_ENGINE_PREFILL)
+    if (!e->cfg.next_turn || e->cfg.role == KVSIM_ENGINE_PREFILL)
         return;
     uint32_t best = min_parent_remaining(e, rr, e->pub.num_running, UINT32_MAX);
     if (e->pub.num_waiting) {
@@ -272,6 +275,7 @@ void engine__publish(struct kvsim_engine *e)
                 realloc(e->waiting_scratch, e->pub.num_waiting * sizeof *nw);
             if (!nw) { /* no bound known: the coordinator falls back to the running step */
                 e->pub.earliest_parent_finish = first_end;
+                e->pub.parent_min_left = 1;
                 return;
             }
             e->waiting_scratch = nw;
@@ -280,7 +284,8 @@ void engine__publish(struct kvsim_engine *e)
         sched_waiting_snapshot(e->s, e->waiting_scratch, e->pub.num_waiting);
         best = min_parent_remaining(e, e->waiting_scratch, e->pub.num_waiting, best);
     }
-    if (best == UINT32_MAX)
+    e->pub.parent_min_left = best;
+    if (best == UINT32_MAX || first_end == INT64_MAX)
         return;
     int64_t d = kvsim_step_model_min_duration_ns(&e->cfg.model);
     int64_t more = (int64_t)(best - 1);

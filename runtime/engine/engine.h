@@ -481,6 +481,12 @@ struct kvsim_engine_pub {
      * while a routed request waits for one). The replay's lookahead. */
     int64_t earliest_handoff;
     uint32_t pinned_blocks; /* prefill engine: blocks held by its pinned sources */
+    /* What earliest_parent_finish is made of, for a coordinator that admits arrivals and
+     * advances in one go (replay.c): the first step that can end (the running one, or one a
+     * wake-up would start; INT64_MAX: none) and the fewest tokens a request with a follow-up
+     * here has left (UINT32_MAX: none). */
+    int64_t first_step_end;
+    uint32_t parent_min_left;
 };
 
 /* A request the engine finished (for closed-loop session follow-ups), in completion order. */

@@ -500,6 +500,15 @@ static int route_one(struct replay *rp, uint32_t req)
             return rc;
     }
     rp->routed++;
+    if (rp->num_arrived == rp->cap_arrived) {
+        uint32_t nc = rp->cap_arrived ? 2 * rp->cap_arrived : 64;
+        struct arrived *na = realloc(rp->arrived, nc * sizeof *na);
+        if (!na)
+            return -ENOMEM;
+        rp->arrived = na;
+        rp->cap_arrived = nc;
+    }
+    rp->arrived[rp->num_arrived++] = (struct arrived){req, (uint32_t)e};
     if (rp->num_prefill) /* ids never reused: one handoff per request */
         kvsim_handoff_init(&rp->handoffs[req], (uint64_t)req + 1, req, (int32_t)e);
     if (rp->next_turn[req] >= 0)
@@ -708,6 +717,7 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
         q->num_ent = q->next_ent = 0;
     }
     kvsim_router_new_boundary(rp->router);
+    rp->num_arrived = 0;
     for (;;) {
         int64_t a = next_open_arrival(rp);
         bool from_heap =
@@ -727,6 +737,79 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
             return rc;
     }
     return 0;
+}
+
+/* Fewest tokens request req could produce before it finishes, admitted now (engine.c's
+ * min_parent_remaining for a request with none yet): its output length, the stop the engine
+ * API may set, the length cap; at least one. */
+static uint32_t tokens_left_new(const struct replay *rp, uint32_t req)
+{
+    const struct kvsim_req_spec *s = &rp->trace.reqs[req];
+    uint64_t mml = rp->cfg->sched.max_model_len;
+    uint32_t left = s->output_len ? s->output_len : 1;
+    if (s->stop_after && s->stop_after < left)
+        left = s->stop_after;
+    if (mml <= s->input_len)
+        left = 1;
+    else if (mml - s->input_len < left)
+        left = (uint32_t)(mml - s->input_len);
+    return left;
+}
+
+/*
+ * The next boundary after rp->b_cur for a phase that admits the arrivals routed at b_cur and
+ * advances to it in one go (aggregated, session turns in flight, no closed loop): next_boundary's
+ * bound with what the admissions could change accounted for without running them. An engine
+ * given an arrival may start a step at b_cur (its first step then ends no later than b_cur plus
+ * the shortest step), an arriving turn with a follow-up is a parent with all its tokens left,
+ * and one rejected at admission finishes at b_cur (its follow-up comes at b_cur plus that
+ * follow-up's own delay). Never later than next_boundary after the admissions (a lower bound of
+ * the same finishes); it may be earlier, and is b_cur or earlier when a follow-up could be due at
+ * once: the caller then admits first (two phases). Coordinator, workers parked.
+ */
+static int64_t next_boundary_admitting(struct replay *rp)
+{
+    int64_t nb = next_arrival(rp);
+    if (!rp->parents_in_flight)
+        return nb;
+    int64_t d = kvsim_step_model_min_duration_ns(&rp->cfg->model);
+    uint32_t *left = rp->arrived_left; /* [engines]: fewest tokens left of its arriving parents */
+    for (uint32_t e = 0; e < rp->num_engines; e++)
+        left[e] = UINT32_MAX - 1; /* below UINT32_MAX: the engine got an arrival (set below) */
+    for (uint32_t i = 0; i < rp->num_arrived; i++) {
+        uint32_t req = rp->arrived[i].req, e = rp->arrived[i].engine;
+        if (left[e] == UINT32_MAX - 1)
+            left[e] = UINT32_MAX; /* an arrival, no parent among them yet */
+        int32_t nx = rp->next_turn[req];
+        if (nx < 0)
+            continue;
+        int64_t due; /* rejected at admission */
+        if (!kvsim_clock_add(rp->b_cur, rp->trace.reqs[nx].delay_ns, &due))
+            due = INT64_MAX;
+        if (due < nb)
+            nb = due;
+        uint32_t l = tokens_left_new(rp, req);
+        if (l < left[e])
+            left[e] = l;
+    }
+    for (uint32_t e = 0; e < rp->num_engines; e++) {
+        const struct kvsim_engine_pub *pub = rp->pubs[e];
+        int64_t f = pub->earliest_parent_finish;
+        if (left[e] != UINT32_MAX - 1) { /* it got arrivals: a step may start at b_cur */
+            int64_t fe = pub->first_step_end;
+            if (rp->b_cur <= INT64_MAX - d && rp->b_cur + d < fe)
+                fe = rp->b_cur + d;
+            uint32_t best = pub->parent_min_left < left[e] ? pub->parent_min_left : left[e];
+            f = INT64_MAX;
+            if (best != UINT32_MAX) {
+                int64_t more = (int64_t)(best - 1);
+                f = more > (INT64_MAX - fe) / d ? INT64_MAX : fe + more * d;
+            }
+        }
+        if (f != INT64_MAX && f < nb - rp->min_delay) /* nb >= 0, min_delay >= 0 */
+            nb = f + rp->min_delay;
+    }
+    return nb;
 }
 
 /*
@@ -1251,6 +1334,8 @@ static void replay_free(struct replay *rp)
         free(p->ov);
     }
     free(rp->prep_slot);
+    free(rp->arrived);
+    free(rp->arrived_left);
     free(rp->acct.engine_ns);
     free(rp->next_turn);
     free(rp->releases);
@@ -1692,6 +1777,14 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         !rp.num_prefill && cfg->router == KVSIM_ROUTER_KV && rp.num_engines > 1 &&
         (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp.num_threads > 1 || rp.acct.on);
     rp.prep[0].boundary = rp.prep[1].boundary = INT64_MIN;
+    /* Admitting and advancing in one phase with session turns in flight
+     * (next_boundary_admitting); KVSIM_REPLAY_ADMIT_MERGED=0 admits first, then advances (to
+     * compare: the reports are identical). */
+    const char *merged_env = getenv("KVSIM_REPLAY_ADMIT_MERGED");
+    rp.admit_merged = !(merged_env && strcmp(merged_env, "0") == 0);
+    rp.arrived_left = calloc(rp.num_engines, sizeof *rp.arrived_left);
+    if (rc == 0 && !rp.arrived_left)
+        rc = -ENOMEM;
     if (rc == 0 && rp.prep_on && !(rp.prep_slot = calloc(R ? R : 1, sizeof *rp.prep_slot)))
         rc = -ENOMEM;
     rp.workers = calloc(rp.num_threads, sizeof *rp.workers);
@@ -1857,15 +1950,25 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rc)
             break;
         /* Without session turns in flight the next boundary is the next arrival: one parallel
-         * phase. With them it depends on the steps the engines start now: two phases. */
+         * phase. With them it depends on the steps the engines start now: one phase to a bound
+         * that allows for any step they could start (next_boundary_admitting), or, when that
+         * bound does not look ahead (a follow-up could be due at once; a closed loop, where a
+         * finish releases a session at that instant), two phases: admit, then advance. */
         bool split = rp.parents_in_flight > 0;
         enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
-        if (split)
-            phases[0] = PHASE_ADMIT;
-        else {
+        if (split && !rp.concurrency && rp.admit_merged) {
+            int64_t nb = next_boundary_admitting(&rp);
+            if (nb > rp.b_cur) {
+                split = false;
+                rp.b_next = nb;
+                clamp_next(&rp);
+            }
+        } else if (!split) {
             rp.b_next = next_boundary(&rp);
             clamp_next(&rp);
         }
+        if (split)
+            phases[0] = PHASE_ADMIT;
         for (int ph = 0; ph < (split ? 2 : 1) && rc == 0; ph++) {
             if (split && ph == 1) {
                 rp.b_next = next_boundary(&rp);

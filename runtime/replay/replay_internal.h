@@ -179,6 +179,13 @@ struct replay {
     struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
     size_t heap_len, heap_cap;
     uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
+    /* the arrivals routed at the current boundary (route_one), for next_boundary_admitting */
+    struct arrived {
+        uint32_t req, engine;
+    } * arrived;
+    uint32_t num_arrived, cap_arrived;
+    uint32_t *arrived_left; /* scratch: [engines] */
+    bool admit_merged;      /* next_boundary_admitting's one phase (not disaggregated) */
     int64_t min_delay;
     uint64_t routed;
     /* router scratch */

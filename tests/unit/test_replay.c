@@ -65,6 +65,32 @@ static void check_route_prep(uint32_t concurrency, const char *tag)
     const char *tags[] = {on1, on2, on3};
     replay_assert_same_as(tags, 3, off);
 }
+/*
+ * Admitting and advancing in one phase while session turns are in flight (the bound allows for
+ * any step an admission could start: docs/replay.md) gives what admitting first does: the
+ * built-in workload's sessions, 1 and 2 threads, the same report and records, in half as many
+ * phases or fewer.
+ */
+Test(replay, admitting_in_the_advance_phase_changes_nothing, .timeout = 120)
+{
+    struct kvsim_replay_config c;
+    replay_base_config(&c, NULL);
+    c.router = KVSIM_ROUTER_KV;
+    setenv("KVSIM_REPLAY_ADMIT_MERGED", "0", 1);
+    setenv("KVSIM_REPLAY_ACCOUNTING", "1", 1);
+    struct kvsim_report two = replay_run(&c, 1, "admit-two");
+    unsetenv("KVSIM_REPLAY_ADMIT_MERGED");
+    struct kvsim_report one = replay_run(&c, 1, "admit-one");
+    unsetenv("KVSIM_REPLAY_ACCOUNTING");
+    replay_run(&c, 2, "admit-one-2");
+    cr_assert_gt(two.accounting.phases, 0);
+    cr_assert_leq(2 * one.accounting.phases, two.accounting.phases + two.accounting.phases / 10,
+                  "one phase a boundary: %" PRIu64 " phases against %" PRIu64,
+                  one.accounting.phases, two.accounting.phases);
+    const char *tags[] = {"admit-one", "admit-one-2"};
+    replay_assert_same_as(tags, 2, "admit-two");
+}
+
 Test(replay, route_prep_decides_as_the_boundary_open_loop, .timeout = 120)
 {
     check_route_prep(0, "prep-open");

@@ -1827,6 +1827,9 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         if (rc)
             snprintf(err, errlen, "creating the shared G3: %s", kvsim_strerror(rc));
     }
+    bool releases = cfg->replay_concurrency > 0; /* some finish releases a turn or a session */
+    for (size_t i = 0; i < R && !releases; i++)
+        releases = rp.trace.reqs[i].prev_turn >= 0;
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
         struct kvsim_engine_config ec = {
             .id = e,
@@ -1835,7 +1838,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .metrics = rp.metrics,
             .thread = e,
             .kv_events = rp.drain_events,
-            .next_turn = rp.releases,
+            .next_turn = releases ? rp.releases : NULL, /* NULL: no finish releases anything */
             .tiers = cfg->offload ? &tiers : NULL,
             .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
             .sample_origin_ns = rp.trace.reqs[0].arrival_ns,

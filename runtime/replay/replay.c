@@ -954,6 +954,32 @@ static void acct_work_end(struct replay *rp, uint32_t w, int64_t t0)
     rp->acct.thr[w].phase_ns += d;
 }
 
+/*
+ * Which thread owns which engines (work_engines), once for the replay (coordinator, before the
+ * workers start): engine e is thread e mod T's. Measured on the conversation trace (docs/replay.md,
+ * "Threads"), an engine advanced by another thread than its usual one costs more than its own
+ * work in a phase (its state moves to that core's caches and back), so engines stay put; a
+ * disaggregated replay's pools on separate threads measured no better, and bound less (1.13x on
+ * 2 threads against 1.34x: the prefill phases then run on one thread).
+ */
+static uint32_t engine_owner(const struct replay *rp, uint32_t e, uint32_t T)
+{
+    (void)rp;
+    return e % T;
+}
+
+static void assign_engines(struct replay *rp)
+{
+    uint32_t T = rp->num_threads, k = 0;
+    for (uint32_t w = 0; w < T; w++) {
+        rp->own_off[w] = k;
+        for (uint32_t e = 0; e < rp->num_engines; e++)
+            if (engine_owner(rp, e, T) == w)
+                rp->own[k++] = e;
+    }
+    rp->own_off[T] = k;
+}
+
 /* After a phase (coordinator, the engines' threads joined): the phase's least time on T threads
  * for T = 1, 2, 4, 8, 16, from its engines' CPU times. */
 static void acct_phase_end(struct replay *rp)
@@ -964,7 +990,6 @@ static void acct_phase_end(struct replay *rp)
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         sum += rp->acct.engine_ns[e];
         max = rp->acct.engine_ns[e] > max ? rp->acct.engine_ns[e] : max;
-        rp->acct.engine_ns[e] = 0;
     }
     for (uint32_t w = 0; w < rp->num_threads; w++) {
         all += rp->acct.thr[w].phase_ns;
@@ -975,40 +1000,21 @@ static void acct_phase_end(struct replay *rp)
     for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) { /* sum / 2^i rounded up: never below */
         int64_t share = (sum + (INT64_C(1) << i) - 1) >> i;
         rp->acct.critical_ns[i] += max > share ? max : share;
-    }
-    rp->acct.phases++;
-}
-
-/*
- * Which thread owns which engines (work_engines), once for the replay (coordinator, before the
- * workers start). Aggregated: engine e is thread e mod T's. Disaggregated: the prefill engines
- * are shared by threads [0, T/2), the decode engines by [T/2, T), each pool's engines in turn
- * (on 2 threads the coordinator holds the prefill engines, the worker the decode engines). A
- * disaggregated epoch's prefill phases then run on the coordinator's own engines when they run
- * alone (most do: their work is a few tens of microseconds), and the decode engines' state never
- * leaves the worker's core; interleaved, every phase run alone moved half of the engines to the
- * coordinator's core and back (docs/replay.md, "Threads": 0.83x of one thread's speed on 2
- * threads against 0.92x split, with phase_measured's 50 us minimum).
- */
-static void assign_engines(struct replay *rp)
-{
-    uint32_t T = rp->num_threads, N = rp->num_engines, k = 0;
-    uint32_t Tp = T / 2 ? T / 2 : 1; /* the prefill engines' threads */
-    for (uint32_t w = 0; w < T; w++) {
-        rp->own_off[w] = k;
-        for (uint32_t e = 0; e < N; e++) {
-            uint32_t owner;
-            if (!rp->num_prefill || T < 2)
-                owner = e % T;
-            else if (e < rp->num_prefill)
-                owner = e % Tp;
-            else
-                owner = Tp + (e - rp->num_prefill) % (T - Tp);
-            if (owner == w)
-                rp->own[k++] = e;
+        /* as assigned on 2^i threads: the busiest thread's engines, the rest shared out */
+        uint32_t T = 1u << i;
+        int64_t *ts = rp->acct.thread_sum, timed = 0;
+        memset(ts, 0, T * sizeof *ts);
+        for (uint32_t e = 0; e < rp->num_engines; e++) {
+            ts[engine_owner(rp, e, T)] += rp->acct.engine_ns[e];
+            timed += rp->acct.engine_ns[e];
         }
+        int64_t busiest = 0, untimed = (sum - timed + T - 1) / T;
+        for (uint32_t w = 0; w < T; w++)
+            busiest = ts[w] > busiest ? ts[w] : busiest;
+        rp->acct.critical_assigned_ns[i] += busiest + untimed;
     }
-    rp->own_off[T] = k;
+    memset(rp->acct.engine_ns, 0, rp->num_engines * sizeof *rp->acct.engine_ns);
+    rp->acct.phases++;
 }
 
 /*
@@ -1337,6 +1343,7 @@ static void replay_free(struct replay *rp)
     free(rp->arrived);
     free(rp->arrived_left);
     free(rp->acct.engine_ns);
+    free(rp->acct.thread_sum);
     free(rp->next_turn);
     free(rp->releases);
     free(rp->slot_parent);
@@ -1797,7 +1804,9 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && rp.acct.on) {
         rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
         rp.acct.engine_ns = calloc(rp.num_engines, sizeof *rp.acct.engine_ns);
-        if (!rp.acct.thr || !rp.acct.engine_ns)
+        rp.acct.thread_sum =
+            calloc(1u << (KVSIM_ACCOUNTING_BOUNDS - 1), sizeof *rp.acct.thread_sum);
+        if (!rp.acct.thr || !rp.acct.engine_ns || !rp.acct.thread_sum)
             rc = -ENOMEM;
     }
     struct kvsim_tiers_config tiers = cfg->tiers;
@@ -2072,8 +2081,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                 ac->wait_s[t] = (double)rp.acct.thr[t].wait_cpu_ns / 1e9;
                 ac->wait_wall_s[t] = (double)rp.acct.thr[t].wait_wall_ns / 1e9;
             }
-            for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++)
+            for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) {
                 ac->critical_s[i] = (double)rp.acct.critical_ns[i] / 1e9;
+                ac->critical_assigned_s[i] = (double)rp.acct.critical_assigned_ns[i] / 1e9;
+            }
         }
         if (rc == 0)
             rc = unbounded_reuse(&rp.trace, cfg->sched.block_size, report);

@@ -123,6 +123,8 @@ struct replay_acct {
     /* Per phase, the time T threads need at least: max(the largest engine, the sum / T),
      * summed over phases, for T = 1, 2, 4, 8, 16 (coordinator, after each phase). */
     int64_t critical_ns[KVSIM_ACCOUNTING_BOUNDS];
+    int64_t critical_assigned_ns[KVSIM_ACCOUNTING_BOUNDS]; /* with assign_engines' owners */
+    int64_t *thread_sum;                                   /* scratch: [16] */
     uint64_t phases;
     int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
     int64_t clock_ns;                 /* what one CPU-time read costs (replay.c, acct_clock) */

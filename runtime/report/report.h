@@ -428,6 +428,10 @@ struct kvsim_thread_accounting {
     /* The least time of the phases on T = 1, 2, 4, 8, 16 threads (T = 2^i): per phase max(its
      * largest engine's advance, their sum / T), summed; [0] is every advance's sum. */
     double critical_s[KVSIM_ACCOUNTING_BOUNDS];
+    /* The same with each engine on the thread the replay gives it on T threads (engine e on
+     * thread e mod T; a disaggregated replay's pools on separate threads): per phase the most
+     * any thread's engines took, summed. Beside critical_s, what that fixed assignment costs. */
+    double critical_assigned_s[KVSIM_ACCOUNTING_BOUNDS];
 };
 
 /* What a kvsim_thread_accounting bounds: its advance over all threads, its serial fraction and,
@@ -436,6 +440,8 @@ struct kvsim_thread_accounting {
 struct kvsim_thread_bounds {
     double advance_s, wait_s, serial_fraction;
     double balance[KVSIM_ACCOUNTING_BOUNDS], speedup[KVSIM_ACCOUNTING_BOUNDS];
+    /* the speedup bound with the replay's own engine-to-thread assignment (0: not measured) */
+    double speedup_assigned[KVSIM_ACCOUNTING_BOUNDS];
 };
 KVSIM_EXTERN void kvsim_thread_accounting_bounds(const struct kvsim_thread_accounting *a,
                                                  struct kvsim_thread_bounds *out);

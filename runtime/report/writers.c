@@ -390,6 +390,8 @@ void kvsim_thread_accounting_bounds(const struct kvsim_thread_accounting *a,
         out->speedup[i] = least > 0 ? total / least : 0.0;
         out->balance[i] =
             a->critical_s[i] > 0 ? a->critical_s[0] / ((double)(1 << i) * a->critical_s[i]) : 1.0;
+        double assigned = a->serial_s + a->critical_assigned_s[i];
+        out->speedup_assigned[i] = a->critical_assigned_s[i] > 0 ? total / assigned : 0.0;
     }
 }
 
@@ -408,7 +410,8 @@ static json_t *accounting_json(const struct kvsim_thread_accounting *a)
     static const char *const ts[KVSIM_ACCOUNTING_BOUNDS] = {"1", "2", "4", "8", "16"};
     for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS && bound; i++)
         ok = put(bound, ts[i],
-                 json_pack("{s:f,s:f}", "speedup", b.speedup[i], "balance", b.balance[i])) &&
+                 json_pack("{s:f,s:f,s:f}", "speedup", b.speedup[i], "balance", b.balance[i],
+                           "speedup_assigned", b.speedup_assigned[i])) &&
              ok;
     ok = put(o, "serial_cpu_s", json_real(a->serial_s)) && ok;
     ok = put(o, "advance_cpu_s", json_real(b.advance_s)) && ok;

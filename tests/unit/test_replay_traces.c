@@ -139,7 +139,8 @@ Test(replay_determinism, mooncake_1000_disagg_pipelined_stopped_early, .timeout 
 
 /* The thread accounting (KVSIM_REPLAY_ACCOUNTING=1) changes no result, and its figures add up:
  * the critical path on one thread is every advance, on T threads at least 1/T of it and no
- * more than on fewer threads; the serial part is not negative. */
+ * more than on fewer threads, and with the replay's own engine-to-thread assignment no less
+ * than at best; the serial part is not negative. */
 Test(replay_determinism, thread_accounting_adds_up_and_changes_nothing, .timeout = 300)
 {
     char path[512];
@@ -164,7 +165,12 @@ Test(replay_determinism, thread_accounting_adds_up_and_changes_nothing, .timeout
     for (int i = 1; i < KVSIM_ACCOUNTING_BOUNDS; i++) {
         cr_assert_geq(a->critical_s[i], a->critical_s[0] / (double)(1 << i) - 1e-9);
         cr_assert_leq(a->critical_s[i], a->critical_s[i - 1] + 1e-9);
+        /* a fixed assignment never beats the best one, phase by phase */
+        cr_assert_geq(a->critical_assigned_s[i], a->critical_s[i] - 1e-6,
+                      "on %d threads: as assigned %g s, at best %g s", 1 << i,
+                      a->critical_assigned_s[i], a->critical_s[i]);
     }
+    cr_assert_lt(fabs(a->critical_assigned_s[0] - advance), 1e-6);
     cr_assert_geq(a->serial_s, 0);
     cr_assert_geq(a->wait_s[0], 0);
     cr_assert_geq(a->wait_wall_s[1], a->wait_s[1] * 0.5, "waiting: wall %g s, CPU %g s",

@@ -956,11 +956,9 @@ static void acct_work_end(struct replay *rp, uint32_t w, int64_t t0)
 
 /*
  * Which thread owns which engines (work_engines), once for the replay (coordinator, before the
- * workers start): engine e is thread e mod T's. Measured on the conversation trace (docs/replay.md,
- * "Threads"), an engine advanced by another thread than its usual one costs more than its own
- * work in a phase (its state moves to that core's caches and back), so engines stay put; a
- * disaggregated replay's pools on separate threads measured no better, and bound less (1.13x on
- * 2 threads against 1.34x: the prefill phases then run on one thread).
+ * workers start): engine e is thread e mod T's (work_engines says when another thread may take
+ * it). A disaggregated replay's pools on separate threads measured no better, and bound less
+ * (1.13x on 2 threads against 1.34x: the prefill phases then run on one thread).
  */
 static uint32_t engine_owner(const struct replay *rp, uint32_t e, uint32_t T)
 {
@@ -1018,23 +1016,52 @@ static void acct_phase_end(struct replay *rp)
 }
 
 /*
- * The parallel part of a phase for replay thread w: its own engines (assign_engines), always the
- * same ones, so each engine's state stays in its thread's caches. Which thread
- * advances an engine never changes what it does (engines are independent within a phase, and
- * the barriers order each engine's state from one phase's thread to the next), so results are the
- * same for any --threads. Nothing is taken from another thread: measured on the conversation
- * trace (docs/replay.md, "Threads"), an engine advanced by a thread other than its usual one
- * costs more than waiting for that thread does, whether it is taken when a thread runs out of
- * work (dynamic claiming, which issue #39 had) or handed over by expected cost every few phases
- * (the longest engines first to the least loaded thread); the coordinator does run a phase's
- * engines alone when splitting it does not pay (phase_parallel). Context: every replay thread
- * inside a phase.
+ * The parallel part of a phase for replay thread w. Each thread advances its own engines
+ * (assign_engines), so each engine's state stays in one core's caches: an engine advanced by
+ * another thread pays for its state moving to that core and back, which measured more than its
+ * own work in a phase (dynamic claiming of any engine, as issue #39 had, and handing engines
+ * over by expected cost every few phases were both slower than this). The exception is an
+ * engine admitting arrivals in the phase: its admissions hash, allocate and cache whole prompts,
+ * memory it has not touched before anyway, and they are most of an epoch's work and of its
+ * imbalance. So a thread first takes its own admitting engines, then advances its other engines,
+ * then takes the other threads' admitting engines that nobody has started yet, back to front
+ * (their owners start at the front); an admitting engine goes to whoever exchanges the phase's
+ * number into its claim word first. Which thread advances an engine never changes what it does
+ * (engines are independent within a phase, and the barriers order each engine's state from one
+ * phase's thread to the next), so results are the same for any --threads. Context: every replay
+ * thread inside a parallel phase; the coordinator set rp->admitting and bumped rp->phase_seq
+ * before the phase's first barrier.
  */
+/* Whether this thread takes engine e in the current phase: the first to exchange the phase's
+ * number into e's claim word does. Relaxed: the barriers order the engines' state. */
+static bool claim_engine(struct replay *rp, uint32_t e)
+{
+    return atomic_exchange_explicit(&rp->claim[e], rp->phase_seq, memory_order_relaxed) !=
+           rp->phase_seq;
+}
+
 static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
 {
-    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++)
-        if (works_in(rp, rp->own[i], phase))
-            advance_engine(rp, rp->own[i], phase);
+    uint32_t T = rp->num_threads;
+    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++) { /* own, admitting */
+        uint32_t e = rp->own[i];
+        if (rp->admitting[e] && works_in(rp, e, phase) && claim_engine(rp, e))
+            advance_engine(rp, e, phase);
+    }
+    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++) { /* own, the rest */
+        uint32_t e = rp->own[i];
+        if (!rp->admitting[e] && works_in(rp, e, phase))
+            advance_engine(rp, e, phase);
+    }
+    for (uint32_t k = 1; k < T;
+         k++) { /* the others' admitting ones nobody started, from the back */
+        uint32_t v = (w + k) % T;
+        for (uint32_t i = rp->own_off[v + 1]; i-- > rp->own_off[v];) {
+            uint32_t e = rp->own[i];
+            if (rp->admitting[e] && works_in(rp, e, phase) && claim_engine(rp, e))
+                advance_engine(rp, e, phase);
+        }
+    }
 }
 
 /* work_engines, its wall time kept for phase_measured and its CPU accounted to thread w when
@@ -1328,6 +1355,8 @@ static void replay_free(struct replay *rp)
     for (uint32_t w = 0; rp->workers && w < rp->num_threads; w++)
         free(rp->workers[w].runs);
     free(rp->own);
+    free(rp->claim);
+    free(rp->admitting);
     free(rp->own_off);
     free(rp->workers);
     for (int k = 0; k < 2; k++) {
@@ -1441,6 +1470,11 @@ static void run_work(struct replay *rp, enum phase phase)
     bool parallel = phase_parallel(rp, phase);
     int64_t t0 = base_monotonic_ns();
     if (parallel) {
+        rp->phase_seq++;
+        bool admit = phase == PHASE_ADMIT || phase == PHASE_ADMIT_AND_ADVANCE ||
+                     phase == PHASE_PREFILL_ADMIT || phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
+        for (uint32_t e = 0; e < rp->num_engines; e++) /* work_engines' movable engines */
+            rp->admitting[e] = admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e]);
         epoch_barrier(rp, 0);
         work(rp, 0, phase);
         epoch_barrier(rp, 0);
@@ -1666,6 +1700,71 @@ static void engine_config(const struct replay *rp, uint32_t e, struct kvsim_engi
     }
 }
 
+/*
+ * Creating the engines is mostly allocating and zeroing their pools (page faults: 14 ms of a
+ * 0.4 s replay of the conversation trace on 8 engines). With threads to share it, and engines
+ * that share nothing while they are made (no offload: its pipelines share the offload pool), the
+ * replay's thread count of short-lived threads each make engines w, w + T, ... (the engine
+ * threads of the replay, started later, take the same ones). Returns 0 or the first failing
+ * engine's error, in engine order, whatever the thread count (coordinator).
+ */
+struct create_job {
+    struct replay *rp;
+    const struct kvsim_engine_config *base;
+    int *rc;       /* [engines] */
+    uint32_t w, T; /* engines w, w + T, ... */
+};
+
+static void create_engines_of(const struct create_job *j)
+{
+    struct replay *rp = j->rp;
+    for (uint32_t e = j->w; e < rp->num_engines; e += j->T) {
+        struct kvsim_engine_config ec = *j->base;
+        ec.id = e;
+        ec.thread = e; /* its ITL sketch */
+        engine_config(rp, e, &ec);
+        j->rc[e] = kvsim_engine_create(&ec, &rp->engines[e]);
+    }
+}
+
+static void *create_engines_main(void *arg)
+{
+    create_engines_of(arg);
+    return NULL;
+}
+
+static int create_engines(struct replay *rp, const struct kvsim_engine_config *base, bool shareable)
+{
+    uint32_t T = shareable ? rp->num_threads : 1;
+    int *rc = calloc(rp->num_engines, sizeof *rc);
+    pthread_t *th = calloc(T, sizeof *th);
+    struct create_job *jobs = calloc(T, sizeof *jobs);
+    int result = rc && th && jobs ? 0 : -ENOMEM;
+    uint32_t started = 1;
+    for (uint32_t w = 0; result == 0 && w < T; w++)
+        jobs[w] = (struct create_job){rp, base, rc, w, T};
+    if (result == 0 && T > 1) {
+        for (; started < T; started++)
+            if (pthread_create(&th[started], NULL, create_engines_main, &jobs[started]) != 0)
+                break;
+    }
+    if (result == 0) {
+        if (started < T) { /* fewer threads than asked: the coordinator makes the rest */
+            for (uint32_t w = started; w < T; w++)
+                create_engines_of(&jobs[w]);
+        }
+        create_engines_of(&jobs[0]);
+        for (uint32_t w = 1; w < started; w++)
+            pthread_join(th[w], NULL);
+        for (uint32_t e = 0; e < rp->num_engines && result == 0; e++)
+            result = rc[e];
+    }
+    free(rc);
+    free(th);
+    free(jobs);
+    return result;
+}
+
 /* A deep copy of t (an in-memory request list). Returns 0, -EINVAL (empty) or -ENOMEM. */
 static int copy_trace(const struct kvsim_trace *t, struct kvsim_trace *out, char *err,
                       size_t errlen)
@@ -1801,6 +1900,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rc = -ENOMEM;
     if (rc == 0)
         assign_engines(&rp);
+    rp.claim = calloc(rp.num_engines, sizeof *rp.claim); /* phase_seq starts at 0: unclaimed */
+    rp.admitting = calloc(rp.num_engines, sizeof *rp.admitting);
+    if (rc == 0 && (!rp.claim || !rp.admitting))
+        rc = -ENOMEM;
     if (rc == 0 && rp.acct.on) {
         rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
         rp.acct.engine_ns = calloc(rp.num_engines, sizeof *rp.acct.engine_ns);
@@ -1839,31 +1942,27 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     bool releases = cfg->replay_concurrency > 0; /* some finish releases a turn or a session */
     for (size_t i = 0; i < R && !releases; i++)
         releases = rp.trace.reqs[i].prev_turn >= 0;
+    struct kvsim_engine_config base_ec = {
+        .model = cfg->model,
+        .trace = &rp.trace,
+        .metrics = rp.metrics,
+        .kv_events = rp.drain_events,
+        .next_turn = releases ? rp.releases : NULL, /* NULL: no finish releases anything */
+        .tiers = cfg->offload ? &tiers : NULL,
+        .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
+        .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
+        .decode_fast_path_off = cfg->decode_fast_path_off,
+    };
+    if (rc == 0)
+        rc = create_engines(&rp, &base_ec, !cfg->offload && !cfg->g3_shared);
+    if (rc == -EINVAL)
+        snprintf(err, errlen,
+                 "impossible engine configuration (block size, blocks, "
+                 "max_num_batched_tokens vs max_model_len with chunked "
+                 "prefill off)");
     for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
-        struct kvsim_engine_config ec = {
-            .id = e,
-            .model = cfg->model,
-            .trace = &rp.trace,
-            .metrics = rp.metrics,
-            .thread = e,
-            .kv_events = rp.drain_events,
-            .next_turn = releases ? rp.releases : NULL, /* NULL: no finish releases anything */
-            .tiers = cfg->offload ? &tiers : NULL,
-            .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
-            .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
-            .decode_fast_path_off = cfg->decode_fast_path_off,
-        };
-        engine_config(&rp, e, &ec);
-        rc = kvsim_engine_create(&ec, &rp.engines[e]);
-        if (rc == -EINVAL)
-            snprintf(err, errlen,
-                     "impossible engine configuration (block size, blocks, "
-                     "max_num_batched_tokens vs max_model_len with chunked "
-                     "prefill off)");
-        if (rc == 0) {
-            rp.pubs[e] = kvsim_engine_pub(rp.engines[e]);
-            rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
-        }
+        rp.pubs[e] = kvsim_engine_pub(rp.engines[e]);
+        rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
     }
     if (rc == 0 && !rp.drain_events)
         kvsim_router_use_pools(rp.router, rp.pools);

@@ -162,6 +162,9 @@ struct replay {
     struct barrier barrier;
     struct replay_worker *workers; /* [num_threads] */
     uint32_t *own, *own_off;       /* thread w's engines: own[own_off[w] .. own_off[w + 1]) */
+    bool *admitting;               /* [engines]: admits arrivals in the current parallel phase */
+    _Atomic uint64_t *claim;       /* [engines]: the phase_seq of the phase that last took it */
+    uint64_t phase_seq; /* +1 per parallel phase (coordinator, before its first barrier) */
     struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (run_work) */
     uint64_t phases_parallel;                      /* phases the workers took part in */
     /* arrivals */

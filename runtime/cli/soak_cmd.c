@@ -46,7 +46,8 @@ static int check_out_dir(const char *dir)
 
 static void soak_usage(FILE *f)
 {
-    fprintf(f, "usage: kvsim soak [--seeds N | --seed S] [--matrix small|full] [--out DIR]\n"
+    fprintf(f, "usage: kvsim soak [[--first-seed S] --seeds N | --seed S] [--matrix small|full]\n"
+               "                  [--out DIR]\n"
                "                  [--set NAME=VALUE]... [--checks LIST] [--legacy-partial-alloc]\n"
                "                  [--vllm-contract N] [--keep] [--quiet]\n"
                "\n"
@@ -57,7 +58,9 @@ static void soak_usage(FILE *f)
                "scenario is written to DIR/soak-seed<S>.json; `kvsim conform` replays it and\n"
                "`kvsim minimize` shrinks it.\n"
                "\n"
-               "  --seeds N          run seeds 1..N (default 200)\n"
+               "  --seeds N          run N seeds (default 200), from 1 or --first-seed\n"
+               "  --first-seed S     the first seed of --seeds: seeds S..S+N-1 (default 1), to\n"
+               "                     try a fresh range\n"
                "  --seed S           run seed S only\n"
                "  --matrix M         small (CI, default) or full (nightly)\n"
                "  --out DIR          where failing scenarios go (default ./soak-failures)\n"
@@ -121,7 +124,7 @@ static int save_seed(const char *dir, uint64_t seed, json_t *doc,
 /* The options of `kvsim soak`. */
 struct soak_args {
     uint64_t nseeds, first;
-    bool have_seeds, have_seed, keep, quiet;
+    bool have_seeds, have_seed, have_first, keep, quiet;
     enum kvsim_soak_matrix matrix;
     const char *out;
     struct kvsim_soak_overrides ov;
@@ -130,6 +133,7 @@ struct soak_args {
 enum {
     O_SEEDS = 256,
     O_SEED,
+    O_FIRST,
     O_MATRIX,
     O_OUT,
     O_SET,
@@ -157,6 +161,10 @@ static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
         case O_SEED:
             rc = cli_u64(p, 0, UINT64_MAX, &a->first);
             a->have_seed = true;
+            break;
+        case O_FIRST:
+            rc = cli_u64(p, 0, UINT64_MAX, &a->first);
+            a->have_first = true;
             break;
         case O_MATRIX:
             rc = cli_choice(p, matrices, 2, &choice);
@@ -196,6 +204,12 @@ static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
         return cli_error(p, "unexpected argument '%s'", p->argv[cli_optind()]);
     if (a->have_seeds && a->have_seed)
         return cli_error(p, "options --seeds and --seed exclude each other");
+    if (a->have_first && a->have_seed)
+        return cli_error(p, "options --first-seed and --seed exclude each other");
+    if (a->nseeds - 1 > UINT64_MAX - a->first)
+        return cli_error(p, "options --first-seed %" PRIu64 " and --seeds %" PRIu64
+                            ": the last seed would pass %" PRIu64,
+                         a->first, a->nseeds, UINT64_MAX);
     return 0;
 }
 
@@ -204,6 +218,7 @@ int cli_soak_main(int argc, char **argv)
     static const struct option opts[] = {
         {"seeds", required_argument, NULL, O_SEEDS},
         {"seed", required_argument, NULL, O_SEED},
+        {"first-seed", required_argument, NULL, O_FIRST},
         {"matrix", required_argument, NULL, O_MATRIX},
         {"out", required_argument, NULL, O_OUT},
         {"set", required_argument, NULL, O_SET},

@@ -207,8 +207,9 @@ static int parse_soak_args(struct cli_parser *p, struct soak_args *a)
     if (a->have_first && a->have_seed)
         return cli_error(p, "options --first-seed and --seed exclude each other");
     if (a->nseeds - 1 > UINT64_MAX - a->first)
-        return cli_error(p, "options --first-seed %" PRIu64 " and --seeds %" PRIu64
-                            ": the last seed would pass %" PRIu64,
+        return cli_error(p,
+                         "options --first-seed %" PRIu64 " and --seeds %" PRIu64
+                         ": the last seed would pass %" PRIu64,
                          a->first, a->nseeds, UINT64_MAX);
     return 0;
 }

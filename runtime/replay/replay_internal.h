@@ -128,6 +128,7 @@ struct replay_acct {
     uint64_t phases;
     int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
     int64_t clock_ns;                 /* what one CPU-time read costs (replay.c, acct_clock) */
+    int64_t tally_ns;                 /* the coordinator's CPU in acct_phase_end's bookkeeping */
 };
 
 struct replay {

@@ -85,6 +85,40 @@ static void soak_usage(FILE *f)
                "before any seed runs).\n");
 }
 
+/* The dead ends of one structure (kvsim_conform_result.shape) and how many seeds end in it:
+ * printed after the summary, most seeds first. The first SOAK_MAX_SHAPES shapes are kept; the
+ * rest count under the last one's "other shapes". */
+#define SOAK_MAX_SHAPES 32
+struct shape_count {
+    char shape[192];
+    uint64_t seeds, first_seed;
+};
+
+static void tally_shape(struct shape_count *t, size_t *n, const char *shape, uint64_t seed)
+{
+    size_t i = 0;
+    while (i < *n && strcmp(t[i].shape, shape) != 0)
+        i++;
+    if (i == *n) {
+        if (*n == SOAK_MAX_SHAPES) {
+            i = *n - 1;
+            snprintf(t[i].shape, sizeof t[i].shape, "other shapes");
+        } else {
+            snprintf(t[i].shape, sizeof t[i].shape, "%s", shape);
+            t[i].seeds = 0;
+            t[i].first_seed = seed;
+            (*n)++;
+        }
+    }
+    t[i].seeds++;
+    while (i > 0 && t[i].seeds > t[i - 1].seeds) { /* most seeds first, stable among equals */
+        struct shape_count x = t[i];
+        t[i] = t[i - 1];
+        t[i - 1] = x;
+        i--;
+    }
+}
+
 /* Writes a failing (or --keep) seed's scenario and, for a failure, checks that the file replays
  * to the same verdict. Returns 0, or 1 (reported on stdout/stderr). */
 static int save_seed(const char *dir, uint64_t seed, json_t *doc,
@@ -253,6 +287,8 @@ int cli_soak_main(int argc, char **argv)
     }
     struct kvsim_conform_stats total = {0};
     uint64_t failed = 0, unwritten = 0;
+    struct shape_count shapes[SOAK_MAX_SHAPES];
+    size_t nshapes = 0;
     int64_t t0 = base_monotonic_ns(), last_shown = t0;
     /* Progress on a terminal: seeds done, failures, elapsed and remaining time (stderr). */
     bool progress = !quiet && isatty(STDERR_FILENO) && nseeds > 1;
@@ -287,6 +323,8 @@ int cli_soak_main(int argc, char **argv)
             if (progress) /* the FAIL line replaces the progress line */
                 fprintf(stderr, "\r%60s\r", "");
             printf("FAIL seed %" PRIu64 " [%s]: %s\n", seed, res.kind, res.message);
+            if (res.shape[0])
+                tally_shape(shapes, &nshapes, res.shape, seed);
         }
         /* A scenario that cannot be written (or does not replay the same way) fails the run
          * too, counted apart from the seeds that failed. */
@@ -336,5 +374,9 @@ int cli_soak_main(int argc, char **argv)
                    : 0.0,
                total.futile_preemptions, total.max_futile_in_one_schedule,
                total.zero_progress_schedules, off, dis, failed, unw);
+    for (size_t i = 0; !quiet && i < nshapes; i++)
+        printf("soak: dead ends of shape \"%s\": %" PRIu64 " seed%s (first %" PRIu64 ")\n",
+               shapes[i].shape, shapes[i].seeds, shapes[i].seeds == 1 ? "" : "s",
+               shapes[i].first_seed);
     return failed || unwritten ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

@@ -121,6 +121,7 @@ struct kvsim_conform_runner {
     uint64_t futile_now;     /* futile preemptions of the current schedule */
     char err[1024];
     char kind[96];
+    char shape[192]; /* a dead end's structure (check_liveness), "" otherwise */
     long fail_step;
     char fail_op[32];
     bool running; /* past parsing: failures are about behaviour, not the file */

@@ -121,6 +121,37 @@ static bool handoff_wakeup(const struct kvsim_conform_runner *c, int e)
     return false;
 }
 
+/* The dead end's structure (kvsim_conform_result.shape): the queued requests holding blocks
+ * (not the head) by state, in the order of sched_status_name's states, without counts or
+ * names, so that dead ends of one form give one shape. */
+static void dead_end_shape(struct kvsim_conform_runner *c, int e, const struct sched_request *head,
+                           uint32_t free_blocks, uint32_t running)
+{
+    struct sched *s = c->eng[e].s;
+    bool holder_in[16] = {false};
+    for (size_t i = 0; i < c->nreqs; i++) {
+        const struct sched_request *r = c->reqs[i].r[e];
+        if (r && r != head && r->kv.num_blocks > 0 && r->status != SCHED_RUNNING &&
+            !sched_status_is_finished(r->status) && (unsigned)r->status < 16)
+            holder_in[r->status] = true;
+    }
+    char holders[96] = "";
+    size_t hl = 0;
+    for (unsigned st = 0; st < 16 && hl < sizeof holders; st++)
+        if (holder_in[st])
+            hl += (size_t)snprintf(holders + hl, sizeof holders - hl, "%s%s", hl ? "," : "",
+                                   sched_status_name((enum sched_status)st));
+    bool fits = false;
+    if (head)
+        fits = sched_request_blocks_missing(head, sched_get_config(s)->block_size) <= free_blocks;
+    snprintf(
+        c->shape, sizeof c->shape, "%spolicy=%s head=%s holds=%s fits=%s running=%s holders=%s",
+        c->disagg ? "disagg " : "",
+        sched_get_config(s)->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
+        head ? sched_status_name(head->status) : "none", head && head->kv.num_blocks ? "yes" : "no",
+        fits ? "yes" : "no", running ? "yes" : "no", hl ? holders : "none");
+}
+
 /*
  * check_liveness - after a schedule: a dead end is a schedule that scheduled no token and
  * preempted nobody while nothing else is in flight (every other outstanding schedule is empty,
@@ -202,6 +233,7 @@ static int check_liveness(struct kvsim_conform_runner *c, const char *where)
     }
     if (nparts && plen < sizeof partial)
         snprintf(partial + plen, sizeof partial - plen, " without a computed token");
+    dead_end_shape(c, e, head, free_blocks, nr);
     if (c->disagg)
         return conform__fail_kind(c, "dead_end",
                                   "%s: dead end: %s engine: unfinished=%" PRIu32 " active=%" PRIu32
@@ -623,7 +655,7 @@ static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_res
     if (!c->failed) { /* the soak asks after every op: keep a pass cheap */
         res->verdict = KVSIM_CONFORM_PASS;
         res->step = -1;
-        res->op[0] = res->kind[0] = res->message[0] = 0;
+        res->op[0] = res->kind[0] = res->message[0] = res->shape[0] = 0;
         return;
     }
     res->verdict = c->running ? KVSIM_CONFORM_FAIL : KVSIM_CONFORM_INVALID;
@@ -631,6 +663,7 @@ static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_res
     snprintf(res->op, sizeof res->op, "%s", c->fail_op);
     snprintf(res->kind, sizeof res->kind, "%s", c->kind);
     snprintf(res->message, sizeof res->message, "%s", c->err);
+    snprintf(res->shape, sizeof res->shape, "%s", c->shape);
 }
 
 static void mark_failed(struct kvsim_conform_runner *c, long k, json_t *st)

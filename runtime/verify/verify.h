@@ -68,6 +68,12 @@ struct kvsim_conform_result {
     char op[32];        /* its op ("" when unknown) */
     char kind[96];      /* see above; "" on pass */
     char message[1024]; /* the evidence, as `kvsim conform` prints it after "FAIL <name>: " */
+    /* A dead end's structure, the same for dead ends of one form whatever the seed, sizes and
+     * names: the policy, the head's state, whether it holds blocks and whether its need fits the
+     * free blocks, how many requests run, and the states of the queued requests that hold
+     * blocks (e.g. "policy=priority head=PREEMPTED holds=no fits=no running=0
+     * holders=WAITING"); "" for other failures. */
+    char shape[192];
 };
 
 /* What a run did (accumulated over its ops). */

@@ -165,6 +165,10 @@ Test(runner, the_pinned_dead_end_fails_with_its_kind_and_shape)
     cr_assert_str_eq(res.op, "schedule");
     cr_assert(strstr(res.message, "active=3 free=4, head r2 (WAITING) needs 5 blocks"), "%s",
               res.message);
+    /* Its structure, without sizes or names: r0 holds its finished load behind the head (still
+     * WAITING_FOR_REMOTE_KVS: it is promoted when the loop reaches it, which it never does). */
+    cr_assert_str_eq(res.shape, "policy=priority head=WAITING holds=no fits=no running=no "
+                                "holders=WAITING_FOR_REMOTE_KVS");
     /* Without the liveness rule the same steps pass: the rule is what sees it. */
     json_object_set_new(json_object_get(doc, "config"), "check_liveness", json_false());
     cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "%s", res.message);
@@ -515,6 +519,9 @@ Test(offload, the_legacy_regression_fails_with_its_shape_and_passes_transactiona
         strstr(res.message, "active=27 free=4, head r4 (PREEMPTED) needs 7 blocks (holds 0)") &&
             strstr(res.message, "r5 (WAITING) holds 27 blocks without a computed token"),
         "%s", res.message);
+    cr_assert_str_eq(res.shape,
+                     "policy=fcfs head=PREEMPTED holds=no fits=no running=no holders=WAITING", "%s",
+                     res.shape);
     /* With every invariant check on, the partial allocation itself is what fails. */
     json_t *cfg = json_object_get(doc, "config");
     json_object_set_new(cfg, "check_invariants", json_true());
@@ -663,6 +670,7 @@ Test(disagg, a_decode_that_never_fits_is_a_dead_end_unless_its_pin_can_expire)
              steps);
     cr_assert_eq(run_text(text, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "dead_end", "%s", res.message);
+    cr_assert(strncmp(res.shape, "disagg policy=", 14) == 0, "%s", res.shape);
     cr_assert_eq(res.step, 5, "the decode schedule, not the prefill's (its pin awaits a route)");
     cr_assert(strstr(res.message,
                      "dead end: decode engine: unfinished=1 active=0 free=2 pinned=0, head a "

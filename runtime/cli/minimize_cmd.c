@@ -134,5 +134,7 @@ int cli_minimize_main(int argc, char **argv)
             (double)(base_monotonic_ns() - t0) / 1e9);
     fprintf(msg, "minimize: wrote %s; it fails with: %s\n", strcmp(out, "-") ? out : "stdout",
             res.failure.message);
+    if (res.shape[0]) /* kept by every candidate (verify.h) */
+        fprintf(msg, "minimize: dead end of shape \"%s\", as the input's\n", res.shape);
     return CLI_EXIT_OK;
 }

@@ -1,7 +1,9 @@
 /*
  * minimize.c - failure minimization (verify.h, behind `kvsim minimize`): delta debugging (ddmin) of
  * a failing scenario over its requests and its steps, keeping a candidate only while it fails with
- * the same kind (the same rule, "dead_end", "expect:<key>", ...; see runtime/verify/verify.h).
+ * the same kind (the same rule, "dead_end", "expect:<key>", ...; see runtime/verify/verify.h) and,
+ * for a dead end, the same shape (kvsim_conform_result.shape): otherwise a dead end of one form
+ * could shrink into another, and a classification by minimized shape would count it wrongly.
  *
  * Candidates run through the scenario runner in lenient mode: a removed `add` or `schedule`
  * would otherwise make most later ops invalid (an output for a step that is gone, sampled
@@ -85,6 +87,7 @@ struct mini {
     json_t *base; /* current steps: strict-valid, failing with `kind` */
     json_t *ids;  /* request ids of base (requests pass) */
     char kind[96];
+    char shape[192];
     json_t *best; /* effective steps of the last accepted candidate */
     uint64_t runs;
 };
@@ -110,7 +113,8 @@ static bool same_failure(struct mini *m, json_t *steps)
     struct kvsim_conform_result res;
     m->runs++;
     int rc = doc && eff ? kvsim_conform_run_json(doc, &opt, &res, NULL) : 0;
-    bool same = rc != 0 && res.verdict == KVSIM_CONFORM_FAIL && !strcmp(res.kind, m->kind);
+    bool same = rc != 0 && res.verdict == KVSIM_CONFORM_FAIL && !strcmp(res.kind, m->kind) &&
+                !strcmp(res.shape, m->shape);
     if (same) {
         json_decref(m->best);
         m->best = eff;
@@ -209,6 +213,7 @@ static int check_minimizable(json_t *doc, const char *name, struct kvsim_minimiz
                              "%s fails because the scenario itself is wrong, not the scheduler: %s",
                              name, r0.message);
     snprintf(res->kind, sizeof res->kind, "%s", r0.kind);
+    snprintf(res->shape, sizeof res->shape, "%s", r0.shape);
     return 0;
 }
 
@@ -256,6 +261,7 @@ int kvsim_minimize_scenario(json_t *doc, const char *name, uint64_t max_runs,
         return rc;
     struct mini m = {.doc = doc};
     snprintf(m.kind, sizeof m.kind, "%s", res->kind);
+    snprintf(m.shape, sizeof m.shape, "%s", res->shape);
     json_t *steps0 = json_object_get(doc, "steps");
     json_t *ids0 = request_ids(steps0);
     res->steps_in = json_array_size(steps0);
@@ -275,7 +281,7 @@ int kvsim_minimize_scenario(json_t *doc, const char *name, uint64_t max_runs,
     json_t *result = result_doc(doc, m.base, name);
     /* The result must fail strictly, the same way: what `kvsim conform` will see. */
     if (kvsim_conform_run_json(result, NULL, &res->failure, NULL) == 0 ||
-        strcmp(res->failure.kind, m.kind)) {
+        strcmp(res->failure.kind, m.kind) || strcmp(res->failure.shape, m.shape)) {
         rc = minimize_fail(res, -EPROTO, "the minimized scenario does not fail the same way (%s)",
                            res->failure.kind[0] ? res->failure.message : "it passes");
         json_decref(result);

@@ -354,6 +354,7 @@ int64_t kvsim_ddmin(size_t *units, size_t *n, kvsim_ddmin_test_fn test, void *ct
 struct kvsim_minimize_result {
     json_t *scenario; /* the minimized scenario (a new reference), NULL on failure */
     char kind[96];    /* the failure kind every candidate kept */
+    char shape[192];  /* and a dead end's shape (kvsim_conform_result.shape; "" otherwise) */
     size_t steps_in, steps_out, requests_in, requests_out;
     uint64_t runs;                       /* candidate runs */
     struct kvsim_conform_result failure; /* how the result fails under `kvsim conform` */
@@ -363,7 +364,8 @@ struct kvsim_minimize_result {
 /*
  * kvsim_minimize_scenario - delta-debug the failing scenario doc (named name in messages) over
  * its requests, then its steps, in rounds until nothing more can go or max_runs candidates ran,
- * keeping only candidates that fail with the input's kind. Returns 0 and res->scenario;
+ * keeping only candidates that fail with the input's kind (and, for a dead end, its shape: a
+ * minimized dead end is of the form the input's was). Returns 0 and res->scenario;
  * -EINVAL (res->message says why) when doc passes, is invalid, or fails because the scenario
  * itself is wrong (kind "error"); -EPROTO when the input or the result does not fail the same
  * way when replayed; -ENOMEM.

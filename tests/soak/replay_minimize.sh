@@ -21,6 +21,11 @@ echo "$out"
 read -r before after < <(sed -n 's/.*steps \([0-9]*\) -> \([0-9]*\) .*/\1 \2/p' <<<"$out")
 [ -n "${after:-}" ] || fail "kvsim minimize did not report its step counts"
 [ "$after" -lt "$before" ] || fail "minimize kept $after of $before steps"
+# A dead end keeps its shape while it shrinks (verify.h): minimize says which.
+if grep -q "dead end" <<<"$pattern"; then
+  grep -q '^minimize: dead end of shape "policy=.*", as the input'"'"'s$' <<<"$out" ||
+    fail "minimize did not report the dead end's shape"
+fi
 n=$(grep -c '"op":' "$min")
 [ "$n" -eq "$after" ] || fail "$min has $n steps, minimize reported $after"
 

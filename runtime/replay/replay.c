@@ -213,6 +213,23 @@ static void apply_event(void *ctx, const struct kvpool_event *ev)
         ec->rc = rc;
 }
 
+/* Request req's prompt as token runs in *runs (grown to fit; *cap its capacity). Returns how many
+ * or -ENOMEM. Context: the caller owns the buffer (the coordinator's, or a worker's own). */
+static int64_t prompt_runs(const struct kvsim_trace *t, uint32_t req,
+                           struct kvpool_token_run **runs, uint32_t *cap)
+{
+    uint32_t n = kvsim_prompt_runs(t, req, *runs, *cap);
+    if (n > *cap) {
+        struct kvpool_token_run *nr = realloc(*runs, n * sizeof *nr);
+        if (!nr)
+            return -ENOMEM;
+        *runs = nr;
+        *cap = n;
+        kvsim_prompt_runs(t, req, *runs, n);
+    }
+    return n;
+}
+
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                       const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t bs,
                       const kvpool_hash *known, uint32_t num_known, uint32_t *num_hashes)
@@ -220,15 +237,10 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
     const struct kvsim_req_spec *s = &rp->trace.reqs[req];
     uint32_t nh = 0;
     if (kvsim_router_policy(router) == KVSIM_ROUTER_KV) {
-        uint32_t n = kvsim_prompt_runs(&rp->trace, req, rp->runs, rp->cap_runs);
-        if (n > rp->cap_runs) {
-            struct kvpool_token_run *nr = realloc(rp->runs, n * sizeof *nr);
-            if (!nr)
-                return -ENOMEM;
-            rp->runs = nr;
-            rp->cap_runs = n;
-            kvsim_prompt_runs(&rp->trace, req, rp->runs, n);
-        }
+        int64_t nr = prompt_runs(&rp->trace, req, &rp->runs, &rp->cap_runs);
+        if (nr < 0)
+            return nr;
+        uint32_t n = (uint32_t)nr;
         /* Hash only as far as some engine could match: start with a few blocks and double
          * while an engine still holds every hash so far (most prompts miss early). */
         uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
@@ -433,21 +445,10 @@ static void route_prep_hash(struct replay *rp, uint32_t w)
         if (i >= p->num)
             break;
         uint32_t req = p->reqs[i];
-        int64_t rc = 0;
-        uint32_t n = kvsim_prompt_runs(&rp->trace, req, wk->runs, wk->cap_runs);
-        if (n > wk->cap_runs) {
-            struct kvpool_token_run *nr = realloc(wk->runs, n * sizeof *nr);
-            if (nr) {
-                wk->runs = nr;
-                wk->cap_runs = n;
-                kvsim_prompt_runs(&rp->trace, req, wk->runs, n);
-            } else {
-                rc = -ENOMEM;
-            }
-        }
-        if (rc == 0)
-            rc = kvpool_hash_prompt_more(bs, NULL, 0, wk->runs, n, p->hashes + p->off[i], 0,
-                                         p->num_hashes[i]);
+        int64_t rc = prompt_runs(&rp->trace, req, &wk->runs, &wk->cap_runs);
+        if (rc >= 0)
+            rc = kvpool_hash_prompt_more(bs, NULL, 0, wk->runs, (uint32_t)rc, p->hashes + p->off[i],
+                                         0, p->num_hashes[i]);
         if (rc >= 0 && rc != p->num_hashes[i])
             rc = -EINVAL; /* a prompt shorter than its own length: the trace reader's bug */
         if (rc < 0) {
@@ -954,30 +955,6 @@ static void acct_work_end(struct replay *rp, uint32_t w, int64_t t0)
     rp->acct.thr[w].phase_ns += d;
 }
 
-/*
- * Which thread owns which engines (work_engines), once for the replay (coordinator, before the
- * workers start): engine e is thread e mod T's (work_engines says when another thread may take
- * it). A disaggregated replay's pools on separate threads measured no better, and bound less
- * (1.13x on 2 threads against 1.34x: the prefill phases then run on one thread).
- */
-static uint32_t engine_owner(const struct replay *rp, uint32_t e, uint32_t T)
-{
-    (void)rp;
-    return e % T;
-}
-
-static void assign_engines(struct replay *rp)
-{
-    uint32_t T = rp->num_threads, k = 0;
-    for (uint32_t w = 0; w < T; w++) {
-        rp->own_off[w] = k;
-        for (uint32_t e = 0; e < rp->num_engines; e++)
-            if (engine_owner(rp, e, T) == w)
-                rp->own[k++] = e;
-    }
-    rp->own_off[T] = k;
-}
-
 /* After a phase (coordinator, the engines' threads joined): the phase's least time on T threads
  * for T = 1, 2, 4, 8, 16, from its engines' CPU times. */
 static void acct_phase_tally(struct replay *rp);
@@ -1015,7 +992,7 @@ static void acct_phase_tally(struct replay *rp)
         int64_t *ts = rp->acct.thread_sum, timed = 0;
         memset(ts, 0, T * sizeof *ts);
         for (uint32_t e = 0; e < rp->num_engines; e++) {
-            ts[engine_owner(rp, e, T)] += rp->acct.engine_ns[e];
+            ts[e % T] += rp->acct.engine_ns[e];
             timed += rp->acct.engine_ns[e];
         }
         int64_t busiest = 0, untimed = (sum - timed + T - 1) / T;
@@ -1028,18 +1005,19 @@ static void acct_phase_tally(struct replay *rp)
 }
 
 /*
- * The parallel part of a phase for replay thread w. Each thread advances its own engines
- * (assign_engines), so each engine's state stays in one core's caches: an engine advanced by
- * another thread pays for its state moving to that core and back, which measured more than its
- * own work in a phase (dynamic claiming of any engine, as issue #39 had, and handing engines
- * over by expected cost every few phases were both slower than this). The exception is an
- * engine admitting arrivals in the phase: its admissions hash, allocate and cache whole prompts,
- * memory it has not touched before anyway, and they are most of an epoch's work and of its
- * imbalance. So a thread first takes its own admitting engines, then advances its other engines,
- * then takes the other threads' admitting engines that nobody has started yet, back to front
- * (their owners start at the front); an admitting engine goes to whoever exchanges the phase's
- * number into its claim word first. Which thread advances an engine never changes what it does
- * (engines are independent within a phase, and the barriers order each engine's state from one
+ * The parallel part of a phase for replay thread w. Each thread advances its own engines (engine
+ * e is thread e mod T's; a disaggregated replay's pools on separate threads measured no better,
+ * and bound less: 1.13x on 2 threads against 1.34x), so each engine's state stays in one core's
+ * caches: an engine advanced by another thread pays for its state moving to that core and back,
+ * which measured more than its own work in a phase (dynamic claiming of any engine, as issue #39
+ * had, and handing engines over by expected cost every few phases were both slower than this). The
+ * exception is an engine admitting arrivals in the phase: its admissions hash, allocate and cache
+ * whole prompts, memory it has not touched before anyway, and they are most of an epoch's work and
+ * of its imbalance. So a thread first takes its own admitting engines, then advances its other
+ * engines, then takes the other threads' admitting engines that nobody has started yet, back to
+ * front (their owners start at the front); an admitting engine goes to whoever exchanges the
+ * phase's number into its claim word first. Which thread advances an engine never changes what it
+ * does (engines are independent within a phase, and the barriers order each engine's state from one
  * phase's thread to the next), so results are the same for any --threads. Context: every replay
  * thread inside a parallel phase; the coordinator set rp->admitting and bumped rp->phase_seq
  * before the phase's first barrier.
@@ -1054,24 +1032,23 @@ static bool claim_engine(struct replay *rp, uint32_t e)
 
 static void work_engines(struct replay *rp, uint32_t w, enum phase phase)
 {
-    uint32_t T = rp->num_threads;
-    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++) { /* own, admitting */
-        uint32_t e = rp->own[i];
+    uint32_t T = rp->num_threads, N = rp->num_engines;
+    for (uint32_t e = w; e < N; e += T) /* own, admitting */
         if (rp->admitting[e] && works_in(rp, e, phase) && claim_engine(rp, e))
             advance_engine(rp, e, phase);
-    }
-    for (uint32_t i = rp->own_off[w]; i < rp->own_off[w + 1]; i++) { /* own, the rest */
-        uint32_t e = rp->own[i];
+    for (uint32_t e = w; e < N; e += T) /* own, the rest */
         if (!rp->admitting[e] && works_in(rp, e, phase))
             advance_engine(rp, e, phase);
-    }
     for (uint32_t k = 1; k < T;
          k++) { /* the others' admitting ones nobody started, from the back */
         uint32_t v = (w + k) % T;
-        for (uint32_t i = rp->own_off[v + 1]; i-- > rp->own_off[v];) {
-            uint32_t e = rp->own[i];
+        if (v >= N)
+            continue;
+        for (uint32_t e = v + (N - 1 - v) / T * T;; e -= T) {
             if (rp->admitting[e] && works_in(rp, e, phase) && claim_engine(rp, e))
                 advance_engine(rp, e, phase);
+            if (e < T)
+                break;
         }
     }
 }
@@ -1366,10 +1343,8 @@ static void replay_free(struct replay *rp)
     free(rp->acct.thr);
     for (uint32_t w = 0; rp->workers && w < rp->num_threads; w++)
         free(rp->workers[w].runs);
-    free(rp->own);
     free(rp->claim);
     free(rp->admitting);
-    free(rp->own_off);
     free(rp->workers);
     for (int k = 0; k < 2; k++) {
         struct route_prep *p = &rp->prep[k];
@@ -1906,12 +1881,8 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
     if (rc == 0 && rp.prep_on && !(rp.prep_slot = calloc(R ? R : 1, sizeof *rp.prep_slot)))
         rc = -ENOMEM;
     rp.workers = calloc(rp.num_threads, sizeof *rp.workers);
-    rp.own = calloc(rp.num_engines, sizeof *rp.own);
-    rp.own_off = calloc(rp.num_threads + 1, sizeof *rp.own_off);
-    if (rc == 0 && (!rp.workers || !rp.own || !rp.own_off))
+    if (rc == 0 && !rp.workers)
         rc = -ENOMEM;
-    if (rc == 0)
-        assign_engines(&rp);
     rp.claim = calloc(rp.num_engines, sizeof *rp.claim); /* phase_seq starts at 0: unclaimed */
     rp.admitting = calloc(rp.num_engines, sizeof *rp.admitting);
     if (rc == 0 && (!rp.claim || !rp.admitting))

@@ -123,7 +123,7 @@ struct replay_acct {
     /* Per phase, the time T threads need at least: max(the largest engine, the sum / T),
      * summed over phases, for T = 1, 2, 4, 8, 16 (coordinator, after each phase). */
     int64_t critical_ns[KVSIM_ACCOUNTING_BOUNDS];
-    int64_t critical_assigned_ns[KVSIM_ACCOUNTING_BOUNDS]; /* with assign_engines' owners */
+    int64_t critical_assigned_ns[KVSIM_ACCOUNTING_BOUNDS]; /* engine e on thread e mod T */
     int64_t *thread_sum;                                   /* scratch: [16] */
     uint64_t phases;
     int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
@@ -162,7 +162,6 @@ struct replay {
     bool finished;
     struct barrier barrier;
     struct replay_worker *workers; /* [num_threads] */
-    uint32_t *own, *own_off;       /* thread w's engines: own[own_off[w] .. own_off[w + 1]) */
     bool *admitting;               /* [engines]: admits arrivals in the current parallel phase */
     _Atomic uint64_t *claim;       /* [engines]: the phase_seq of the phase that last took it */
     uint64_t phase_seq; /* +1 per parallel phase (coordinator, before its first barrier) */

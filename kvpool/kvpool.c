@@ -219,6 +219,17 @@ const char *kvpool_outcome_name(enum kvpool_outcome outcome)
     return "?";
 }
 
+const char *kvpool_limit_name(enum kvpool_limit limit)
+{
+    switch (limit) {
+    case KVPOOL_LIMIT_NONE: return "none";
+    case KVPOOL_LIMIT_FREE: return "free";
+    case KVPOOL_LIMIT_WATERMARK: return "watermark";
+    case KVPOOL_LIMIT_RESERVED: return "reserved";
+    }
+    return "?";
+}
+
 const char *kvpool_event_type_name(enum kvpool_event_type type)
 {
     switch (type) {
@@ -696,16 +707,23 @@ int kvpool_prepare(const struct kvpool *pool, const struct kvpool_seq *seq,
     plan->outcome = KVPOOL_CAPACITY_EXHAUSTED;
     if (args->full_sequence_must_fit) {
         uint64_t full = blocks_to_allocate(pool, seq, min_u64(seq->num_tokens, mml), hits);
-        if (full + wm > free_blocks)
+        if (full + wm > free_blocks) {
+            plan->limit = full > free_blocks ? KVPOOL_LIMIT_FREE : KVPOOL_LIMIT_WATERMARK;
             return short_outcome(pool, plan, full + wm - free_blocks);
+        }
     }
     uint64_t need = blocks_to_allocate(pool, seq, slots, hits);
     uint64_t demand;
+    plan->limit = KVPOOL_LIMIT_FREE;
     if (__builtin_add_overflow(need, wm, &demand) ||
         __builtin_add_overflow(demand, args->reserved_blocks, &demand))
         return (int)plan->outcome;
-    if (demand > free_blocks)
+    if (demand > free_blocks) {
+        if (need <= free_blocks)
+            plan->limit = need + wm > free_blocks ? KVPOOL_LIMIT_WATERMARK : KVPOOL_LIMIT_RESERVED;
         return short_outcome(pool, plan, demand - free_blocks);
+    }
+    plan->limit = KVPOOL_LIMIT_NONE;
 
     uint64_t required = cdiv(slots, pool->bs);
     uint64_t have = (uint64_t)seq->num_blocks + (hits ? hits->num_blocks : 0);

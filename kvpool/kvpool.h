@@ -184,6 +184,17 @@ enum kvpool_outcome {
 };
 KVSIM_EXTERN const char *kvpool_outcome_name(enum kvpool_outcome outcome);
 
+/* Which of allocate_slots' checks refused a plan (kvpool_plan.limit): the diagnosis of a dead
+ * end names it. Checked in this order, the first that alone refuses wins. */
+enum kvpool_limit {
+    KVPOOL_LIMIT_NONE = 0,  /* READY, or not refused by capacity */
+    KVPOOL_LIMIT_FREE,      /* the blocks needed exceed the free blocks themselves */
+    KVPOOL_LIMIT_WATERMARK, /* they fit the free blocks, not with the watermark (#44594) */
+    KVPOOL_LIMIT_RESERVED,  /* they fit with the watermark, not with the blocks promised to
+                             * in-flight prefills (#44560) */
+};
+KVSIM_EXTERN const char *kvpool_limit_name(enum kvpool_limit limit);
+
 /* The arguments of vLLM's allocate_slots, for one full-attention group. */
 struct kvpool_alloc_args {
     uint64_t num_computed_tokens;   /* the request's num_computed_tokens before this step */
@@ -210,6 +221,7 @@ struct kvpool_plan {
     uint64_t capacity_generation; /* capacity state seen (evidence for RETRY_NOW) */
     uint32_t num_blocks_short;    /* not READY: free blocks missing (BLOCKED: all of them are
                                    * held only by in-flight copies, kvpool_num_held_only_blocks) */
+    enum kvpool_limit limit;      /* not READY: the check that refused it */
     const struct kvpool_seq *seq;
 };
 

@@ -57,6 +57,8 @@ struct sched {
     struct sched_violation violation;
     bool has_violation;
     struct sched_offload_status offload_status;
+    enum sched_waiting_stop waiting_stop; /* the last schedule()'s (sched_last_waiting_stop) */
+    const struct sched_request *waiting_stop_head;
     struct sched_offload_counters offload_counters;
 };
 
@@ -877,6 +879,39 @@ static int legacy_partial_alloc(struct sched *s, struct sched_step *st, uint64_t
     return preempt(s, victim, s->cfg.requires_kv_delivery);
 }
 
+static inline void stop_at(struct sched *s, enum sched_waiting_stop stop,
+                           const struct sched_request *head)
+{
+    s->waiting_stop = stop;
+    s->waiting_stop_head = head;
+}
+
+const char *sched_waiting_stop_name(enum sched_waiting_stop stop)
+{
+    switch (stop) {
+    case SCHED_STOP_DRAINED: return "drained";
+    case SCHED_STOP_NOT_RUN: return "not_run";
+    case SCHED_STOP_BUDGET: return "budget";
+    case SCHED_STOP_MAX_SEQS: return "max_seqs";
+    case SCHED_STOP_UNCHUNKED: return "unchunked";
+    case SCHED_STOP_NO_TOKENS: return "no_tokens";
+    case SCHED_STOP_ALLOC_FREE: return "alloc_free";
+    case SCHED_STOP_ALLOC_WATERMARK: return "alloc_watermark";
+    case SCHED_STOP_ALLOC_RESERVED: return "alloc_reserved";
+    case SCHED_STOP_BLOCKED_ON_OFFLOAD: return "blocked_on_offload";
+    case SCHED_STOP_ERROR: return "error";
+    }
+    return "?";
+}
+
+enum sched_waiting_stop sched_last_waiting_stop(const struct sched *s,
+                                                const struct sched_request **head)
+{
+    if (head)
+        *head = s->waiting_stop_head;
+    return s->waiting_stop;
+}
+
 /* §4.3 */
 static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *budget)
 {
@@ -884,10 +919,13 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
     size_t nskipped = 0;
     int rc = 0;
     bool retried = false;
+    stop_at(s, SCHED_STOP_DRAINED, NULL);
     while ((s->waiting.len || s->skipped.len) && *budget > 0) {
         if (s->num_running >= c->max_num_seqs ||
-            (c->max_num_active_seqs && s->num_running >= c->max_num_active_seqs))
+            (c->max_num_active_seqs && s->num_running >= c->max_num_active_seqs)) {
+            s->waiting_stop = SCHED_STOP_MAX_SEQS;
             break; /* #56758: the active cap stops admissions, never preempts */
+        }
         struct rq *q = pick_queue(s);
         struct sched_request *r = rq_peek(q);
         if (r->status == SCHED_WAITING_FOR_REMOTE_KVS) {
@@ -937,11 +975,15 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             n = nt > computed ? nt - computed : 0;
             if (s->step_threshold && n > s->step_threshold)
                 n = s->step_threshold;
-            if (!c->enable_chunked_prefill && n > *budget)
+            if (!c->enable_chunked_prefill && n > *budget) {
+                stop_at(s, SCHED_STOP_UNCHUNKED, r);
                 break; /* no skipping past a head that does not fit */
+            }
             n = min_u64(n, *budget);
-            if (n == 0)
+            if (n == 0) {
+                stop_at(s, SCHED_STOP_NO_TOKENS, r);
                 break;
+            }
         }
         struct kvpool_alloc_args args = {
             .num_computed_tokens = r->num_computed_tokens,
@@ -956,8 +998,10 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         };
         struct kvpool_plan plan;
         rc = kvpool_prepare(s->pool, &r->kv, &args, &plan);
-        if (rc < 0)
+        if (rc < 0) {
+            stop_at(s, SCHED_STOP_ERROR, r);
             break;
+        }
         if (rc == KVPOOL_BLOCKED_ON_OFFLOAD) {
             s->offload_counters.blocked++;
             if (!retried && relieve_moved_capacity(s, &plan)) {
@@ -966,18 +1010,27 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
             }
             s->offload_status = (struct sched_offload_status){r, plan.num_blocks_short, false};
             if (c->legacy_partial_alloc) {
+                stop_at(s, SCHED_STOP_BLOCKED_ON_OFFLOAD, r);
                 rc = legacy_partial_alloc(s, st, budget, r, &args);
                 break;
             }
         }
         retried = false;
         if (rc != KVPOOL_READY) {
+            stop_at(s,
+                    rc == KVPOOL_BLOCKED_ON_OFFLOAD        ? SCHED_STOP_BLOCKED_ON_OFFLOAD
+                    : plan.limit == KVPOOL_LIMIT_RESERVED  ? SCHED_STOP_ALLOC_RESERVED
+                    : plan.limit == KVPOOL_LIMIT_WATERMARK ? SCHED_STOP_ALLOC_WATERMARK
+                                                           : SCHED_STOP_ALLOC_FREE,
+                    r);
             rc = 0;
             break; /* the waiting phase never preempts; the head keeps its place */
         }
         rc = kvpool_commit(s->pool, &r->kv, &plan);
-        if (rc)
+        if (rc) {
+            stop_at(s, SCHED_STOP_ERROR, r);
             break;
+        }
         if (r->external_once)
             r->external_tokens = 0; /* update_state_after_alloc: one transfer per request */
         if (r->num_cached_tokens < 0)
@@ -1017,6 +1070,8 @@ static int schedule_waiting(struct sched *s, struct sched_step *st, uint64_t *bu
         if (computed + n < nt)
             inflight_add(s, r);
     }
+    if (s->waiting_stop == SCHED_STOP_DRAINED && *budget == 0 && (s->waiting.len || s->skipped.len))
+        s->waiting_stop = SCHED_STOP_BUDGET;
     /* Skipped requests go back ahead of older skipped ones, keeping their order. */
     for (size_t k = nskipped; k > 0; k--)
         sched__rq_push(&s->skipped, s->tmp_skipped[k - 1], true);
@@ -1042,6 +1097,7 @@ struct sched_step *sched_schedule(struct sched *s, int *err)
     if (s->cfg.vllm_contract >= 2 && s->num_running + s->waiting.len + s->skipped.len <= 1)
         s->step_threshold = 0;
     memset(&s->offload_status, 0, sizeof s->offload_status);
+    stop_at(s, SCHED_STOP_NOT_RUN, NULL);
     int rc = schedule_running(s, st, &budget, &preempted_any);
     /* A running request waiting for held capacity keeps it from new admissions too. */
     if (rc == 0 && !preempted_any && !s->offload_status.blocked)

@@ -429,6 +429,29 @@ KVSIM_EXTERN uint64_t sched_num_preemptions(const struct sched *s);
 /* Deferred-free entries not yet drained. */
 KVSIM_EXTERN uint32_t sched_num_deferred_frees(const struct sched *s);
 
+/* Why the last schedule()'s waiting phase stopped admitting (§4.3): a dead end's diagnosis names
+ * the rule. The ALLOC_* values are allocate_slots refusing the head (kvpool_plan.limit). */
+enum sched_waiting_stop {
+    SCHED_STOP_DRAINED = 0, /* nothing (left) waiting, or only requests it had to skip */
+    SCHED_STOP_NOT_RUN,     /* the phase did not run: a preemption or a running request
+                             * blocked on offload in this step */
+    SCHED_STOP_BUDGET,      /* the token budget ran out */
+    SCHED_STOP_MAX_SEQS,    /* max_num_seqs, or #56758's max_num_active_seqs */
+    SCHED_STOP_UNCHUNKED,   /* chunked prefill off and the head needs more than the budget */
+    SCHED_STOP_NO_TOKENS,   /* the head has no token to schedule */
+    SCHED_STOP_ALLOC_FREE,  /* the head's blocks exceed the free blocks */
+    SCHED_STOP_ALLOC_WATERMARK,
+    SCHED_STOP_ALLOC_RESERVED, /* the head, an async load, is refused by the blocks promised to
+                                * in-flight prefills (#44560) */
+    SCHED_STOP_BLOCKED_ON_OFFLOAD,
+    SCHED_STOP_ERROR,
+};
+KVSIM_EXTERN const char *sched_waiting_stop_name(enum sched_waiting_stop stop);
+/* The last schedule()'s stop and the request it stopped at (NULL unless a head was refused).
+ * Owner thread. */
+KVSIM_EXTERN enum sched_waiting_stop sched_last_waiting_stop(const struct sched *s,
+                                                             const struct sched_request **head);
+
 /* An invariant violation at a scheduler boundary. */
 struct sched_violation {
     char rule[48];         /* which invariant */

@@ -80,9 +80,13 @@ static void soak_usage(FILE *f)
                "  --quiet            no summary line (failures are still printed)\n"
                "  -h, --help         print this help\n"
                "\n"
-               "Exit status: 0 all seeds passed; 1 a seed failed, or its scenario could not be\n"
-               "written; 2 usage error or bad input (an --out that cannot be written, checked\n"
-               "before any seed runs).\n");
+               "A failure that matches the signature of an expected class (a dead end vLLM\n"
+               "reaches as well: docs/fidelity/findings.md) is an expected finding: counted by\n"
+               "class after the summary, not printed, its scenario written only with --keep.\n"
+               "\n"
+               "Exit status: 0 no unexpected failure; 1 an unexpected failure, or a scenario\n"
+               "that could not be written; 2 usage error or bad input (an --out that cannot be\n"
+               "written, checked before any seed runs).\n");
 }
 
 /* The dead ends of one structure (kvsim_conform_result.shape) and how many seeds end in it:
@@ -118,6 +122,12 @@ static void tally_shape(struct shape_count *t, size_t *n, const char *shape, uin
         i--;
     }
 }
+
+/* The seeds of one expected class (kvsim_soak_classes). */
+#define SOAK_MAX_CLASSES 16
+struct class_count {
+    uint64_t seeds, first_seed;
+};
 
 /* Writes a failing (or --keep) seed's scenario and, for a failure, checks that the file replays
  * to the same verdict. Returns 0, or 1 (reported on stdout/stderr). */
@@ -286,7 +296,12 @@ int cli_soak_main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     struct kvsim_conform_stats total = {0};
-    uint64_t failed = 0, unwritten = 0;
+    uint64_t failed = 0, expected = 0, unwritten = 0;
+    size_t nclasses;
+    const struct kvsim_soak_class *classes = kvsim_soak_classes(&nclasses);
+    struct class_count found[SOAK_MAX_CLASSES] = {{0}};
+    if (nclasses > SOAK_MAX_CLASSES)
+        return CLI_EXIT_FAILED; /* a table this file was not built for: fix SOAK_MAX_CLASSES */
     struct shape_count shapes[SOAK_MAX_SHAPES];
     size_t nshapes = 0;
     int64_t t0 = base_monotonic_ns(), last_shown = t0;
@@ -318,7 +333,13 @@ int cli_soak_main(int argc, char **argv)
             return CLI_EXIT_FAILED;
         }
         kvsim_conform_stats_add(&total, &st);
-        if (rc == 1) {
+        const struct kvsim_soak_class *cls = rc == 1 ? kvsim_soak_classify(&res) : NULL;
+        if (cls) { /* an expected finding: counted by class, its scenario written on --keep */
+            struct class_count *cc = &found[cls - classes];
+            if (cc->seeds++ == 0)
+                cc->first_seed = seed;
+            expected++;
+        } else if (rc == 1) {
             failed++;
             if (progress) /* the FAIL line replaces the progress line */
                 fprintf(stderr, "\r%60s\r", "");
@@ -328,7 +349,7 @@ int cli_soak_main(int argc, char **argv)
         }
         /* A scenario that cannot be written (or does not replay the same way) fails the run
          * too, counted apart from the seeds that failed. */
-        if ((rc == 1 || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0)
+        if (((rc == 1 && !cls) || keep) && save_seed(out, seed, doc, &res, rc == 1) != 0)
             unwritten++;
         json_decref(doc);
         fflush(stdout);
@@ -357,6 +378,22 @@ int cli_soak_main(int argc, char **argv)
                  total.routes, total.late_routes, total.reservations, total.completed_handoffs,
                  total.aborted_handoffs, total.expired_pins, total.transferred_tokens,
                  total.max_pinned_blocks);
+    /* The expected findings, named with their counts in the summary line. */
+    char exp[1024] = "";
+    size_t el = 0;
+    if (expected) {
+        el = (size_t)snprintf(exp, sizeof exp, ", %" PRIu64 " expected finding%s (", expected,
+                              expected == 1 ? "" : "s");
+        const char *sep = "";
+        for (size_t i = 0; i < nclasses && el < sizeof exp; i++)
+            if (found[i].seeds) {
+                el += (size_t)snprintf(exp + el, sizeof exp - el, "%s%s %" PRIu64, sep,
+                                       classes[i].name, found[i].seeds);
+                sep = ", ";
+            }
+        if (el < sizeof exp)
+            snprintf(exp + el, sizeof exp - el, ")");
+    }
     char unw[96] = "";
     if (unwritten)
         snprintf(unw, sizeof unw, "; %" PRIu64 " scenarios not written or not replayed the same",
@@ -366,16 +403,22 @@ int cli_soak_main(int argc, char **argv)
                " transitions checked in %.2f s (%.0f transitions/s); %" PRIu64
                " preemptions (%.2f per 1k scheduled tokens, %" PRIu64
                " futile, longest cascade %" PRIu64 ", %" PRIu64
-               " zero-progress schedules)%s%s; %" PRIu64 " failed%s\n",
+               " zero-progress schedules)%s%s; %" PRIu64 " unexpected failure%s%s%s\n",
                nseeds, kvsim_soak_matrix_name(matrix), total.ops, total.transitions, dt,
                dt > 0 ? (double)total.transitions / dt : 0.0, total.preemptions,
                total.scheduled_tokens
                    ? 1000.0 * (double)total.preemptions / (double)total.scheduled_tokens
                    : 0.0,
                total.futile_preemptions, total.max_futile_in_one_schedule,
-               total.zero_progress_schedules, off, dis, failed, unw);
+               total.zero_progress_schedules, off, dis, failed, failed == 1 ? "" : "s", exp, unw);
+    for (size_t i = 0; !quiet && i < nclasses; i++)
+        if (found[i].seeds)
+            printf("soak: expected finding %s: %" PRIu64 " seed%s (first %" PRIu64 ")\n",
+                   classes[i].name, found[i].seeds, found[i].seeds == 1 ? "" : "s",
+                   found[i].first_seed);
     for (size_t i = 0; !quiet && i < nshapes; i++)
-        printf("soak: dead ends of shape \"%s\": %" PRIu64 " seed%s (first %" PRIu64 ")\n",
+        printf("soak: unexpected dead ends of shape \"%s\": %" PRIu64 " seed%s (first %" PRIu64
+               ")\n",
                shapes[i].shape, shapes[i].seeds, shapes[i].seeds == 1 ? "" : "s",
                shapes[i].first_seed);
     return failed || unwritten ? CLI_EXIT_FAILED : CLI_EXIT_OK;

@@ -122,6 +122,7 @@ struct kvsim_conform_runner {
     char err[1024];
     char kind[96];
     char shape[192]; /* a dead end's structure (check_liveness), "" otherwise */
+    struct kvsim_dead_end dead_end;
     long fail_step;
     char fail_op[32];
     bool running; /* past parsing: failures are about behaviour, not the file */

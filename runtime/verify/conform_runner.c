@@ -121,35 +121,58 @@ static bool handoff_wakeup(const struct kvsim_conform_runner *c, int e)
     return false;
 }
 
-/* The dead end's structure (kvsim_conform_result.shape): the queued requests holding blocks
- * (not the head) by state, in the order of sched_status_name's states, without counts or
+/* The dead end's structure (kvsim_conform_result.shape and .dead_end): the rule that stopped the
+ * waiting phase, the head, and the queued requests holding blocks behind it, without sizes or
  * names, so that dead ends of one form give one shape. */
 static void dead_end_shape(struct kvsim_conform_runner *c, int e, const struct sched_request *head,
                            uint32_t free_blocks, uint32_t running)
 {
     struct sched *s = c->eng[e].s;
-    bool holder_in[16] = {false};
+    struct kvsim_dead_end *d = &c->dead_end;
+    *d = (struct kvsim_dead_end){.found = true,
+                                 .disagg = c->disagg,
+                                 .decode_engine = c->disagg && e == CONFORM_DECODE,
+                                 .priority = sched_get_config(s)->policy == SCHED_POLICY_PRIORITY,
+                                 .rule = sched_last_waiting_stop(s, NULL),
+                                 .head_status = head ? (int)head->status : -1,
+                                 .head_holds = head && head->kv.num_blocks,
+                                 .head_skipped = head && head->queue == SCHED_Q_SKIPPED,
+                                 .running = running > 0};
     for (size_t i = 0; i < c->nreqs; i++) {
         const struct sched_request *r = c->reqs[i].r[e];
-        if (r && r != head && r->kv.num_blocks > 0 && r->status != SCHED_RUNNING &&
-            !sched_status_is_finished(r->status) && (unsigned)r->status < 16)
-            holder_in[r->status] = true;
+        if (!r || r == head || r->kv.num_blocks == 0 || r->status == SCHED_RUNNING ||
+            sched_status_is_finished(r->status) || (unsigned)r->status >= 32)
+            continue;
+        d->holders++;
+        d->holder_states |= 1u << r->status;
+        bool parked = r->status == SCHED_WAITING_FOR_REMOTE_KVS;
+        if (parked || r->last_transition == SCHED_T_PROMOTED) {
+            d->holders_loaded++;
+            if (parked ? r->offload_load : r->onboarded_tokens > 0)
+                d->loads_onboarding = true;
+            else
+                d->loads_connector = true;
+        }
     }
     char holders[96] = "";
     size_t hl = 0;
-    for (unsigned st = 0; st < 16 && hl < sizeof holders; st++)
-        if (holder_in[st])
+    for (unsigned st = 0; st < 32 && hl < sizeof holders; st++)
+        if (d->holder_states & (1u << st))
             hl += (size_t)snprintf(holders + hl, sizeof holders - hl, "%s%s", hl ? "," : "",
                                    sched_status_name((enum sched_status)st));
-    bool fits = false;
     if (head)
-        fits = sched_request_blocks_missing(head, sched_get_config(s)->block_size) <= free_blocks;
-    snprintf(
-        c->shape, sizeof c->shape, "%spolicy=%s head=%s holds=%s fits=%s running=%s holders=%s",
-        c->disagg ? "disagg " : "",
-        sched_get_config(s)->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs",
-        head ? sched_status_name(head->status) : "none", head && head->kv.num_blocks ? "yes" : "no",
-        fits ? "yes" : "no", running ? "yes" : "no", hl ? holders : "none");
+        d->head_fits =
+            sched_request_blocks_missing(head, sched_get_config(s)->block_size) <= free_blocks;
+    snprintf(c->shape, sizeof c->shape,
+             "%spolicy=%s rule=%s head=%s%s holds=%s fits=%s running=%s holders=%s%s",
+             c->disagg ? "disagg " : "", d->priority ? "priority" : "fcfs",
+             sched_waiting_stop_name(d->rule), head ? sched_status_name(head->status) : "none",
+             d->head_skipped ? "(skipped)" : "", d->head_holds ? "yes" : "no",
+             d->head_fits ? "yes" : "no", d->running ? "yes" : "no", hl ? holders : "none",
+             !d->holders                       ? ""
+             : d->holders_loaded == d->holders ? " (loaded)"
+             : d->holders_loaded               ? " (some loaded)"
+                                               : " (none loaded)");
 }
 
 /*
@@ -656,6 +679,7 @@ static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_res
         res->verdict = KVSIM_CONFORM_PASS;
         res->step = -1;
         res->op[0] = res->kind[0] = res->message[0] = res->shape[0] = 0;
+        res->dead_end.found = false;
         return;
     }
     res->verdict = c->running ? KVSIM_CONFORM_FAIL : KVSIM_CONFORM_INVALID;
@@ -664,6 +688,7 @@ static void fill_result(struct kvsim_conform_runner *c, struct kvsim_conform_res
     snprintf(res->kind, sizeof res->kind, "%s", c->kind);
     snprintf(res->message, sizeof res->message, "%s", c->err);
     snprintf(res->shape, sizeof res->shape, "%s", c->shape);
+    res->dead_end = c->dead_end;
 }
 
 static void mark_failed(struct kvsim_conform_runner *c, long k, json_t *st)

@@ -22,6 +22,7 @@
 
 #include "runtime/engine/tiers.h"
 #include "runtime/runtime.h"
+#include "sched/sched.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,6 +63,28 @@ enum kvsim_conform_verdict {
     KVSIM_CONFORM_INVALID, /* the document is malformed: nothing ran */
 };
 
+/* A dead end's structure, the same for dead ends of one form whatever the seed, the sizes and the
+ * names: what the expected classes (kvsim_soak_classify) match on. */
+struct kvsim_dead_end {
+    bool found;                   /* the failure is a dead end (else the rest is zero) */
+    bool disagg;                  /* two-engine form */
+    bool decode_engine;           /* ... and it is the decode engine's */
+    bool priority;                /* policy PRIORITY, else FCFS */
+    enum sched_waiting_stop rule; /* why the dead-end schedule's waiting phase stopped */
+    int head_status;              /* enum sched_status of the head, -1 without one */
+    bool head_holds;              /* the head holds blocks */
+    bool head_skipped;            /* it sits in the skipped-waiting queue */
+    bool head_fits;               /* its missing blocks are no more than the free blocks */
+    bool running;                 /* some request runs */
+    uint32_t holder_states;       /* bit (1u << status) per state of a queued request holding
+                                   * blocks, the head excepted */
+    uint32_t holders;             /* such requests */
+    uint32_t holders_loaded;      /* ... of which hold them from an async load: parked, or
+                                   * promoted when it ended and not admitted since */
+    bool loads_connector;         /* some loaded holder's load was a KV-connector load */
+    bool loads_onboarding;        /* ... an onboarding from G2/G3 */
+};
+
 struct kvsim_conform_result {
     enum kvsim_conform_verdict verdict;
     long step;          /* index of the failing step in `steps`, -1 for top level / config */
@@ -74,6 +97,7 @@ struct kvsim_conform_result {
      * blocks (e.g. "policy=priority head=PREEMPTED holds=no fits=no running=0
      * holders=WAITING"); "" for other failures. */
     char shape[192];
+    struct kvsim_dead_end dead_end; /* the same, as fields */
 };
 
 /* What a run did (accumulated over its ops). */
@@ -317,6 +341,30 @@ const char *kvsim_soak_matrix_name(enum kvsim_soak_matrix m);
 int kvsim_soak_run_seed(uint64_t seed, enum kvsim_soak_matrix matrix,
                         const struct kvsim_soak_overrides *o, json_t **doc,
                         struct kvsim_conform_result *res, struct kvsim_conform_stats *stats);
+
+/* ---- the expected findings: soak failures classified ----------------------------------------- */
+
+/*
+ * An expected class of soak failure: a dead end kvsim reaches because it follows upstream vLLM at
+ * the revision docs/fidelity/vllm.md pins (written up in docs/fidelity/findings.md). Its
+ * signature is a predicate on the failure's structure (struct kvsim_dead_end: the rule that
+ * stopped the waiting phase, the head's state and queue and what it holds, what holds the
+ * blocks), never on a seed, a size or a name.
+ */
+struct kvsim_soak_class {
+    const char *name;      /* e.g. "priority-head-strands-loads" */
+    const char *signature; /* the predicate, in words */
+    const char *needs;     /* the matrix dimensions that must be on for it to occur */
+    const char *upstream;  /* the upstream rule it follows, and its section in findings.md */
+    bool (*match)(const struct kvsim_dead_end *d);
+};
+
+/* The expected classes, in a fixed order; *n receives their count. */
+const struct kvsim_soak_class *kvsim_soak_classes(size_t *n);
+/* The expected class a failure matches, or NULL: an unexpected failure (every failure that is not
+ * a dead end, and every dead end no signature matches). At most one class matches any dead end
+ * (the signatures are disjoint; a unit test checks it on constructed structures). */
+const struct kvsim_soak_class *kvsim_soak_classify(const struct kvsim_conform_result *res);
 
 /* ---- scenario files -------------------------------------------------------------------------- */
 

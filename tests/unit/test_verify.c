@@ -167,8 +167,12 @@ Test(runner, the_pinned_dead_end_fails_with_its_kind_and_shape)
               res.message);
     /* Its structure, without sizes or names: r0 holds its finished load behind the head (still
      * WAITING_FOR_REMOTE_KVS: it is promoted when the loop reaches it, which it never does). */
-    cr_assert_str_eq(res.shape, "policy=priority head=WAITING holds=no fits=no running=no "
-                                "holders=WAITING_FOR_REMOTE_KVS");
+    cr_assert_str_eq(res.shape, "policy=priority rule=alloc_free head=WAITING holds=no fits=no "
+                                "running=no holders=WAITING_FOR_REMOTE_KVS (loaded)");
+    /* ... which is the expected class of PRIORITY heads stranding finished loads. */
+    const struct kvsim_soak_class *cls = kvsim_soak_classify(&res);
+    cr_assert(cls && !strcmp(cls->name, "priority-head-strands-loads"), "%s",
+              cls ? cls->name : "unexpected");
     /* Without the liveness rule the same steps pass: the rule is what sees it. */
     json_object_set_new(json_object_get(doc, "config"), "check_liveness", json_false());
     cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), 0, "%s", res.message);
@@ -520,8 +524,11 @@ Test(offload, the_legacy_regression_fails_with_its_shape_and_passes_transactiona
             strstr(res.message, "r5 (WAITING) holds 27 blocks without a computed token"),
         "%s", res.message);
     cr_assert_str_eq(res.shape,
-                     "policy=fcfs head=PREEMPTED holds=no fits=no running=no holders=WAITING", "%s",
-                     res.shape);
+                     "policy=fcfs rule=alloc_free head=PREEMPTED holds=no fits=no running=no "
+                     "holders=WAITING (none loaded)",
+                     "%s", res.shape);
+    /* The blocks behind the head are not a load's: no expected class matches (issue 41). */
+    cr_assert_null(kvsim_soak_classify(&res));
     /* With every invariant check on, the partial allocation itself is what fails. */
     json_t *cfg = json_object_get(doc, "config");
     json_object_set_new(cfg, "check_invariants", json_true());
@@ -671,6 +678,10 @@ Test(disagg, a_decode_that_never_fits_is_a_dead_end_unless_its_pin_can_expire)
     cr_assert_eq(run_text(text, NULL, &res, NULL), KVSIM_ESCENARIO);
     cr_assert_str_eq(res.kind, "dead_end", "%s", res.message);
     cr_assert(strncmp(res.shape, "disagg policy=", 14) == 0, "%s", res.shape);
+    cr_assert(res.dead_end.found && res.dead_end.disagg && res.dead_end.decode_engine);
+    /* Nothing holds blocks behind the head: a decode that can never fit is no expected class. */
+    cr_assert_eq(res.dead_end.holders, 0);
+    cr_assert_null(kvsim_soak_classify(&res));
     cr_assert_eq(res.step, 5, "the decode schedule, not the prefill's (its pin awaits a route)");
     cr_assert(strstr(res.message,
                      "dead end: decode engine: unfinished=1 active=0 free=2 pinned=0, head a "
@@ -938,4 +949,142 @@ Test(disagg, a_one_token_decode_keeps_its_loaded_block)
     cr_assert_eq(kvsim_soak_parse_set(&o, "one_token_prompts=true", err, sizeof err), 0, "%s", err);
     cr_assert_neq(kvsim_soak_parse_set(&o, "abort_timeout_steps=never", err, sizeof err), 0);
     cr_assert(strstr(err, "off or a non-negative integer"), "%s", err);
+}
+
+/* ---- issue 41: the expected classes of soak dead ends -----------------------------------------
+ */
+
+static const char *class_of(const struct kvsim_dead_end *d)
+{
+    struct kvsim_conform_result res = {.verdict = KVSIM_CONFORM_FAIL, .dead_end = *d};
+    const struct kvsim_soak_class *c = kvsim_soak_classify(&res);
+    return c ? c->name : NULL;
+}
+
+/* The PRIORITY form of the minimized seed 25: a PREEMPTED head refused for free blocks, one
+ * parked load holding blocks behind it. */
+static struct kvsim_dead_end priority_stranded(void)
+{
+    return (struct kvsim_dead_end){.found = true,
+                                   .priority = true,
+                                   .rule = SCHED_STOP_ALLOC_FREE,
+                                   .head_status = SCHED_PREEMPTED,
+                                   .holder_states = 1u << SCHED_WAITING_FOR_REMOTE_KVS,
+                                   .holders = 1,
+                                   .holders_loaded = 1,
+                                   .loads_onboarding = true};
+}
+
+Test(soak_classes, each_signature_matches_its_structure)
+{
+    struct kvsim_dead_end d = priority_stranded();
+    cr_assert_str_eq(class_of(&d), "priority-head-strands-loads");
+    d.rule = SCHED_STOP_ALLOC_RESERVED;
+    cr_assert_str_eq(class_of(&d), "priority-reservation-strands-loads");
+    d = priority_stranded();
+    d.priority = false;
+    cr_assert_null(class_of(&d), "FCFS needs the head in the skipped queue ahead of the loads");
+    d.head_skipped = true;
+    cr_assert_str_eq(class_of(&d), "fcfs-skipped-head-strands-loads");
+    d.rule = SCHED_STOP_ALLOC_RESERVED;
+    cr_assert_str_eq(class_of(&d), "fcfs-skipped-head-reservation");
+    d.rule = SCHED_STOP_ALLOC_FREE;
+    d.head_holds = true;
+    cr_assert_str_eq(class_of(&d), "fcfs-onboarding-overcommit");
+}
+
+Test(soak_classes, what_breaks_the_structure_is_unexpected)
+{
+    struct kvsim_dead_end d = priority_stranded();
+    d.running = true; /* something runs: its finish frees blocks, not the class */
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.holders = 2; /* one holder holds blocks that are not a load's */
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.holders = d.holders_loaded = 0;
+    d.holder_states = 0; /* the head cannot fit even in an empty pool */
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.rule = SCHED_STOP_ALLOC_WATERMARK;
+    cr_assert_null(class_of(&d));
+    d.rule = SCHED_STOP_UNCHUNKED;
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.head_status = -1;
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.head_holds = true; /* a PRIORITY head holding its load: no class yet */
+    cr_assert_null(class_of(&d));
+    d = priority_stranded();
+    d.holder_states |= 1u << SCHED_RUNNING;
+    cr_assert_null(class_of(&d));
+    struct kvsim_conform_result res = {.verdict = KVSIM_CONFORM_FAIL};
+    snprintf(res.kind, sizeof res.kind, "invariant:waiting_holds_no_blocks");
+    cr_assert_null(kvsim_soak_classify(&res), "only dead ends can be expected");
+}
+
+/* At most one class matches any structure: every combination of the fields the signatures read. */
+Test(soak_classes, signatures_are_disjoint)
+{
+    size_t n;
+    const struct kvsim_soak_class *cl = kvsim_soak_classes(&n);
+    const enum sched_waiting_stop rules[] = {SCHED_STOP_ALLOC_FREE, SCHED_STOP_ALLOC_WATERMARK,
+                                             SCHED_STOP_ALLOC_RESERVED, SCHED_STOP_DRAINED};
+    const int heads[] = {-1, SCHED_WAITING, SCHED_PREEMPTED, SCHED_WAITING_FOR_REMOTE_KVS};
+    const uint32_t masks[] = {0, 1u << SCHED_WAITING, 1u << SCHED_PREEMPTED,
+                              1u << SCHED_WAITING_FOR_REMOTE_KVS,
+                              (1u << SCHED_WAITING) | (1u << SCHED_WAITING_FOR_REMOTE_KVS)};
+    unsigned matched_any = 0;
+    for (unsigned bits = 0; bits < 64; bits++)
+        for (size_t r = 0; r < 4; r++)
+            for (size_t h = 0; h < 4; h++)
+                for (size_t m = 0; m < 5; m++)
+                    for (uint32_t loaded = 0; loaded <= 1; loaded++) {
+                        struct kvsim_dead_end d = {.found = true,
+                                                   .priority = bits & 1,
+                                                   .head_holds = bits & 2,
+                                                   .head_skipped = bits & 4,
+                                                   .running = bits & 8,
+                                                   .disagg = bits & 16,
+                                                   .head_fits = bits & 32,
+                                                   .rule = rules[r],
+                                                   .head_status = heads[h],
+                                                   .holder_states = masks[m],
+                                                   .holders = masks[m] ? 1 : 0,
+                                                   .holders_loaded = masks[m] ? loaded : 0};
+                        unsigned k = 0;
+                        for (size_t i = 0; i < n; i++)
+                            k += cl[i].match(&d);
+                        cr_assert_leq(k, 1, "two classes match one structure");
+                        matched_any += k;
+                    }
+    cr_assert_gt(matched_any, 0);
+}
+
+/* Every pinned known dead end (tests/regressions/known-dead-end-*.json) is its expected class. */
+Test(soak_classes, each_pinned_known_dead_end_is_its_class)
+{
+    static const char *const pins[][2] = {
+        {"known-dead-end-priority-async-load", "priority-head-strands-loads"},
+        {"known-dead-end-priority-reservation", "priority-reservation-strands-loads"},
+        {"known-dead-end-fcfs-skipped-head", "fcfs-skipped-head-strands-loads"},
+        {"known-dead-end-fcfs-skipped-head-reservation", "fcfs-skipped-head-reservation"},
+        {"known-dead-end-fcfs-onboarding-overcommit", "fcfs-onboarding-overcommit"},
+    };
+    size_t n;
+    kvsim_soak_classes(&n);
+    cr_assert_eq(n, sizeof pins / sizeof pins[0], "one pinned scenario per class");
+    for (size_t i = 0; i < n; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/regressions/%s.json", pins[i][0]);
+        json_t *doc = load(path);
+        struct kvsim_conform_result res;
+        cr_assert_eq(kvsim_conform_run_json(doc, NULL, &res, NULL), KVSIM_ESCENARIO, "%s", path);
+        json_decref(doc);
+        cr_assert_str_eq(res.kind, "dead_end", "%s", path);
+        const struct kvsim_soak_class *cls = kvsim_soak_classify(&res);
+        cr_assert(cls && !strcmp(cls->name, pins[i][1]), "%s: %s (%s)", path,
+                  cls ? cls->name : "unexpected", res.shape);
+    }
 }

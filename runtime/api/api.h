@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "runtime/kvsim.h"
 #include "runtime/replay/replay.h"
@@ -114,6 +115,12 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
 bool kvsim_options_known(const char *name, bool *is_flag);
 /* The i-th option's long name (table order), NULL past the last: for the documentation test. */
 const char *kvsim_options_name(size_t i);
+/* Whether row i is a command-line option of `kvsim replay` (some rows are set through the C API
+ * and --config files only). */
+bool kvsim_options_on_command_line(size_t i);
+/* The option sections of `kvsim replay --help`, generated from the table: every command-line row,
+ * its value and its help text. */
+void kvsim_options_print_help(FILE *out);
 /* The canonical long name of an API spelling (leading dashes dropped, '_' as '-', aliases)
  * into buf; returns buf. */
 const char *kvsim_options_canonical(const char *name, char *buf, size_t len);

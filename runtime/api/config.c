@@ -162,6 +162,33 @@ enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
 /* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
  * --prefill-engines; a synthetic workload option no --trace. */
 enum opt_group { G_NONE, G_OFFLOAD, G_DISAGG, G_SYNTH };
+/* The sections of `kvsim replay --help`, in order; S_API rows are set through the C API and
+ * --config files only. */
+enum opt_section {
+    S_INPUT,
+    S_SYNTH,
+    S_CLUSTER,
+    S_ENGINE,
+    S_VLLM,
+    S_TIMING,
+    S_OFFLOAD,
+    S_DISAGG,
+    S_SLO,
+    S_OUTPUT,
+    S_API
+};
+static const char *const section_titles[] = {
+    [S_INPUT] = "input:",
+    [S_SYNTH] = "the synthetic workload (without a trace): chat sessions sharing system prompts",
+    [S_CLUSTER] = "cluster:",
+    [S_ENGINE] = "engine:",
+    [S_VLLM] = "vLLM engine arguments (vLLM's names and values; the defaults above and on):",
+    [S_TIMING] = "timing and capacity from a model and a GPU (docs/fidelity/timing.md):",
+    [S_OFFLOAD] = "offload tiers (off unless --g2-blocks is given):",
+    [S_DISAGG] = "disaggregated serving (off unless --prefill-engines is given):",
+    [S_SLO] = "service-level objectives (per request; the report adds attainment and goodput):",
+    [S_OUTPUT] = "output:",
+};
 
 struct opt {
     const char *name;
@@ -171,6 +198,9 @@ struct opt {
     double min, max; /* K_U32/K_U64/K_DBL (integers exact up to 2^53; u64 max below) */
     bool min_open;
     const char *const *choices; /* K_CHOICE: NULL-terminated */
+    enum opt_section section;   /* where --help lists it (S_API: not on the command line) */
+    const char *arg;            /* its value in --help ("N", "FILE", a|b; NULL for a flag) */
+    const char *help;           /* what it does and its default, for --help */
 };
 
 static const char *const formats[] = {"mooncake", "azure", "vllm-run", NULL};
@@ -187,98 +217,205 @@ static const char *const on_off[] = {"on", "off", NULL};
 #define U64_ALL -1.0
 
 static const struct opt opts[] = {
-    {"trace", O_TRACE, K_STR, G_NONE, 0, 0, false, NULL},
-    {"format", O_FORMAT, K_CHOICE, G_NONE, 0, 0, false, formats},
-    {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
-    {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL},
-    {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL},
-    {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL},
-    {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL},
-    {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL},
+    {"trace", O_TRACE, K_STR, G_NONE, 0, 0, false, NULL, S_INPUT, "FILE, or TRACE",
+     "Mooncake JSONL or Azure CSV, gzip-compressed or not; - reads standard input (with --format) "
+     "(default: the synthetic workload)"},
+    {"format", O_FORMAT, K_CHOICE, G_NONE, 0, 0, false, formats, S_INPUT, "mooncake|azure|vllm-run",
+     "trace format (default: from the file extension; vllm-run: a recorded run's requests.jsonl)"},
+    {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_INPUT, "N",
+     "tokens per Mooncake hash id (512)"},
+    {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL, S_INPUT, "X",
+     "divide inter-arrival gaps by X (1)"},
+    {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL, S_INPUT, "N",
+     "replay only the first N requests (all)"},
+    {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL, S_INPUT, "X",
+     "stop X simulated seconds after the first arrival (the report says it is partial; default: "
+     "none)"},
+    {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL, S_INPUT, "N",
+     "closed loop: N sessions in flight, the next one sent when one ends (first turns' timestamps "
+     "unused; Dynamo's option) (off: by timestamps)"},
+    {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL, S_INPUT, "S",
+     "seed of the synthetic workload (1)"},
     /* the synthetic workload (no --trace) */
-    {"synthetic-requests", O_SY_REQS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL},
-    {"synthetic-sessions", O_SY_SESS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL},
-    {"synthetic-turns", O_SY_TURNS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL},
-    {"synthetic-rate", O_SY_RATE, K_DBL, G_SYNTH, 0, 1e9, true, NULL},
-    {"synthetic-burstiness", O_SY_BURST, K_DBL, G_SYNTH, 0, 1e6, true, NULL},
-    {"synthetic-input-len", O_SY_IN, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
-    {"synthetic-output-len", O_SY_OUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
-    {"synthetic-max-output-len", O_SY_MAXOUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL},
-    {"synthetic-lengths", O_SY_LENS, K_CHOICE, G_SYNTH, 0, 0, false, lengths},
-    {"synthetic-system-prompt-len", O_SY_SYS, K_U32, G_SYNTH, 0, 1 << 26, false, NULL},
-    {"synthetic-prefix-groups", O_SY_GROUPS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL},
-    {"synthetic-shared-prefix-ratio", O_SY_SHARED, K_DBL, G_SYNTH, 0, 1, false, NULL},
-    {"synthetic-think-s", O_SY_THINK, K_DBL, G_SYNTH, 0, 1e6, false, NULL},
-    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
-    {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL},
-    {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers},
-    {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes},
-    {"block-size", O_BS, K_U32, G_NONE, 1, 65536, false, NULL},
-    {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL},
-    {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL},
-    {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL},
-    {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL},
-    {"max-num-active-seqs", O_ACTIVE, K_U32, G_NONE, 1, 1 << 20, false, NULL},
-    {"max-num-queued-reqs", O_QUEUED, K_U32, G_NONE, 1, U32MAX, false, NULL},
+    {"synthetic-requests", O_SY_REQS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
+     "sessions until N requests instead"},
+    {"synthetic-sessions", O_SY_SESS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
+     "sessions (300)"},
+    {"synthetic-turns", O_SY_TURNS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
+     "turns per session, uniform in 1..N (6; 1: single requests)"},
+    {"synthetic-rate", O_SY_RATE, K_DBL, G_SYNTH, 0, 1e9, true, NULL, S_SYNTH, "X",
+     "session starts per second (6)"},
+    {"synthetic-burstiness", O_SY_BURST, K_DBL, G_SYNTH, 0, 1e6, true, NULL, S_SYNTH, "B",
+     "gaps gamma of shape B (1: Poisson; < 1 burstier)"},
+    {"synthetic-input-len", O_SY_IN, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+     "mean new user tokens per turn (300)"},
+    {"synthetic-output-len", O_SY_OUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+     "mean output tokens (200)"},
+    {"synthetic-max-output-len", O_SY_MAXOUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+     "cap on output tokens (1000)"},
+    {"synthetic-lengths", O_SY_LENS, K_CHOICE, G_SYNTH, 0, 0, false, lengths, S_SYNTH,
+     "lognormal|fixed", "length distribution (lognormal)"},
+    {"synthetic-system-prompt-len", O_SY_SYS, K_U32, G_SYNTH, 0, 1 << 26, false, NULL, S_SYNTH, "N",
+     "tokens of a shared system prompt (1024)"},
+    {"synthetic-prefix-groups", O_SY_GROUPS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
+     "system prompts to share (8)"},
+    {"synthetic-shared-prefix-ratio", O_SY_SHARED, K_DBL, G_SYNTH, 0, 1, false, NULL, S_SYNTH, "R",
+     "share of sessions opening with a shared system prompt; the others have their own (1)"},
+    {"synthetic-think-s", O_SY_THINK, K_DBL, G_SYNTH, 0, 1e6, false, NULL, S_SYNTH, "X",
+     "mean think time between turns (2)"},
+    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)"},
+    {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
+     "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)"},
+    {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers, S_CLUSTER, "POLICY",
+     "round-robin | least-loaded | kv (kv)"},
+    {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes, S_CLUSTER, "pool|events",
+     "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
+     "events (pool); both see the same blocks at every boundary"},
+    {"block-size", O_BS, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
+     "tokens per KV block (16)"},
+    {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
+     "KV blocks per engine, null block included (16384)"},
+    {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
+     "running-set cap (256)"},
+    {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
+     "token budget per step (8192)"},
+    {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL, S_ENGINE, "N",
+     "longest sequence (262144)"},
+    {"max-num-active-seqs", O_ACTIVE, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
+     "admission cap below --max-num-seqs: the waiting queue stops when N run; never preempts (off; "
+     "contract 2, vLLM #56758)"},
+    {"max-num-queued-reqs", O_QUEUED, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
+     "refuse an arrival (reason queue_full, vLLM's HTTP 503) while N requests are unfinished on "
+     "its engine (off; contract 2, vLLM #49445)"},
     {"vllm-contract", O_CONTRACT, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
-     NULL},
-    {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"decode-fast-path", O_FASTPATH, K_CHOICE, G_NONE, 0, 0, false, on_off},
-    {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL},
-    {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL},
+     NULL, S_ENGINE, "1|2",
+     "the fidelity contract with upstream vLLM the scheduler follows (docs/fidelity/vllm.md): 2 = "
+     "vLLM main of 2026-09 (default), 1 = of 2026-07-24"},
+    {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL, S_ENGINE, NULL,
+     "check the scheduler's and the pool's invariants after every schedule and update (slow; as "
+     "the tests do): a violation stops the replay"},
+    {"decode-fast-path", O_FASTPATH, K_CHOICE, G_NONE, 0, 0, false, on_off, S_ENGINE, "on|off",
+     "advance stable decode batches in bulk (on); off schedules every step: the same report, "
+     "slower"},
+    {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL, S_ENGINE, "FILE.json",
+     "step-time model coefficients and speedup_ratio, or a whole run configuration (--config-out)"},
+    {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL, S_VLLM, "N",
+     "cap on a prefill chunk (0: off)"},
     /* vLLM's engine flags, one to one (--x / --no-x) */
-    {"enable-prefix-caching", O_PREFIX, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"no-enable-prefix-caching", O_NOPREFIX, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"enable-chunked-prefill", O_CHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"no-enable-chunked-prefill", O_NOCHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"async-scheduling", O_ASYNC, K_FLAG, G_NONE, 0, 0, false, NULL},
-    {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL},
-    {"watermark", O_WATERMARK, K_DBL, G_NONE, 0, 0.99, false, NULL},
-    {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL},
-    {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies},
-    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL},
-    {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL},
-    {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL},
-    {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL},
-    {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL},
-    {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 1e-3, 1e6, false, NULL},
-    {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL},
-    {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL},
-    {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL},
-    {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL},
-    {"g3-blocks", O_G3, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL},
-    {"g3-shared", O_G3SHARED, K_FLAG, G_OFFLOAD, 0, 0, false, NULL},
-    {"g3-write-through", O_G3WT, K_FLAG, G_OFFLOAD, 0, 0, false, NULL},
-    {"offload-executor", O_OEXEC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors},
-    {"offload-threads", O_OTHREADS, K_U32, G_OFFLOAD, 1, 256, false, NULL},
-    {"offload-fail-rate", O_OFAIL, K_DBL, G_OFFLOAD, 0, 1, false, NULL},
-    {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL},
-    {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL},
+    {"enable-prefix-caching", O_PREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+     "vLLM's automatic prefix caching (on)"},
+    {"no-enable-prefix-caching", O_NOPREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+     "turn prefix caching off"},
+    {"enable-chunked-prefill", O_CHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+     "split long prefills over steps (on)"},
+    {"no-enable-chunked-prefill", O_NOCHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+     "turn chunked prefill off: a prompt waits until it fits one step's budget"},
+    {"async-scheduling", O_ASYNC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+     "vLLM's batch queue: schedule each step while the one before it runs (off; aggregated engines "
+     "without offload tiers; others keep only the placeholders)"},
+    {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
+     "N", "vLLM's name for --num-gpu-blocks"},
+    {"watermark", O_WATERMARK, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
+     "keep int(W x blocks) free for running requests (0)"},
+    {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL, S_VLLM, "FILE.json",
+     "vLLM's engine arguments as JSON (block_size, num_gpu_blocks_override, max_num_seqs, ...): "
+     "read where it stands, options after it override it"},
+    {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies, S_VLLM,
+     "fcfs|priority", "the waiting queue's order (fcfs)"},
+    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL},
+    {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ROOT",
+     "LLMServingSim-format profiles and model configs"},
+    {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "HW",
+     "time steps with ROOT/HW/ORG/NAME/bf16/tpN/ (the profile step model instead of the "
+     "polynomial)"},
+    {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ORG/NAME",
+     "the model (ROOT/configs/model/ORG/NAME.json)"},
+    {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL, S_TIMING, "N", "tensor parallel degree (1)"},
+    {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 1e-3, 1e6, false, NULL, S_TIMING, "X",
+     "all-reduce link bandwidth, GiB/s, >= 0.001 (16)"},
+    {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL, S_TIMING, "X",
+     "all-reduce link latency per message (20)"},
+    {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL, S_TIMING, "G",
+     "one GPU's memory: derive --num-gpu-blocks and --kv-bytes-per-token the vLLM way (either "
+     "option given wins, as num_gpu_blocks_override)"},
+    {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL, S_TIMING, "U",
+     "fraction of it vLLM may use (0.9)"},
+    {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
+     "host-memory tier per engine, in blocks"},
+    {"g3-blocks", O_G3, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
+     "disk tier per engine, in blocks (0: none)"},
+    {"g3-shared", O_G3SHARED, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
+     "one G3 of --g3-blocks blocks shared by all engines instead (LRU at epoch boundaries; an "
+     "engine sees the others' writes from the next boundary on)"},
+    {"g3-write-through", O_G3WT, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
+     "copy every block G2 receives on to G3 (default: only blocks G2 evicts)"},
+    {"offload-executor", O_OEXEC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors, S_OFFLOAD,
+     "inline|pool",
+     "run copies on the engine's thread or on a thread pool (woken only for copies that cost more "
+     "than a wake-up); the report is the same (inline)"},
+    {"offload-threads", O_OTHREADS, K_U32, G_OFFLOAD, 1, 256, false, NULL, S_OFFLOAD, "N",
+     "pool workers (2)"},
+    {"offload-fail-rate", O_OFAIL, K_DBL, G_OFFLOAD, 0, 1, false, NULL, S_OFFLOAD, "F",
+     "probability in [0, 1] that a copy batch fails (0)"},
+    {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL, S_OFFLOAD, "S",
+     "seed of the failure injection (1)"},
+    {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL, S_OFFLOAD,
+     "N", "KV bytes per token, all layers (131072)"},
     /* At least 1 MB/s: a slower link would be rounded to 0 B/s (read as infinite) below
      * 1e-9, and would stretch a replay over simulated years long before that (issue #33). */
-    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL},
-    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL},
-    {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL},
-    {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL},
-    {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL},
-    {"decode-engine-args", O_DARGS, K_STR, G_DISAGG, 0, 0, false, NULL},
-    {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers},
-    {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers},
-    {"kv-transfer-gbps", O_XGBPS, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL},
-    {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL},
-    {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL},
-    {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases},
-    {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL},
-    {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL},
-    {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL},
-    {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL},
-    {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL},
-    {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL},
-    {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL},
-    {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL},
-    {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL},
-    {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL},
-    {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL},
+    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
+     "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)"},
+    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
+     "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)"},
+    {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_DISAGG, "P",
+     "prefill engines (instead of --engines)"},
+    {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL, S_DISAGG, "D",
+     "decode engines"},
+    {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
+     "vLLM engine arguments of the prefill pool (JSON: block_size, num_gpu_blocks_override, "
+     "max_num_seqs, max_num_batched_tokens, max_model_len, ...), over the engine options above"},
+    {"decode-engine-args", O_DARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
+     "the same for the decode pool"},
+    {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+     "round-robin | least-loaded | kv (kv)"},
+    {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+     "round-robin | least-loaded | kv (kv)"},
+    {"kv-transfer-gbps", O_XGBPS, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
+     "prefill->decode link bandwidth, GB/s (25)"},
+    {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
+     "fixed cost of one KV transfer (0)"},
+    {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL, S_DISAGG, "X",
+     "a pinned source is freed this long after the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT; "
+     "0: never)"},
+    {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases, S_DISAGG,
+     "pinned|immediate",
+     "keep the source until the decode read it (pinned, vLLM) or free it when the prefill ends "
+     "(immediate: a what-if without stranding)"},
+    {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
+     "one JSON line per handoff lifecycle event"},
+    {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+     "time to first token within X ms"},
+    {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+     "inter-token latency (AIPerf's, per request: (last - first token) / (tokens - 1)) within X "
+     "ms"},
+    {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+     "end-to-end latency within X ms"},
+    {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+     "JSON report (- : standard output, the table then goes to standard error)"},
+    {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+     "the run's whole configuration as JSON: --config FILE replays the same run (options after it "
+     "override it); the report's run.config holds it"},
+    {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+     "per-request records (JSONL)"},
+    {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+     "per engine and in all, every interval: running, waiting, KV usage, prompt and generation "
+     "tok/s, preemptions, pinned and offloaded blocks (CSV)"},
+    {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+     "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines"},
+    {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
+     "the time series' interval (1000)"},
+    {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL, S_OUTPUT, NULL,
+     "no table, no progress bar"},
 };
 #define NUM_OPTS (sizeof opts / sizeof opts[0])
 
@@ -289,6 +426,45 @@ static const struct opt *find_opt(const char *name)
             return &opts[i];
     return NULL;
 }
+
+/* Prints "  --name ARG" in a 29-column field (or followed by two spaces when longer) and the help
+ * text after it, wrapped at 84 columns with continuation lines under the text. */
+static void print_option_help(FILE *out, const struct opt *d)
+{
+    enum { TEXT_COL = 29, WIDTH = 84 };
+    int col = fprintf(out, "  --%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    if (col < TEXT_COL - 1)
+        col += fprintf(out, "%*s", TEXT_COL - col, "");
+    else
+        col += fprintf(out, "  ");
+    bool first = true;
+    for (const char *w = d->help; *w; first = false) {
+        size_t len = strcspn(w, " ");
+        if (!first && col + 1 + (int)len > WIDTH) {
+            fprintf(out, "\n%*s", TEXT_COL, "");
+            col = TEXT_COL;
+        } else if (!first) {
+            col += fprintf(out, " ");
+        }
+        col += fprintf(out, "%.*s", (int)len, w);
+        w += len;
+        while (*w == ' ')
+            w++;
+    }
+    fputc('\n', out);
+}
+
+void kvsim_options_print_help(FILE *out)
+{
+    for (int s = S_INPUT; s < S_API; s++) {
+        fprintf(out, "%s\n", section_titles[s]);
+        for (size_t i = 0; i < NUM_OPTS; i++)
+            if (opts[i].section == (enum opt_section)s)
+                print_option_help(out, &opts[i]);
+    }
+}
+
+bool kvsim_options_on_command_line(size_t i) { return i < NUM_OPTS && opts[i].section != S_API; }
 
 bool kvsim_options_known(const char *name, bool *is_flag)
 {

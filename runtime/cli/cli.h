@@ -107,31 +107,9 @@ struct cli_timing {
     struct kvsim_timing r;      /* the profile (owned) and capacity cli_timing_apply found */
 };
 void cli_timing_default(struct cli_timing *t);
-/* Their getopt_long entries (values from CLI_O_TIMING up) and their parser: 0, -EINVAL
- * (reported), or 1 (not one of them). */
-enum {
-    CLI_O_TIMING = 0x1000,
-    CLI_O_PROFILES = CLI_O_TIMING,
-    CLI_O_HARDWARE,
-    CLI_O_MODEL,
-    CLI_O_TP,
-    CLI_O_TPGBPS,
-    CLI_O_TPLAT,
-    CLI_O_GPUMEM,
-    CLI_O_GPUUTIL,
-};
-#define CLI_TIMING_OPTIONS                                                                         \
-    {"profiles", required_argument, NULL, CLI_O_PROFILES},                                         \
-        {"hardware", required_argument, NULL, CLI_O_HARDWARE},                                     \
-        {"model", required_argument, NULL, CLI_O_MODEL},                                           \
-        {"tp", required_argument, NULL, CLI_O_TP},                                                 \
-        {"tp-link-gbps", required_argument, NULL, CLI_O_TPGBPS},                                   \
-        {"tp-link-latency-us", required_argument, NULL, CLI_O_TPLAT},                              \
-        {"gpu-memory-gib", required_argument, NULL, CLI_O_GPUMEM},                                 \
-    {                                                                                              \
-        "gpu-memory-utilization", required_argument, NULL, CLI_O_GPUUTIL                           \
-    }
-int cli_parse_timing_option(struct cli_parser *p, int c, struct cli_timing *t);
+/* Sets the timing option p names (p->long_name: --profiles, --hardware, ...) through the option
+ * table of api/config.c, with its range and message. Returns 0 or -EINVAL (reported). */
+int cli_timing_set(struct cli_parser *p, struct cli_timing *t);
 /* Loads the profile into m and derives the capacity into sc and *kv_bytes_per_token (NULL: not
  * set), as kvsim_timing_resolve. Returns 0 or -EINVAL (reported, naming the option and the
  * file). */
@@ -142,7 +120,7 @@ void cli_timing_fini(struct cli_timing *t);
 int cli_replay_main(int argc, char **argv);
 /* `kvsim replay`'s getopt table (every option of the option table, api/config.c, by its long
  * name, and "help"); `kvsim sweep` takes the same options. */
-extern const struct option cli_replay_options[];
+const struct option *cli_replay_options(void);
 int cli_sweep_main(int argc, char **argv);
 int cli_plan_main(int argc, char **argv);
 int cli_validate_main(int argc, char **argv);

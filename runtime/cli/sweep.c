@@ -1209,7 +1209,7 @@ int sweep_getopt_table(const struct sweep *sw, struct option *opts, size_t cap,
     size_t n = 0, nextra = 0;
     while (extra[nextra].name)
         nextra++;
-    for (const struct option *x = cli_replay_options; x->name; x++) {
+    for (const struct option *x = cli_replay_options(); x->name; x++) {
         if (n + nextra + 1 >= cap) {
             fprintf(stderr, "%s: more replay options than its table holds (kvsim bug)\n", sw->cmd);
             return -EINVAL;

@@ -15,11 +15,8 @@ void cli_timing_default(struct cli_timing *t)
     kvsim_timing_opts_default(&t->o);
 }
 
-int cli_parse_timing_option(struct cli_parser *p, int c, struct cli_timing *t)
+int cli_timing_set(struct cli_parser *p, struct cli_timing *t)
 {
-    if (c < CLI_O_TIMING || c > CLI_O_GPUUTIL)
-        return 1;
-    /* The option table's ranges and messages (api/config.c), on the timing part only. */
     struct kvsim_options o = {.timing = t->o};
     char err[512];
     if (kvsim_options_set(&o, p->long_name, p->arg, err, sizeof err) != 0)

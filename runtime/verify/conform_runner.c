@@ -828,8 +828,6 @@ struct sched *kvsim_conform_runner_engine_sched(struct kvsim_conform_runner *c, 
     return engine >= 0 && engine < c->neng ? c->eng[engine].s : NULL;
 }
 
-bool kvsim_conform_runner_two_engines(const struct kvsim_conform_runner *c) { return c->disagg; }
-
 struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *c,
                                                    const char *id)
 {

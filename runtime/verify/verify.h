@@ -194,7 +194,6 @@ struct sched *kvsim_conform_runner_sched(struct kvsim_conform_runner *r);
 /* Engines of the two-engine form (indexes below), or NULL. */
 enum { KVSIM_CONFORM_PREFILL = 0, KVSIM_CONFORM_DECODE = 1 };
 struct sched *kvsim_conform_runner_engine_sched(struct kvsim_conform_runner *r, int engine);
-bool kvsim_conform_runner_two_engines(const struct kvsim_conform_runner *r);
 /* The request added under this id (on the engine of its add), or NULL. */
 struct sched_request *kvsim_conform_runner_request(const struct kvsim_conform_runner *r,
                                                    const char *id);

@@ -277,3 +277,46 @@ Test(options, an_option_that_would_do_nothing_is_refused_naming_it)
                   cases[i].refused);
     }
 }
+
+/* Issue 42: `kvsim replay --help` is generated from the table: every command-line row appears,
+ * once, at the start of a line; nothing else does; rows set only through the API (kv-events) do
+ * not. (tests/cli/replay_help_table.sh checks that the parser takes each.) */
+Test(options, replay_help_lists_exactly_the_command_line_rows)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert_not_null(f);
+    kvsim_options_print_help(f);
+    fclose(f);
+    size_t listed = 0, rows = 0;
+    for (const char *p = text; (p = strstr(p, "\n  --")) != NULL; p++) {
+        char name[80];
+        size_t n = strspn(p + 5, "abcdefghijklmnopqrstuvwxyz0123456789-");
+        cr_assert_lt(n, sizeof name);
+        memcpy(name, p + 5, n);
+        name[n] = 0;
+        size_t i = 0;
+        while (kvsim_options_name(i) && strcmp(kvsim_options_name(i), name))
+            i++;
+        cr_expect(kvsim_options_name(i) && kvsim_options_on_command_line(i),
+                  "--help lists --%s, which is no command-line row of the table", name);
+        listed++;
+    }
+    for (size_t i = 0; kvsim_options_name(i); i++) {
+        char line[96];
+        snprintf(line, sizeof line, "\n  --%s", kvsim_options_name(i));
+        const char *at = strstr(text, line);
+        while (at && strchr(" \n", at[strlen(line)]) == NULL) /* a longer name */
+            at = strstr(at + 1, line);
+        if (!kvsim_options_on_command_line(i)) {
+            cr_expect_null(at, "--help lists the API-only row %s", kvsim_options_name(i));
+            continue;
+        }
+        rows++;
+        cr_expect_not_null(at, "--help does not list --%s", kvsim_options_name(i));
+    }
+    cr_expect_eq(listed, rows, "--help lists %zu options for %zu command-line rows", listed, rows);
+    cr_expect_gt(rows, 80, "the table's command-line rows");
+    free(text);
+}

@@ -7,6 +7,7 @@
 #include "runtime/input/input.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
@@ -162,6 +163,26 @@ enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
 /* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
  * --prefill-engines; a synthetic workload option no --trace. */
 enum opt_group { G_NONE, G_OFFLOAD, G_DISAGG, G_SYNTH };
+/* How a row's value is stored (struct opt.field). */
+enum opt_field {
+    F_SPECIAL = 0, /* read and printed by apply_special / special_value */
+    F_U32,
+    F_U64,
+    F_DBL,
+    F_BOOL,        /* a flag, or true|false */
+    F_STR,         /* borrowed */
+    F_CHOICE_BOOL, /* a bool: the second of two choices */
+    F_NOT_BOOL,    /* the negation of a flag (--no-x) */
+    F_NS,          /* an int64_t of nanoseconds from a double (scale ns per unit; >= 1 ns) */
+};
+/* When --config-out leaves a row out (besides an idle option, and the offload, disaggregation
+ * and synthetic rows of a run without them). */
+enum opt_omit {
+    OMIT_NEVER = 0,
+    OMIT_ZERO,   /* when 0, false or NULL: the option is off */
+    OMIT_ALWAYS, /* outputs and negations: not part of the run's configuration */
+};
+
 /* The sections of `kvsim replay --help`, in order; S_API rows are set through the C API and
  * --config files only. */
 enum opt_section {
@@ -201,7 +222,28 @@ struct opt {
     enum opt_section section;   /* where --help lists it (S_API: not on the command line) */
     const char *arg;            /* its value in --help ("N", "FILE", a|b; NULL for a flag) */
     const char *help;           /* what it does and its default, for --help */
+    /* Where the value lives in struct kvsim_options and how it is stored: reading it
+     * (kvsim_options_set), printing it (--config-out) and leaving it out are generic for every row
+     * but F_SPECIAL ones (apply_special, special_value). */
+    enum opt_field field;
+    size_t off;   /* offsetof(struct kvsim_options, ...) */
+    double scale; /* F_NS: nanoseconds per unit of the option */
+    enum opt_omit omit;
 };
+
+/* The type of the member a row stores into (_Generic on the member itself: a row cannot name a
+ * member of another type). */
+#define FIELD_TYPE(m)                                                                              \
+    _Generic(((struct kvsim_options *)0)->m,                                                       \
+        uint32_t: F_U32,                                                                           \
+        uint64_t: F_U64,                                                                           \
+        double: F_DBL,                                                                             \
+        bool: F_BOOL,                                                                              \
+        const char *: F_STR)
+#define AT(m)        .field = FIELD_TYPE(m), .off = offsetof(struct kvsim_options, m)
+#define AT_CHOICE(m) .field = F_CHOICE_BOOL, .off = offsetof(struct kvsim_options, m)
+#define AT_NOT(m)    .field = F_NOT_BOOL, .off = offsetof(struct kvsim_options, m), .omit = OMIT_ALWAYS
+#define AT_NS(m, s)  .field = F_NS, .off = offsetof(struct kvsim_options, m), .scale = (s)
 
 static const char *const formats[] = {"mooncake", "azure", "vllm-run", NULL};
 static const char *const routers[] = {"round-robin", "least-loaded", "kv", NULL};
@@ -219,203 +261,238 @@ static const char *const on_off[] = {"on", "off", NULL};
 static const struct opt opts[] = {
     {"trace", O_TRACE, K_STR, G_NONE, 0, 0, false, NULL, S_INPUT, "FILE, or TRACE",
      "Mooncake JSONL or Azure CSV, gzip-compressed or not; - reads standard input (with --format) "
-     "(default: the synthetic workload)"},
+     "(default: the synthetic workload)",
+     AT(replay.trace_path)},
     {"format", O_FORMAT, K_CHOICE, G_NONE, 0, 0, false, formats, S_INPUT, "mooncake|azure|vllm-run",
-     "trace format (default: from the file extension; vllm-run: a recorded run's requests.jsonl)"},
+     "trace format (default: from the file extension; vllm-run: a recorded run's requests.jsonl)",
+     .field = F_SPECIAL},
     {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_INPUT, "N",
-     "tokens per Mooncake hash id (512)"},
+     "tokens per Mooncake hash id (512)", AT(replay.trace_opts.trace_block_size)},
     {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL, S_INPUT, "X",
-     "divide inter-arrival gaps by X (1)"},
+     "divide inter-arrival gaps by X (1)", AT(replay.trace_opts.arrival_speedup)},
     {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL, S_INPUT, "N",
-     "replay only the first N requests (all)"},
+     "replay only the first N requests (all)", AT(replay.trace_opts.max_requests),
+     .omit = OMIT_ZERO},
     {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL, S_INPUT, "X",
      "stop X simulated seconds after the first arrival (the report says it is partial; default: "
-     "none)"},
+     "none)",
+     .field = F_SPECIAL},
     {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL, S_INPUT, "N",
      "closed loop: N sessions in flight, the next one sent when one ends (first turns' timestamps "
-     "unused; Dynamo's option) (off: by timestamps)"},
+     "unused; Dynamo's option) (off: by timestamps)",
+     AT(replay.replay_concurrency), .omit = OMIT_ZERO},
     {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL, S_INPUT, "S",
-     "seed of the synthetic workload (1)"},
+     "seed of the synthetic workload (1)", AT(replay.seed)},
     /* the synthetic workload (no --trace) */
     {"synthetic-requests", O_SY_REQS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
-     "sessions until N requests instead"},
+     "sessions until N requests instead", AT(replay.synth.num_requests), .omit = OMIT_ZERO},
     {"synthetic-sessions", O_SY_SESS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
-     "sessions (300)"},
+     "sessions (300)", AT(replay.synth.num_sessions)},
     {"synthetic-turns", O_SY_TURNS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
-     "turns per session, uniform in 1..N (6; 1: single requests)"},
+     "turns per session, uniform in 1..N (6; 1: single requests)", AT(replay.synth.max_turns)},
     {"synthetic-rate", O_SY_RATE, K_DBL, G_SYNTH, 0, 1e9, true, NULL, S_SYNTH, "X",
-     "session starts per second (6)"},
+     "session starts per second (6)", AT(replay.synth.session_rate)},
     {"synthetic-burstiness", O_SY_BURST, K_DBL, G_SYNTH, 0, 1e6, true, NULL, S_SYNTH, "B",
-     "gaps gamma of shape B (1: Poisson; < 1 burstier)"},
+     "gaps gamma of shape B (1: Poisson; < 1 burstier)", AT(replay.synth.burstiness)},
     {"synthetic-input-len", O_SY_IN, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
-     "mean new user tokens per turn (300)"},
+     "mean new user tokens per turn (300)", AT(replay.synth.mean_user_len)},
     {"synthetic-output-len", O_SY_OUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
-     "mean output tokens (200)"},
+     "mean output tokens (200)", AT(replay.synth.mean_output_len)},
     {"synthetic-max-output-len", O_SY_MAXOUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
-     "cap on output tokens (1000)"},
+     "cap on output tokens (1000)", AT(replay.synth.max_output_len)},
     {"synthetic-lengths", O_SY_LENS, K_CHOICE, G_SYNTH, 0, 0, false, lengths, S_SYNTH,
-     "lognormal|fixed", "length distribution (lognormal)"},
+     "lognormal|fixed", "length distribution (lognormal)", AT_CHOICE(replay.synth.fixed_lengths)},
     {"synthetic-system-prompt-len", O_SY_SYS, K_U32, G_SYNTH, 0, 1 << 26, false, NULL, S_SYNTH, "N",
-     "tokens of a shared system prompt (1024)"},
+     "tokens of a shared system prompt (1024)", AT(replay.synth.system_prompt_len)},
     {"synthetic-prefix-groups", O_SY_GROUPS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
-     "system prompts to share (8)"},
+     "system prompts to share (8)", AT(replay.synth.num_prefix_groups)},
     {"synthetic-shared-prefix-ratio", O_SY_SHARED, K_DBL, G_SYNTH, 0, 1, false, NULL, S_SYNTH, "R",
-     "share of sessions opening with a shared system prompt; the others have their own (1)"},
+     "share of sessions opening with a shared system prompt; the others have their own (1)",
+     AT(replay.synth.shared_prefix_ratio)},
     {"synthetic-think-s", O_SY_THINK, K_DBL, G_SYNTH, 0, 1e6, false, NULL, S_SYNTH, "X",
-     "mean think time between turns (2)"},
-    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)"},
+     "mean think time between turns (2)", AT(replay.synth.mean_think_s)},
+    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)",
+     .field = F_SPECIAL},
     {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
-     "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)"},
+     "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)",
+     AT(replay.num_threads)},
     {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers, S_CLUSTER, "POLICY",
-     "round-robin | least-loaded | kv (kv)"},
+     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
     {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes, S_CLUSTER, "pool|events",
      "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
-     "events (pool); both see the same blocks at every boundary"},
+     "events (pool); both see the same blocks at every boundary",
+     AT_CHOICE(replay.kv_index_events)},
     {"block-size", O_BS, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
-     "tokens per KV block (16)"},
+     "tokens per KV block (16)", AT(replay.sched.block_size)},
     {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
-     "KV blocks per engine, null block included (16384)"},
+     "KV blocks per engine, null block included (16384)", .field = F_SPECIAL},
     {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
-     "running-set cap (256)"},
+     "running-set cap (256)", AT(replay.sched.max_num_seqs)},
     {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
-     "token budget per step (8192)"},
+     "token budget per step (8192)", AT(replay.sched.max_num_batched_tokens)},
     {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL, S_ENGINE, "N",
-     "longest sequence (262144)"},
+     "longest sequence (262144)", AT(replay.sched.max_model_len)},
     {"max-num-active-seqs", O_ACTIVE, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "admission cap below --max-num-seqs: the waiting queue stops when N run; never preempts (off; "
-     "contract 2, vLLM #56758)"},
+     "contract 2, vLLM #56758)",
+     AT(replay.sched.max_num_active_seqs), .omit = OMIT_ZERO},
     {"max-num-queued-reqs", O_QUEUED, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
      "refuse an arrival (reason queue_full, vLLM's HTTP 503) while N requests are unfinished on "
-     "its engine (off; contract 2, vLLM #49445)"},
+     "its engine (off; contract 2, vLLM #49445)",
+     AT(replay.sched.max_num_queued_reqs), .omit = OMIT_ZERO},
     {"vllm-contract", O_CONTRACT, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
      NULL, S_ENGINE, "1|2",
      "the fidelity contract with upstream vLLM the scheduler follows (docs/fidelity/vllm.md): 2 = "
-     "vLLM main of 2026-09 (default), 1 = of 2026-07-24"},
+     "vLLM main of 2026-09 (default), 1 = of 2026-07-24",
+     AT(replay.sched.vllm_contract)},
     {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL, S_ENGINE, NULL,
      "check the scheduler's and the pool's invariants after every schedule and update (slow; as "
-     "the tests do): a violation stops the replay"},
+     "the tests do): a violation stops the replay",
+     AT(replay.sched.check_invariants)},
     {"decode-fast-path", O_FASTPATH, K_CHOICE, G_NONE, 0, 0, false, on_off, S_ENGINE, "on|off",
      "advance stable decode batches in bulk (on); off schedules every step: the same report, "
-     "slower"},
+     "slower",
+     AT_CHOICE(replay.decode_fast_path_off), .omit = OMIT_ZERO},
     {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL, S_ENGINE, "FILE.json",
-     "step-time model coefficients and speedup_ratio, or a whole run configuration (--config-out)"},
+     "step-time model coefficients and speedup_ratio, or a whole run configuration (--config-out)",
+     .field = F_SPECIAL},
     {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL, S_VLLM, "N",
-     "cap on a prefill chunk (0: off)"},
+     "cap on a prefill chunk (0: off)", AT(replay.sched.long_prefill_token_threshold)},
     /* vLLM's engine flags, one to one (--x / --no-x) */
     {"enable-prefix-caching", O_PREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
-     "vLLM's automatic prefix caching (on)"},
+     "vLLM's automatic prefix caching (on)", AT(replay.sched.enable_prefix_caching)},
     {"no-enable-prefix-caching", O_NOPREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
-     "turn prefix caching off"},
+     "turn prefix caching off", AT_NOT(replay.sched.enable_prefix_caching)},
     {"enable-chunked-prefill", O_CHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
-     "split long prefills over steps (on)"},
+     "split long prefills over steps (on)", AT(replay.sched.enable_chunked_prefill)},
     {"no-enable-chunked-prefill", O_NOCHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
-     "turn chunked prefill off: a prompt waits until it fits one step's budget"},
+     "turn chunked prefill off: a prompt waits until it fits one step's budget",
+     AT_NOT(replay.sched.enable_chunked_prefill)},
     {"async-scheduling", O_ASYNC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "vLLM's batch queue: schedule each step while the one before it runs (off; aggregated engines "
-     "without offload tiers; others keep only the placeholders)"},
+     "without offload tiers; others keep only the placeholders)",
+     AT(replay.sched.async_scheduling)},
     {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
-     "N", "vLLM's name for --num-gpu-blocks"},
+     "N", "vLLM's name for --num-gpu-blocks", .field = F_SPECIAL},
     {"watermark", O_WATERMARK, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
-     "keep int(W x blocks) free for running requests (0)"},
+     "keep int(W x blocks) free for running requests (0)", AT(replay.sched.watermark)},
     {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL, S_VLLM, "FILE.json",
      "vLLM's engine arguments as JSON (block_size, num_gpu_blocks_override, max_num_seqs, ...): "
-     "read where it stands, options after it override it"},
+     "read where it stands, options after it override it",
+     .field = F_SPECIAL},
     {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies, S_VLLM,
-     "fcfs|priority", "the waiting queue's order (fcfs)"},
-    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL},
+     "fcfs|priority", "the waiting queue's order (fcfs)", .field = F_SPECIAL},
+    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL, AT(kv_events)},
     {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ROOT",
-     "LLMServingSim-format profiles and model configs"},
+     "LLMServingSim-format profiles and model configs", AT(timing.profiles)},
     {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "HW",
      "time steps with ROOT/HW/ORG/NAME/bf16/tpN/ (the profile step model instead of the "
-     "polynomial)"},
+     "polynomial)",
+     AT(timing.hardware)},
     {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ORG/NAME",
-     "the model (ROOT/configs/model/ORG/NAME.json)"},
-    {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL, S_TIMING, "N", "tensor parallel degree (1)"},
+     "the model (ROOT/configs/model/ORG/NAME.json)", AT(timing.model)},
+    {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL, S_TIMING, "N", "tensor parallel degree (1)",
+     AT(timing.tp)},
     {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 1e-3, 1e6, false, NULL, S_TIMING, "X",
-     "all-reduce link bandwidth, GiB/s, >= 0.001 (16)"},
+     "all-reduce link bandwidth, GiB/s, >= 0.001 (16)", AT(timing.tp_link_gbps)},
     {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL, S_TIMING, "X",
-     "all-reduce link latency per message (20)"},
+     "all-reduce link latency per message (20)", AT(timing.tp_link_latency_us)},
     {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL, S_TIMING, "G",
      "one GPU's memory: derive --num-gpu-blocks and --kv-bytes-per-token the vLLM way (either "
-     "option given wins, as num_gpu_blocks_override)"},
+     "option given wins, as num_gpu_blocks_override)",
+     AT(timing.gpu_memory_gib), .omit = OMIT_ZERO},
     {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL, S_TIMING, "U",
-     "fraction of it vLLM may use (0.9)"},
+     "fraction of it vLLM may use (0.9)", AT(timing.gpu_memory_utilization)},
     {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
-     "host-memory tier per engine, in blocks"},
+     "host-memory tier per engine, in blocks", .field = F_SPECIAL},
     {"g3-blocks", O_G3, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
-     "disk tier per engine, in blocks (0: none)"},
+     "disk tier per engine, in blocks (0: none)", AT(replay.tiers.g3_blocks)},
     {"g3-shared", O_G3SHARED, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
      "one G3 of --g3-blocks blocks shared by all engines instead (LRU at epoch boundaries; an "
-     "engine sees the others' writes from the next boundary on)"},
+     "engine sees the others' writes from the next boundary on)",
+     AT(replay.g3_shared)},
     {"g3-write-through", O_G3WT, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
-     "copy every block G2 receives on to G3 (default: only blocks G2 evicts)"},
+     "copy every block G2 receives on to G3 (default: only blocks G2 evicts)",
+     AT(replay.tiers.g3_write_through)},
     {"offload-executor", O_OEXEC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors, S_OFFLOAD,
      "inline|pool",
      "run copies on the engine's thread or on a thread pool (woken only for copies that cost more "
-     "than a wake-up); the report is the same (inline)"},
+     "than a wake-up); the report is the same (inline)",
+     AT_CHOICE(replay.offload_pool)},
     {"offload-threads", O_OTHREADS, K_U32, G_OFFLOAD, 1, 256, false, NULL, S_OFFLOAD, "N",
-     "pool workers (2)"},
+     "pool workers (2)", AT(replay.offload_threads)},
     {"offload-fail-rate", O_OFAIL, K_DBL, G_OFFLOAD, 0, 1, false, NULL, S_OFFLOAD, "F",
-     "probability in [0, 1] that a copy batch fails (0)"},
+     "probability in [0, 1] that a copy batch fails (0)", AT(replay.tiers.pipe.fail_rate)},
     {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL, S_OFFLOAD, "S",
-     "seed of the failure injection (1)"},
+     "seed of the failure injection (1)", AT(replay.tiers.pipe.seed)},
     {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL, S_OFFLOAD,
-     "N", "KV bytes per token, all layers (131072)"},
+     "N", "KV bytes per token, all layers (131072)", .field = F_SPECIAL},
     /* At least 1 MB/s: a slower link would be rounded to 0 B/s (read as infinite) below
      * 1e-9, and would stretch a replay over simulated years long before that (issue #33). */
     {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
-     "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)"},
+     "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)", .field = F_SPECIAL},
     {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
-     "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)"},
+     "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)", .field = F_SPECIAL},
     {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_DISAGG, "P",
-     "prefill engines (instead of --engines)"},
+     "prefill engines (instead of --engines)", AT(replay.disagg.prefill_engines),
+     .omit = OMIT_ZERO},
     {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL, S_DISAGG, "D",
-     "decode engines"},
+     "decode engines", AT(replay.disagg.decode_engines)},
     {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
      "vLLM engine arguments of the prefill pool (JSON: block_size, num_gpu_blocks_override, "
-     "max_num_seqs, max_num_batched_tokens, max_model_len, ...), over the engine options above"},
+     "max_num_seqs, max_num_batched_tokens, max_model_len, ...), over the engine options above",
+     AT(prefill_args)},
     {"decode-engine-args", O_DARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
-     "the same for the decode pool"},
+     "the same for the decode pool", AT(decode_args)},
     {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
-     "round-robin | least-loaded | kv (kv)"},
+     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
     {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
-     "round-robin | least-loaded | kv (kv)"},
+     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
     {"kv-transfer-gbps", O_XGBPS, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
-     "prefill->decode link bandwidth, GB/s (25)"},
+     "prefill->decode link bandwidth, GB/s (25)", AT(replay.disagg.transfer.gbps)},
     {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
-     "fixed cost of one KV transfer (0)"},
+     "fixed cost of one KV transfer (0)", .field = F_SPECIAL},
     {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL, S_DISAGG, "X",
      "a pinned source is freed this long after the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT; "
-     "0: never)"},
+     "0: never)",
+     .field = F_SPECIAL},
     {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases, S_DISAGG,
      "pinned|immediate",
      "keep the source until the decode read it (pinned, vLLM) or free it when the prefill ends "
-     "(immediate: a what-if without stranding)"},
+     "(immediate: a what-if without stranding)",
+     AT_CHOICE(replay.disagg.release_immediately)},
     {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
-     "one JSON line per handoff lifecycle event"},
+     "one JSON line per handoff lifecycle event", AT(replay.disagg.events_path),
+     .omit = OMIT_ALWAYS},
     {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
-     "time to first token within X ms"},
+     "time to first token within X ms", AT_NS(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
     {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "inter-token latency (AIPerf's, per request: (last - first token) / (tokens - 1)) within X "
-     "ms"},
+     "ms",
+     AT_NS(replay.slo.itl_ns, 1e6), .omit = OMIT_ZERO},
     {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
-     "end-to-end latency within X ms"},
+     "end-to-end latency within X ms", AT_NS(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
     {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "JSON report (- : standard output, the table then goes to standard error)"},
+     "JSON report (- : standard output, the table then goes to standard error)", AT(report_path),
+     .omit = OMIT_ALWAYS},
     {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the run's whole configuration as JSON: --config FILE replays the same run (options after it "
-     "override it); the report's run.config holds it"},
+     "override it); the report's run.config holds it",
+     AT(config_out_path), .omit = OMIT_ALWAYS},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "per-request records (JSONL)"},
+     "per-request records (JSONL)", AT(replay.requests_path), .omit = OMIT_ALWAYS},
     {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "per engine and in all, every interval: running, waiting, KV usage, prompt and generation "
-     "tok/s, preemptions, pinned and offloaded blocks (CSV)"},
+     "tok/s, preemptions, pinned and offloaded blocks (CSV)",
+     AT(replay.timeseries_path), .omit = OMIT_ALWAYS},
     {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines"},
+     "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines",
+     AT(replay.html_path), .omit = OMIT_ALWAYS},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
-     "the time series' interval (1000)"},
+     "the time series' interval (1000)", AT_NS(replay.timeseries_interval_ns, 1e6),
+     .omit = OMIT_ALWAYS},
     {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL, S_OUTPUT, NULL,
-     "no table, no progress bar"},
+     "no table, no progress bar", AT(replay.quiet), .omit = OMIT_ALWAYS},
 };
 #define NUM_OPTS (sizeof opts / sizeof opts[0])
 
@@ -620,20 +697,48 @@ static int read_run_config(struct kvsim_options *o, const char *path, char *err,
 }
 
 /* Input, cluster, engine, timing and output options. Returns 0, -EINVAL, or 1 (not one). */
-static int apply_run(struct kvsim_options *o, const struct opt *d, const char *value,
-                     const struct opt_value *v, char *err, size_t errlen)
+/* The generic part of kvsim_options_set: stores v into the row's member. Returns 0, -EINVAL
+ * (a duration below 1 ns), or 1 (an F_SPECIAL row). */
+static int apply_field(struct kvsim_options *o, const struct opt *d, const char *value,
+                       const struct opt_value *v, char *err, size_t errlen)
+{
+    char *at = (char *)o + d->off;
+    switch (d->field) {
+    case F_SPECIAL: return 1;
+    case F_U32: *(uint32_t *)at = (uint32_t)v->u; return 0;
+    case F_U64: *(uint64_t *)at = v->u; return 0;
+    case F_DBL: *(double *)at = v->x; return 0;
+    case F_BOOL: *(bool *)at = v->b; return 0;
+    case F_NOT_BOOL: *(bool *)at = !v->b; return 0;
+    case F_CHOICE_BOOL: *(bool *)at = v->choice == 1; return 0;
+    case F_STR: *(const char **)at = value; return 0;
+    case F_NS: {
+        int64_t ns = (int64_t)(v->x * d->scale + 0.5);
+        if (ns < 1) {
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
+            return -EINVAL;
+        }
+        *(int64_t *)at = ns;
+        return 0;
+    }
+    }
+    return 1;
+}
+
+/* The rows whose reading is more than a store (F_SPECIAL): enums by name, "given" marks, the
+ * files --config and --engine-args read where they stand, durations with their own limits.
+ * Returns 0, -EINVAL (err says why), or 1 (not one of them). */
+static int apply_special(struct kvsim_options *o, const struct opt *d, const char *value,
+                         const struct opt_value *v, char *err, size_t errlen)
 {
     static const enum kvsim_trace_format format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE,
                                                          KVSIM_TRACE_VLLM_RUN};
     struct kvsim_replay_config *cfg = &o->replay;
     struct kvsim_timing_opts *t = &o->timing;
+    struct offload_config *pipe = &cfg->tiers.pipe;
+    struct kvsim_disagg_config *dc = &cfg->disagg;
     switch (d->id) {
-    case O_TRACE: cfg->trace_path = value; return 0;
     case O_FORMAT: cfg->trace_opts.format = format_ids[v->choice]; return 0;
-    case O_TBS: cfg->trace_opts.trace_block_size = (uint32_t)v->u; return 0;
-    case O_SPEEDUP: cfg->trace_opts.arrival_speedup = v->x; return 0;
-    case O_MAXREQ: cfg->trace_opts.max_requests = v->u; return 0;
-    case O_CONC: cfg->replay_concurrency = (uint32_t)v->u; return 0;
     case O_MAXSIM: {
         double ns = v->x * 1e9;
         if (ns < 1) {
@@ -643,50 +748,23 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
         cfg->max_sim_time_ns = (int64_t)(ns + 0.5);
         return 0;
     }
-    case O_SEED: cfg->seed = v->u; return 0;
-    case O_SY_REQS: cfg->synth.num_requests = (uint32_t)v->u; return 0;
-    case O_SY_SESS: cfg->synth.num_sessions = (uint32_t)v->u; return 0;
-    case O_SY_TURNS: cfg->synth.max_turns = (uint32_t)v->u; return 0;
-    case O_SY_RATE: cfg->synth.session_rate = v->x; return 0;
-    case O_SY_BURST: cfg->synth.burstiness = v->x; return 0;
-    case O_SY_IN: cfg->synth.mean_user_len = (uint32_t)v->u; return 0;
-    case O_SY_OUT: cfg->synth.mean_output_len = (uint32_t)v->u; return 0;
-    case O_SY_MAXOUT: cfg->synth.max_output_len = (uint32_t)v->u; return 0;
-    case O_SY_LENS: cfg->synth.fixed_lengths = v->choice == 1; return 0;
-    case O_SY_SYS: cfg->synth.system_prompt_len = (uint32_t)v->u; return 0;
-    case O_SY_GROUPS: cfg->synth.num_prefix_groups = (uint32_t)v->u; return 0;
-    case O_SY_SHARED: cfg->synth.shared_prefix_ratio = v->x; return 0;
-    case O_SY_THINK: cfg->synth.mean_think_s = v->x; return 0;
     case O_ENGINES:
         o->engines_given = true;
         cfg->num_engines = (uint32_t)v->u;
         return 0;
-    case O_THREADS: cfg->num_threads = (uint32_t)v->u; return 0;
     case O_ROUTER:
-        cfg->router = (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
+    case O_PROUTER:
+    case O_DROUTER:
+        *(d->id == O_ROUTER    ? &cfg->router
+          : d->id == O_PROUTER ? &dc->prefill_router
+                               : &dc->decode_router) =
+            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
         return 0;
-    case O_KVINDEX: cfg->kv_index_events = v->choice == 1; return 0;
-    case O_BS: cfg->sched.block_size = (uint32_t)v->u; return 0;
     case O_BLOCKS:
         t->blocks_given = true;
         cfg->sched.num_blocks = (uint32_t)v->u;
         return 0;
-    case O_SEQS: cfg->sched.max_num_seqs = (uint32_t)v->u; return 0;
-    case O_TOKENS: cfg->sched.max_num_batched_tokens = (uint32_t)v->u; return 0;
-    case O_MML: cfg->sched.max_model_len = (uint32_t)v->u; return 0;
-    case O_ACTIVE: cfg->sched.max_num_active_seqs = (uint32_t)v->u; return 0;
-    case O_QUEUED: cfg->sched.max_num_queued_reqs = (uint32_t)v->u; return 0;
-    case O_CONTRACT: cfg->sched.vllm_contract = (uint32_t)v->u; return 0;
-    case O_CHECK: cfg->sched.check_invariants = v->b; return 0;
-    case O_FASTPATH: cfg->decode_fast_path_off = v->choice == 1; return 0;
     case O_CONFIG: return read_run_config(o, value, err, errlen);
-    case O_CONFIGOUT: o->config_out_path = value; return 0;
-    case O_LPTT: cfg->sched.long_prefill_token_threshold = (uint32_t)v->u; return 0;
-    case O_PREFIX: cfg->sched.enable_prefix_caching = v->b; return 0;
-    case O_NOPREFIX: cfg->sched.enable_prefix_caching = !v->b; return 0;
-    case O_CHUNKED: cfg->sched.enable_chunked_prefill = v->b; return 0;
-    case O_NOCHUNKED: cfg->sched.enable_chunked_prefill = !v->b; return 0;
-    case O_WATERMARK: cfg->sched.watermark = v->x; return 0;
     case O_EARGS: {
         /* Applied where it stands: options after it override its keys, options before it
          * are overridden. A block count it gives wins over a derived capacity, as
@@ -707,74 +785,17 @@ static int apply_run(struct kvsim_options *o, const struct opt *d, const char *v
         cfg->sched = sc;
         return 0;
     }
-    case O_ASYNC: cfg->sched.async_scheduling = v->b; return 0;
     case O_POLICY:
         cfg->sched.policy = v->choice ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
         return 0;
-    case O_KVEVENTS: o->kv_events = v->b; return 0;
-    case O_PROFILES: t->profiles = value; return 0;
-    case O_HARDWARE: t->hardware = value; return 0;
-    case O_MODEL: t->model = value; return 0;
-    case O_TP: t->tp = (uint32_t)v->u; return 0;
-    case O_TPGBPS: t->tp_link_gbps = v->x; return 0;
-    case O_TPLAT: t->tp_link_latency_us = v->x; return 0;
-    case O_GPUMEM: t->gpu_memory_gib = v->x; return 0;
-    case O_GPUUTIL: t->gpu_memory_utilization = v->x; return 0;
-    case O_SLO_TTFT:
-    case O_SLO_ITL:
-    case O_SLO_E2E: {
-        int64_t ns = (int64_t)(v->x * 1e6 + 0.5);
-        if (ns < 1) {
-            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
-            return -EINVAL;
-        }
-        *(d->id == O_SLO_TTFT  ? &cfg->slo.ttft_ns
-          : d->id == O_SLO_ITL ? &cfg->slo.itl_ns
-                               : &cfg->slo.e2e_ns) = ns;
-        return 0;
-    }
-    case O_REPORT: o->report_path = value; return 0;
-    case O_REQOUT: cfg->requests_path = value; return 0;
-    case O_TSOUT: cfg->timeseries_path = value; return 0;
-    case O_HTML: cfg->html_path = value; return 0;
-    case O_TSINT: {
-        int64_t ns = (int64_t)(v->x * 1e6 + 0.5);
-        if (ns < 1) {
-            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
-            return -EINVAL;
-        }
-        cfg->timeseries_interval_ns = ns;
-        return 0;
-    }
-    case O_QUIET: cfg->quiet = v->b; return 0;
-    default: break;
-    }
-    (void)err;
-    (void)errlen;
-    return 1;
-}
-
-/* Offload options (docs/offload.md). Returns 0 or 1 (not one). */
-static int apply_offload(struct kvsim_options *o, const struct opt *d, const struct opt_value *v)
-{
-    struct kvsim_replay_config *cfg = &o->replay;
-    struct offload_config *pipe = &cfg->tiers.pipe;
-    switch (d->id) {
-    case O_G2:
+    case O_G2: /* docs/offload.md */
         cfg->offload = true;
         cfg->tiers.g2_blocks = (uint32_t)v->u;
         return 0;
     case O_KVBYTES:
-        o->timing.kv_bytes_given = true;
+        t->kv_bytes_given = true;
         cfg->kv_bytes_per_token = v->u;
         return 0;
-    case O_G3: cfg->tiers.g3_blocks = (uint32_t)v->u; return 0;
-    case O_G3WT: cfg->tiers.g3_write_through = v->b; return 0;
-    case O_G3SHARED: cfg->g3_shared = v->b; return 0;
-    case O_OEXEC: cfg->offload_pool = v->choice == 1; return 0;
-    case O_OTHREADS: cfg->offload_threads = (uint32_t)v->u; return 0;
-    case O_OFAIL: pipe->fail_rate = v->x; return 0;
-    case O_OSEED: pipe->seed = v->u; return 0;
     case O_G12BW:
     case O_G23BW: {
         int64_t bw = (int64_t)(v->x * 1e9);
@@ -783,27 +804,9 @@ static int apply_offload(struct kvsim_options *o, const struct opt *d, const str
         pipe->lanes[up].bandwidth = pipe->lanes[down].bandwidth = bw;
         return 0;
     }
-    default: return 1;
-    }
-}
-
-/* Disaggregated serving options (docs/disagg.md). Returns 0, -EINVAL, or 1 (not one). */
-static int apply_disagg(struct kvsim_options *o, const struct opt *d, const char *value,
-                        const struct opt_value *v, char *err, size_t errlen)
-{
-    struct kvsim_disagg_config *dc = &o->replay.disagg;
-    switch (d->id) {
-    case O_PENGINES: dc->prefill_engines = (uint32_t)v->u; return 0;
-    case O_DENGINES: dc->decode_engines = (uint32_t)v->u; return 0;
-    case O_PARGS: o->prefill_args = value; return 0;
-    case O_DARGS: o->decode_args = value; return 0;
-    case O_PROUTER:
-    case O_DROUTER:
-        *(d->id == O_PROUTER ? &dc->prefill_router : &dc->decode_router) =
-            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
-        return 0;
-    case O_XGBPS: dc->transfer.gbps = v->x; return 0;
-    case O_XLAT: dc->transfer.latency_ns = (int64_t)(v->x * 1e3 + 0.5); return 0;
+    case O_XLAT:
+        dc->transfer.latency_ns = (int64_t)(v->x * 1e3 + 0.5);
+        return 0; /* docs/disagg.md */
     case O_XABORT:
         if (v->x > 0 && v->x < 1e-6) {
             snprintf(err, errlen, "option --%s: '%s' is below 1 ns (0 means never)", d->name,
@@ -812,8 +815,6 @@ static int apply_disagg(struct kvsim_options *o, const struct opt *d, const char
         }
         dc->abort_timeout_ns = (int64_t)(v->x * 1e6 + 0.5);
         return 0;
-    case O_HRELEASE: dc->release_immediately = v->choice == 1; return 0;
-    case O_HEVENTS: dc->events_path = value; return 0;
     default: return 1;
     }
 }
@@ -828,11 +829,9 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
     int rc = parse_value(d, value, &v, err, errlen);
     if (rc)
         return rc;
-    rc = apply_run(o, d, value, &v, err, errlen);
+    rc = apply_field(o, d, value, &v, err, errlen);
     if (rc == 1)
-        rc = apply_offload(o, d, &v);
-    if (rc == 1)
-        rc = apply_disagg(o, d, value, &v, err, errlen);
+        rc = apply_special(o, d, value, &v, err, errlen);
     if (rc == 0) {
         o->given[d->id] = d->name;
         o->given_from[d->id] = o->setting_from;
@@ -1387,6 +1386,57 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
 
 /* The effective value of option d as --config reads it into buf. Returns false when the option
  * is left out: an output, an alias, an unset path, or what the run derives. */
+/* The generic part of effective_value: the row's member as --config reads it, false when
+ * OMIT_ZERO and it is 0, false or NULL. */
+static bool field_value(const struct kvsim_options *o, const struct opt *d, char *buf, size_t len)
+{
+    const char *at = (const char *)o + d->off;
+    uint64_t u = 0;
+    double x = 0;
+    const char *s = NULL;
+    bool off; /* 0, false or NULL */
+    switch (d->field) {
+    case F_U32:
+        u = *(const uint32_t *)at;
+        off = u == 0;
+        break;
+    case F_U64:
+        u = *(const uint64_t *)at;
+        off = u == 0;
+        break;
+    case F_DBL:
+        x = *(const double *)at;
+        off = !(x > 0);
+        break;
+    case F_NS:
+        x = (double)*(const int64_t *)at / d->scale;
+        off = !(x > 0);
+        break;
+    case F_BOOL:
+        off = !*(const bool *)at;
+        s = off ? "false" : "true";
+        break;
+    case F_CHOICE_BOOL:
+        off = !*(const bool *)at;
+        s = d->choices[!off];
+        break;
+    case F_STR:
+        s = *(const char *const *)at;
+        off = !s;
+        break;
+    default: return false; /* F_SPECIAL, F_NOT_BOOL */
+    }
+    if ((d->omit == OMIT_ZERO && off) || (d->field == F_STR && !s))
+        return false;
+    if (s)
+        snprintf(buf, len, "%s", s);
+    else if (d->field == F_U32 || d->field == F_U64)
+        snprintf(buf, len, "%" PRIu64, u);
+    else
+        snprintf(buf, len, "%.17g", x);
+    return true;
+}
+
 static bool effective_value(const struct kvsim_options *o, const struct opt *d, char *buf,
                             size_t len)
 {
@@ -1399,205 +1449,83 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
     bool derived = t->gpu_memory_gib > 0;
     uint64_t u = 0;
     double x = 0;
-    enum { U, X, S, B } kind = U;
-    bool b = false;
+    enum { U, X, S } kind = U;
     if (option_idle(o, d->id))
         return false; /* it does nothing in this run: read back, it would be refused */
+    if (d->field != F_SPECIAL) {
+        if (d->omit == OMIT_ALWAYS || (d->group == G_OFFLOAD && !cfg->offload) ||
+            (d->group == G_DISAGG && !dc->prefill_engines))
+            return false; /* an output or a negation; options of tiers or pools not in use */
+        if (d->group == G_SYNTH &&
+            (cfg->trace_path || (d->id == O_SY_SESS && cfg->synth.num_requests)))
+            return false; /* a trace's run, or the count --synthetic-requests gives */
+        return field_value(o, d, buf, len);
+    }
 #define UV(v) (kind = U, u = (uint64_t)(v))
 #define XV(v) (kind = X, x = (double)(v))
-#define BV(v) (kind = B, b = (v))
 #define SV(v) (kind = S, str = (v))
     switch (d->id) {
-    case O_TRACE: SV(cfg->trace_path); break;
     case O_FORMAT:
         if (cfg->trace_opts.format == KVSIM_TRACE_AUTO)
             return false; /* by the extension, again */
         SV(kvsim_trace_format_name(cfg->trace_opts.format));
-        break;
-    case O_TBS: UV(cfg->trace_opts.trace_block_size); break;
-    case O_SPEEDUP: XV(cfg->trace_opts.arrival_speedup); break;
-    case O_MAXREQ:
-        if (!cfg->trace_opts.max_requests)
-            return false;
-        UV(cfg->trace_opts.max_requests);
-        break;
-    case O_CONC:
-        if (!cfg->replay_concurrency)
-            return false;
-        UV(cfg->replay_concurrency);
         break;
     case O_MAXSIM:
         if (!cfg->max_sim_time_ns)
             return false;
         XV((double)cfg->max_sim_time_ns / 1e9);
         break;
-    case O_SEED: UV(cfg->seed); break;
-    case O_SY_REQS:
-    case O_SY_SESS:
-    case O_SY_TURNS:
-    case O_SY_RATE:
-    case O_SY_BURST:
-    case O_SY_IN:
-    case O_SY_OUT:
-    case O_SY_MAXOUT:
-    case O_SY_LENS:
-    case O_SY_SYS:
-    case O_SY_GROUPS:
-    case O_SY_SHARED:
-    case O_SY_THINK: {
-        const struct kvsim_synth_opts *y = &cfg->synth;
-        if (cfg->trace_path || (d->id == O_SY_REQS && !y->num_requests) ||
-            (d->id == O_SY_SESS && y->num_requests))
-            return false; /* a trace's run, or the count the other one gives */
-        switch (d->id) {
-        case O_SY_REQS: UV(y->num_requests); break;
-        case O_SY_SESS: UV(y->num_sessions); break;
-        case O_SY_TURNS: UV(y->max_turns); break;
-        case O_SY_RATE: XV(y->session_rate); break;
-        case O_SY_BURST: XV(y->burstiness); break;
-        case O_SY_IN: UV(y->mean_user_len); break;
-        case O_SY_OUT: UV(y->mean_output_len); break;
-        case O_SY_MAXOUT: UV(y->max_output_len); break;
-        case O_SY_LENS: SV(y->fixed_lengths ? "fixed" : "lognormal"); break;
-        case O_SY_SYS: UV(y->system_prompt_len); break;
-        case O_SY_GROUPS: UV(y->num_prefix_groups); break;
-        case O_SY_SHARED: XV(y->shared_prefix_ratio); break;
-        default: XV(y->mean_think_s); break;
-        }
-        break;
-    }
     case O_ENGINES:
         if (dc->prefill_engines)
             return false; /* the pools' counts say it */
         UV(cfg->num_engines);
         break;
-    case O_THREADS: UV(cfg->num_threads); break;
     case O_ROUTER: SV(kvsim_router_policy_name(cfg->router)); break;
-    case O_KVINDEX: SV(cfg->kv_index_events ? "events" : "pool"); break;
-    case O_BS: UV(sc->block_size); break;
     case O_BLOCKS:
         if (d->name[strlen(d->name) - 1] == 'e' || (derived && !t->blocks_given))
             return false; /* the -override alias, or a capacity the run derives */
         UV(sc->num_blocks);
         break;
-    case O_SEQS: UV(sc->max_num_seqs); break;
-    case O_TOKENS: UV(sc->max_num_batched_tokens); break;
-    case O_MML: UV(sc->max_model_len); break;
-    case O_ACTIVE:
-        if (!sc->max_num_active_seqs)
-            return false;
-        UV(sc->max_num_active_seqs);
-        break;
-    case O_QUEUED:
-        if (!sc->max_num_queued_reqs)
-            return false;
-        UV(sc->max_num_queued_reqs);
-        break;
-    case O_CONTRACT: UV(sc->vllm_contract); break;
-    case O_CHECK: BV(sc->check_invariants); break;
-    case O_FASTPATH: /* results do not depend on it: listed only when off */
-        if (!cfg->decode_fast_path_off)
-            return false;
-        SV("off");
-        break;
-    case O_LPTT: UV(sc->long_prefill_token_threshold); break;
-    case O_PREFIX: BV(sc->enable_prefix_caching); break;
-    case O_CHUNKED: BV(sc->enable_chunked_prefill); break;
-    case O_ASYNC: BV(sc->async_scheduling); break;
-    case O_WATERMARK: XV(sc->watermark); break;
     case O_POLICY: SV(sc->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs"); break;
-    case O_KVEVENTS: BV(o->kv_events); break;
-    case O_PROFILES: SV(t->profiles); break;
-    case O_HARDWARE: SV(t->hardware); break;
-    case O_MODEL: SV(t->model); break;
-    case O_TP: UV(t->tp); break;
-    case O_TPGBPS: XV(t->tp_link_gbps); break;
-    case O_TPLAT: XV(t->tp_link_latency_us); break;
-    case O_GPUMEM:
-        if (!derived)
-            return false;
-        XV(t->gpu_memory_gib);
-        break;
-    case O_GPUUTIL: XV(t->gpu_memory_utilization); break;
     case O_G2:
         if (!cfg->offload)
             return false;
         UV(cfg->tiers.g2_blocks);
         break;
-    case O_G3:
-    case O_G3SHARED:
-    case O_G3WT:
-    case O_OEXEC:
-    case O_OTHREADS:
-    case O_OFAIL:
-    case O_OSEED:
     case O_G12BW:
     case O_G23BW:
         if (!cfg->offload)
             return false; /* they need --g2-blocks */
-        switch (d->id) {
-        case O_G3: UV(cfg->tiers.g3_blocks); break;
-        case O_G3SHARED: BV(cfg->g3_shared); break;
-        case O_G3WT: BV(cfg->tiers.g3_write_through); break;
-        case O_OEXEC: SV(cfg->offload_pool ? "pool" : "inline"); break;
-        case O_OTHREADS: UV(cfg->offload_threads); break;
-        case O_OFAIL: XV(pipe->fail_rate); break;
-        case O_OSEED: UV(pipe->seed); break;
-        case O_G12BW: XV((double)pipe->lanes[OFFLOAD_LANE_G1_G2].bandwidth / 1e9); break;
-        default: XV((double)pipe->lanes[OFFLOAD_LANE_G2_G3].bandwidth / 1e9); break;
-        }
+        XV((double)pipe->lanes[d->id == O_G12BW ? OFFLOAD_LANE_G1_G2 : OFFLOAD_LANE_G2_G3]
+               .bandwidth /
+           1e9);
         break;
     case O_KVBYTES:
         if (derived && !t->kv_bytes_given)
             return false;
         UV(cfg->kv_bytes_per_token);
         break;
-    case O_PENGINES:
-    case O_DENGINES:
-    case O_PARGS:
-    case O_DARGS:
     case O_PROUTER:
     case O_DROUTER:
-    case O_XGBPS:
     case O_XLAT:
     case O_XABORT:
-    case O_HRELEASE:
         if (!dc->prefill_engines)
             return false; /* they need --prefill-engines */
         switch (d->id) {
-        case O_PENGINES: UV(dc->prefill_engines); break;
-        case O_DENGINES: UV(dc->decode_engines); break;
-        case O_PARGS: SV(o->prefill_args); break;
-        case O_DARGS: SV(o->decode_args); break;
         case O_PROUTER: SV(kvsim_router_policy_name(dc->prefill_router)); break;
         case O_DROUTER: SV(kvsim_router_policy_name(dc->decode_router)); break;
-        case O_XGBPS: XV(dc->transfer.gbps); break;
         case O_XLAT: XV((double)dc->transfer.latency_ns / 1e3); break;
-        case O_XABORT: XV((double)dc->abort_timeout_ns / 1e6); break;
-        default: SV(dc->release_immediately ? "immediate" : "pinned"); break;
+        default: XV((double)dc->abort_timeout_ns / 1e6); break;
         }
         break;
-    case O_SLO_TTFT:
-    case O_SLO_ITL:
-    case O_SLO_E2E: {
-        int64_t ns = d->id == O_SLO_TTFT  ? cfg->slo.ttft_ns
-                     : d->id == O_SLO_ITL ? cfg->slo.itl_ns
-                                          : cfg->slo.e2e_ns;
-        if (ns <= 0)
-            return false;
-        XV((double)ns / 1e6);
-        break;
-    }
     default: return false; /* outputs, --config, --engine-args (its values are above), negations */
     }
 #undef UV
 #undef XV
-#undef BV
 #undef SV
     switch (kind) {
     case U: snprintf(buf, len, "%" PRIu64, u); return true;
     case X: snprintf(buf, len, "%.17g", x); return true;
-    case B: snprintf(buf, len, "%s", b ? "true" : "false"); return true;
     case S:
         if (!str)
             return false;

@@ -304,8 +304,8 @@ int cli_calibrate_main(int argc, char **argv)
         case K_OUTPUT: a.output = p.arg; break;
         case K_FRACTION: rc = cli_double(&p, 0, true, 1, &a.fraction); break;
         case K_PROFILES:
-        case K_HARDWARE: rc = cli_timing_set(&p, &a.timing); break;
-        case K_BLOCKS: rc = cli_u32(&p, 2, INT32_MAX - 2, &a.fo.blocks); break;
+        case K_HARDWARE:
+        case K_BLOCKS: rc = cli_table_set(&p, &a.timing, &a.fo.blocks); break;
         case K_TRIALS: rc = cli_u32(&p, 1, 100000, &a.max_trials); break;
         }
         if (rc)

@@ -107,9 +107,11 @@ struct cli_timing {
     struct kvsim_timing r;      /* the profile (owned) and capacity cli_timing_apply found */
 };
 void cli_timing_default(struct cli_timing *t);
-/* Sets the timing option p names (p->long_name: --profiles, --hardware, ...) through the option
- * table of api/config.c, with its range and message. Returns 0 or -EINVAL (reported). */
-int cli_timing_set(struct cli_parser *p, struct cli_timing *t);
+/* Sets the option p names (p->long_name: --profiles, --hardware, --num-gpu-blocks, ...: those
+ * `kvsim validate` and `kvsim calibrate` share with `kvsim replay`) through the option table of
+ * api/config.c, with its range and message: a timing option into t, a block count into *blocks.
+ * Returns 0 or -EINVAL (reported). */
+int cli_table_set(struct cli_parser *p, struct cli_timing *t, uint32_t *blocks);
 /* Loads the profile into m and derives the capacity into sc and *kv_bytes_per_token (NULL: not
  * set), as kvsim_timing_resolve. Returns 0 or -EINVAL (reported, naming the option and the
  * file). */

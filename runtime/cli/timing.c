@@ -15,13 +15,17 @@ void cli_timing_default(struct cli_timing *t)
     kvsim_timing_opts_default(&t->o);
 }
 
-int cli_timing_set(struct cli_parser *p, struct cli_timing *t)
+int cli_table_set(struct cli_parser *p, struct cli_timing *t, uint32_t *blocks)
 {
     struct kvsim_options o = {.timing = t->o};
     char err[512];
     if (kvsim_options_set(&o, p->long_name, p->arg, err, sizeof err) != 0)
         return cli_error(p, "%s", err);
+    bool blocks_given = t->o.blocks_given;
     t->o = o.timing;
+    t->o.blocks_given = blocks_given; /* the caller passes the count on itself */
+    if (o.timing.blocks_given && blocks)
+        *blocks = o.replay.sched.num_blocks;
     return 0;
 }
 

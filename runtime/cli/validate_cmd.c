@@ -148,9 +148,9 @@ int cli_validate_main(int argc, char **argv)
         switch (c) {
         case 'h': validate_usage(stdout); return CLI_EXIT_OK;
         case V_PROFILES:
-        case V_HARDWARE: rc = cli_timing_set(&p, &a.timing); break;
+        case V_HARDWARE:
+        case V_BLOCKS: rc = cli_table_set(&p, &a.timing, &a.fo.blocks); break;
         case V_CONFIG: a.fo.config_path = p.arg; break;
-        case V_BLOCKS: rc = cli_u32(&p, 2, INT32_MAX - 2, &a.fo.blocks); break;
         case V_REPORT: a.report_path = p.arg; break;
         case V_REQOUT: a.fo.requests_path = p.arg; break;
         case V_QUIET: a.quiet = true; break;

@@ -180,7 +180,9 @@ enum opt_field {
 enum opt_omit {
     OMIT_NEVER = 0,
     OMIT_ZERO,   /* when 0, false or NULL: the option is off */
-    OMIT_ALWAYS, /* outputs and negations: not part of the run's configuration */
+    OMIT_ALWAYS, /* negations and how a run shows: not part of the run's configuration */
+    OMIT_OUTPUT, /* an output file (F_STR): left out too, and checked before the run
+                  * (kvsim_options_check_outputs) */
 };
 
 /* The sections of `kvsim replay --help`, in order; S_API rows are set through the C API and
@@ -463,7 +465,7 @@ static const struct opt opts[] = {
      AT_CHOICE(replay.disagg.release_immediately)},
     {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
      "one JSON line per handoff lifecycle event", AT(replay.disagg.events_path),
-     .omit = OMIT_ALWAYS},
+     .omit = OMIT_OUTPUT},
     {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "time to first token within X ms", AT_NS(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
     {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
@@ -474,20 +476,20 @@ static const struct opt opts[] = {
      "end-to-end latency within X ms", AT_NS(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
     {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "JSON report (- : standard output, the table then goes to standard error)", AT(report_path),
-     .omit = OMIT_ALWAYS},
+     .omit = OMIT_OUTPUT},
     {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the run's whole configuration as JSON: --config FILE replays the same run (options after it "
      "override it); the report's run.config holds it",
-     AT(config_out_path), .omit = OMIT_ALWAYS},
+     AT(config_out_path), .omit = OMIT_OUTPUT},
     {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "per-request records (JSONL)", AT(replay.requests_path), .omit = OMIT_ALWAYS},
+     "per-request records (JSONL)", AT(replay.requests_path), .omit = OMIT_OUTPUT},
     {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "per engine and in all, every interval: running, waiting, KV usage, prompt and generation "
      "tok/s, preemptions, pinned and offloaded blocks (CSV)",
-     AT(replay.timeseries_path), .omit = OMIT_ALWAYS},
+     AT(replay.timeseries_path), .omit = OMIT_OUTPUT},
     {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines",
-     AT(replay.html_path), .omit = OMIT_ALWAYS},
+     AT(replay.html_path), .omit = OMIT_OUTPUT},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
      "the time series' interval (1000)", AT_NS(replay.timeseries_interval_ns, 1e6),
      .omit = OMIT_ALWAYS},
@@ -1344,19 +1346,21 @@ static void output_identity(const char *path, char *buf, size_t len)
 
 int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t errlen)
 {
-    const struct kvsim_replay_config *c = &o->replay;
-    const struct {
+    enum { MAX_OUTPUTS = 8 }; /* the table has 6 output rows */
+    struct {
         const char *option, *path;
-    } outs[] = {
-        {"report", o->report_path},
-        {"config-out", o->config_out_path},
-        {"requests-out", c->requests_path},
-        {"timeseries-out", c->timeseries_path},
-        {"html", c->html_path},
-        {"handoff-events", c->disagg.events_path},
-    };
-    enum { N = sizeof outs / sizeof outs[0] };
-    char ids[N][4096 + 256];
+    } outs[MAX_OUTPUTS];
+    size_t N = 0;
+    for (size_t i = 0; i < NUM_OPTS; i++) /* the table's output rows, in its order */
+        if (opts[i].omit == OMIT_OUTPUT) {
+            if (N == MAX_OUTPUTS) {
+                snprintf(err, errlen, "more output options than the check holds (kvsim bug)");
+                return -EOVERFLOW;
+            }
+            outs[N].option = opts[i].name;
+            outs[N++].path = *(const char *const *)((const char *)o + opts[i].off);
+        }
+    char ids[MAX_OUTPUTS][4096 + 256];
     for (size_t i = 0; i < N; i++) {
         ids[i][0] = 0;
         if (!outs[i].path)
@@ -1453,7 +1457,7 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
     if (option_idle(o, d->id))
         return false; /* it does nothing in this run: read back, it would be refused */
     if (d->field != F_SPECIAL) {
-        if (d->omit == OMIT_ALWAYS || (d->group == G_OFFLOAD && !cfg->offload) ||
+        if (d->omit >= OMIT_ALWAYS || (d->group == G_OFFLOAD && !cfg->offload) ||
             (d->group == G_DISAGG && !dc->prefill_engines))
             return false; /* an output or a negation; options of tiers or pools not in use */
         if (d->group == G_SYNTH &&

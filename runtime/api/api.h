@@ -70,7 +70,7 @@ struct kvsim_options {
     const char *synth_opt;  /* a synthetic workload option (refused with a trace), or NULL */
     bool engines_given;
     bool kv_events; /* an API engine keeps its KV events */
-    /* Which options were set, by table id: the name as given (an alias stays an alias) and the
+    /* Which options were set, by table row: the name as given (an alias stays an alias) and the
      * --config file that set it (NULL: the command line or the API). Resolve refuses an option
      * that would do nothing in the run's mode (kvsim_options_resolve). */
     const char *given[KVSIM_OPTIONS_MAX_IDS];

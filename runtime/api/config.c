@@ -61,103 +61,40 @@ const char *kvsim_choices_text(const char *const *names, int n, char *buf, size_
 
 /* ---- the table ------------------------------------------------------------------------------- */
 
+/* The rows the code names: those read or printed by more than a store, or left out of a run on a
+ * condition (option_idle); every other row is O_GENERIC. */
 enum opt_id {
-    /* input */
-    O_TRACE,
+    O_GENERIC = 0,
     O_FORMAT,
     O_TBS,
     O_SPEEDUP,
     O_MAXREQ,
     O_SEED,
-    /* cluster */
     O_ENGINES,
-    O_THREADS,
     O_ROUTER,
     O_KVINDEX,
-    /* engine */
-    O_BS,
     O_BLOCKS,
-    O_SEQS,
-    O_TOKENS,
-    O_MML,
-    O_ACTIVE,
-    O_QUEUED,
-    O_CONTRACT,
-    O_CHECK,
     O_CONFIG,
-    O_LPTT,
-    O_PREFIX,
-    O_NOPREFIX,
-    O_CHUNKED,
-    O_NOCHUNKED,
-    O_WATERMARK,
     O_EARGS,
-    O_ASYNC,
     O_POLICY,
-    O_KVEVENTS,
-    O_FASTPATH,
-    /* timing */
-    O_PROFILES,
-    O_HARDWARE,
-    O_MODEL,
     O_TP,
     O_TPGBPS,
     O_TPLAT,
-    O_GPUMEM,
     O_GPUUTIL,
-    /* offload */
     O_G2,
-    O_G3,
-    O_G3SHARED,
-    O_G3WT,
-    O_OEXEC,
     O_OTHREADS,
-    O_OFAIL,
     O_OSEED,
     O_KVBYTES,
     O_G12BW,
     O_G23BW,
-    /* disaggregation */
-    O_PENGINES,
-    O_DENGINES,
-    O_PARGS,
-    O_DARGS,
     O_PROUTER,
     O_DROUTER,
-    O_XGBPS,
     O_XLAT,
     O_XABORT,
-    O_HRELEASE,
-    O_HEVENTS,
-    /* output */
-    O_SLO_TTFT,
-    O_SLO_ITL,
-    O_SLO_E2E,
-    O_REPORT,
-    O_CONFIGOUT,
-    O_REQOUT,
-    O_TSOUT,
-    O_SY_REQS,
     O_SY_SESS,
-    O_SY_TURNS,
-    O_SY_RATE,
-    O_SY_BURST,
-    O_SY_IN,
-    O_SY_OUT,
-    O_SY_MAXOUT,
-    O_SY_LENS,
-    O_SY_SYS,
-    O_SY_GROUPS,
-    O_SY_SHARED,
-    O_SY_THINK,
-    O_CONC,
     O_MAXSIM,
-    O_HTML,
     O_TSINT,
-    O_QUIET,
-    O_NUM_IDS
 };
-_Static_assert(O_NUM_IDS <= KVSIM_OPTIONS_MAX_IDS, "struct kvsim_options tracks every option id");
 
 enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
 /* What needs a companion option: an offload option needs --g2-blocks, a disaggregation option
@@ -261,7 +198,7 @@ static const char *const on_off[] = {"on", "off", NULL};
 #define U64_ALL -1.0
 
 static const struct opt opts[] = {
-    {"trace", O_TRACE, K_STR, G_NONE, 0, 0, false, NULL, S_INPUT, "FILE, or TRACE",
+    {"trace", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_INPUT, "FILE, or TRACE",
      "Mooncake JSONL or Azure CSV, gzip-compressed or not; - reads standard input (with --format) "
      "(default: the synthetic workload)",
      AT(replay.trace_path)},
@@ -279,43 +216,43 @@ static const struct opt opts[] = {
      "stop X simulated seconds after the first arrival (the report says it is partial; default: "
      "none)",
      .field = F_SPECIAL},
-    {"replay-concurrency", O_CONC, K_U32, G_NONE, 1, 1 << 24, false, NULL, S_INPUT, "N",
+    {"replay-concurrency", O_GENERIC, K_U32, G_NONE, 1, 1 << 24, false, NULL, S_INPUT, "N",
      "closed loop: N sessions in flight, the next one sent when one ends (first turns' timestamps "
      "unused; Dynamo's option) (off: by timestamps)",
      AT(replay.replay_concurrency), .omit = OMIT_ZERO},
     {"seed", O_SEED, K_U64, G_NONE, 0, U64_ALL, false, NULL, S_INPUT, "S",
      "seed of the synthetic workload (1)", AT(replay.seed)},
     /* the synthetic workload (no --trace) */
-    {"synthetic-requests", O_SY_REQS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
+    {"synthetic-requests", O_GENERIC, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
      "sessions until N requests instead", AT(replay.synth.num_requests), .omit = OMIT_ZERO},
     {"synthetic-sessions", O_SY_SESS, K_U32, G_SYNTH, 1, 2147483647.0, false, NULL, S_SYNTH, "N",
      "sessions (300)", AT(replay.synth.num_sessions)},
-    {"synthetic-turns", O_SY_TURNS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
+    {"synthetic-turns", O_GENERIC, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
      "turns per session, uniform in 1..N (6; 1: single requests)", AT(replay.synth.max_turns)},
-    {"synthetic-rate", O_SY_RATE, K_DBL, G_SYNTH, 0, 1e9, true, NULL, S_SYNTH, "X",
+    {"synthetic-rate", O_GENERIC, K_DBL, G_SYNTH, 0, 1e9, true, NULL, S_SYNTH, "X",
      "session starts per second (6)", AT(replay.synth.session_rate)},
-    {"synthetic-burstiness", O_SY_BURST, K_DBL, G_SYNTH, 0, 1e6, true, NULL, S_SYNTH, "B",
+    {"synthetic-burstiness", O_GENERIC, K_DBL, G_SYNTH, 0, 1e6, true, NULL, S_SYNTH, "B",
      "gaps gamma of shape B (1: Poisson; < 1 burstier)", AT(replay.synth.burstiness)},
-    {"synthetic-input-len", O_SY_IN, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+    {"synthetic-input-len", O_GENERIC, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
      "mean new user tokens per turn (300)", AT(replay.synth.mean_user_len)},
-    {"synthetic-output-len", O_SY_OUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+    {"synthetic-output-len", O_GENERIC, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
      "mean output tokens (200)", AT(replay.synth.mean_output_len)},
-    {"synthetic-max-output-len", O_SY_MAXOUT, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
+    {"synthetic-max-output-len", O_GENERIC, K_U32, G_SYNTH, 1, 1 << 26, false, NULL, S_SYNTH, "N",
      "cap on output tokens (1000)", AT(replay.synth.max_output_len)},
-    {"synthetic-lengths", O_SY_LENS, K_CHOICE, G_SYNTH, 0, 0, false, lengths, S_SYNTH,
+    {"synthetic-lengths", O_GENERIC, K_CHOICE, G_SYNTH, 0, 0, false, lengths, S_SYNTH,
      "lognormal|fixed", "length distribution (lognormal)", AT_CHOICE(replay.synth.fixed_lengths)},
-    {"synthetic-system-prompt-len", O_SY_SYS, K_U32, G_SYNTH, 0, 1 << 26, false, NULL, S_SYNTH, "N",
-     "tokens of a shared system prompt (1024)", AT(replay.synth.system_prompt_len)},
-    {"synthetic-prefix-groups", O_SY_GROUPS, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
+    {"synthetic-system-prompt-len", O_GENERIC, K_U32, G_SYNTH, 0, 1 << 26, false, NULL, S_SYNTH,
+     "N", "tokens of a shared system prompt (1024)", AT(replay.synth.system_prompt_len)},
+    {"synthetic-prefix-groups", O_GENERIC, K_U32, G_SYNTH, 1, 1 << 20, false, NULL, S_SYNTH, "N",
      "system prompts to share (8)", AT(replay.synth.num_prefix_groups)},
-    {"synthetic-shared-prefix-ratio", O_SY_SHARED, K_DBL, G_SYNTH, 0, 1, false, NULL, S_SYNTH, "R",
+    {"synthetic-shared-prefix-ratio", O_GENERIC, K_DBL, G_SYNTH, 0, 1, false, NULL, S_SYNTH, "R",
      "share of sessions opening with a shared system prompt; the others have their own (1)",
      AT(replay.synth.shared_prefix_ratio)},
-    {"synthetic-think-s", O_SY_THINK, K_DBL, G_SYNTH, 0, 1e6, false, NULL, S_SYNTH, "X",
+    {"synthetic-think-s", O_GENERIC, K_DBL, G_SYNTH, 0, 1e6, false, NULL, S_SYNTH, "X",
      "mean think time between turns (2)", AT(replay.synth.mean_think_s)},
     {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)",
      .field = F_SPECIAL},
-    {"threads", O_THREADS, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
+    {"threads", O_GENERIC, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
      "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)",
      AT(replay.num_threads)},
     {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers, S_CLUSTER, "POLICY",
@@ -324,59 +261,59 @@ static const struct opt opts[] = {
      "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
      "events (pool); both see the same blocks at every boundary",
      AT_CHOICE(replay.kv_index_events)},
-    {"block-size", O_BS, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
+    {"block-size", O_GENERIC, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
      "tokens per KV block (16)", AT(replay.sched.block_size)},
     {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
      "KV blocks per engine, null block included (16384)", .field = F_SPECIAL},
-    {"max-num-seqs", O_SEQS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
+    {"max-num-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "running-set cap (256)", AT(replay.sched.max_num_seqs)},
-    {"max-num-batched-tokens", O_TOKENS, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
+    {"max-num-batched-tokens", O_GENERIC, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
      "token budget per step (8192)", AT(replay.sched.max_num_batched_tokens)},
-    {"max-model-len", O_MML, K_U32, G_NONE, 2, U32MAX, false, NULL, S_ENGINE, "N",
+    {"max-model-len", O_GENERIC, K_U32, G_NONE, 2, U32MAX, false, NULL, S_ENGINE, "N",
      "longest sequence (262144)", AT(replay.sched.max_model_len)},
-    {"max-num-active-seqs", O_ACTIVE, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
+    {"max-num-active-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "admission cap below --max-num-seqs: the waiting queue stops when N run; never preempts (off; "
      "contract 2, vLLM #56758)",
      AT(replay.sched.max_num_active_seqs), .omit = OMIT_ZERO},
-    {"max-num-queued-reqs", O_QUEUED, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
+    {"max-num-queued-reqs", O_GENERIC, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
      "refuse an arrival (reason queue_full, vLLM's HTTP 503) while N requests are unfinished on "
      "its engine (off; contract 2, vLLM #49445)",
      AT(replay.sched.max_num_queued_reqs), .omit = OMIT_ZERO},
-    {"vllm-contract", O_CONTRACT, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
+    {"vllm-contract", O_GENERIC, K_U32, G_NONE, SCHED_CONTRACT_MIN, SCHED_CONTRACT_LATEST, false,
      NULL, S_ENGINE, "1|2",
      "the fidelity contract with upstream vLLM the scheduler follows (docs/fidelity/vllm.md): 2 = "
      "vLLM main of 2026-09 (default), 1 = of 2026-07-24",
      AT(replay.sched.vllm_contract)},
-    {"check-invariants", O_CHECK, K_FLAG, G_NONE, 0, 0, false, NULL, S_ENGINE, NULL,
+    {"check-invariants", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_ENGINE, NULL,
      "check the scheduler's and the pool's invariants after every schedule and update (slow; as "
      "the tests do): a violation stops the replay",
      AT(replay.sched.check_invariants)},
-    {"decode-fast-path", O_FASTPATH, K_CHOICE, G_NONE, 0, 0, false, on_off, S_ENGINE, "on|off",
+    {"decode-fast-path", O_GENERIC, K_CHOICE, G_NONE, 0, 0, false, on_off, S_ENGINE, "on|off",
      "advance stable decode batches in bulk (on); off schedules every step: the same report, "
      "slower",
      AT_CHOICE(replay.decode_fast_path_off), .omit = OMIT_ZERO},
     {"config", O_CONFIG, K_STR, G_NONE, 0, 0, false, NULL, S_ENGINE, "FILE.json",
      "step-time model coefficients and speedup_ratio, or a whole run configuration (--config-out)",
      .field = F_SPECIAL},
-    {"long-prefill-token-threshold", O_LPTT, K_U32, G_NONE, 0, U32MAX, false, NULL, S_VLLM, "N",
+    {"long-prefill-token-threshold", O_GENERIC, K_U32, G_NONE, 0, U32MAX, false, NULL, S_VLLM, "N",
      "cap on a prefill chunk (0: off)", AT(replay.sched.long_prefill_token_threshold)},
     /* vLLM's engine flags, one to one (--x / --no-x) */
-    {"enable-prefix-caching", O_PREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+    {"enable-prefix-caching", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "vLLM's automatic prefix caching (on)", AT(replay.sched.enable_prefix_caching)},
-    {"no-enable-prefix-caching", O_NOPREFIX, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+    {"no-enable-prefix-caching", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "turn prefix caching off", AT_NOT(replay.sched.enable_prefix_caching)},
-    {"enable-chunked-prefill", O_CHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+    {"enable-chunked-prefill", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "split long prefills over steps (on)", AT(replay.sched.enable_chunked_prefill)},
-    {"no-enable-chunked-prefill", O_NOCHUNKED, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+    {"no-enable-chunked-prefill", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "turn chunked prefill off: a prompt waits until it fits one step's budget",
      AT_NOT(replay.sched.enable_chunked_prefill)},
-    {"async-scheduling", O_ASYNC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
+    {"async-scheduling", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_VLLM, NULL,
      "vLLM's batch queue: schedule each step while the one before it runs (off; aggregated engines "
      "without offload tiers; others keep only the placeholders)",
      AT(replay.sched.async_scheduling)},
     {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
      "N", "vLLM's name for --num-gpu-blocks", .field = F_SPECIAL},
-    {"watermark", O_WATERMARK, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
+    {"watermark", O_GENERIC, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
      "keep int(W x blocks) free for running requests (0)", AT(replay.sched.watermark)},
     {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL, S_VLLM, "FILE.json",
      "vLLM's engine arguments as JSON (block_size, num_gpu_blocks_override, max_num_seqs, ...): "
@@ -384,14 +321,14 @@ static const struct opt opts[] = {
      .field = F_SPECIAL},
     {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies, S_VLLM,
      "fcfs|priority", "the waiting queue's order (fcfs)", .field = F_SPECIAL},
-    {"kv-events", O_KVEVENTS, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL, AT(kv_events)},
-    {"profiles", O_PROFILES, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ROOT",
+    {"kv-events", O_GENERIC, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL, AT(kv_events)},
+    {"profiles", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ROOT",
      "LLMServingSim-format profiles and model configs", AT(timing.profiles)},
-    {"hardware", O_HARDWARE, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "HW",
+    {"hardware", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "HW",
      "time steps with ROOT/HW/ORG/NAME/bf16/tpN/ (the profile step model instead of the "
      "polynomial)",
      AT(timing.hardware)},
-    {"model", O_MODEL, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ORG/NAME",
+    {"model", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ORG/NAME",
      "the model (ROOT/configs/model/ORG/NAME.json)", AT(timing.model)},
     {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL, S_TIMING, "N", "tensor parallel degree (1)",
      AT(timing.tp)},
@@ -399,7 +336,7 @@ static const struct opt opts[] = {
      "all-reduce link bandwidth, GiB/s, >= 0.001 (16)", AT(timing.tp_link_gbps)},
     {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL, S_TIMING, "X",
      "all-reduce link latency per message (20)", AT(timing.tp_link_latency_us)},
-    {"gpu-memory-gib", O_GPUMEM, K_DBL, G_NONE, 0, 1e6, true, NULL, S_TIMING, "G",
+    {"gpu-memory-gib", O_GENERIC, K_DBL, G_NONE, 0, 1e6, true, NULL, S_TIMING, "G",
      "one GPU's memory: derive --num-gpu-blocks and --kv-bytes-per-token the vLLM way (either "
      "option given wins, as num_gpu_blocks_override)",
      AT(timing.gpu_memory_gib), .omit = OMIT_ZERO},
@@ -407,23 +344,23 @@ static const struct opt opts[] = {
      "fraction of it vLLM may use (0.9)", AT(timing.gpu_memory_utilization)},
     {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
      "host-memory tier per engine, in blocks", .field = F_SPECIAL},
-    {"g3-blocks", O_G3, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
-     "disk tier per engine, in blocks (0: none)", AT(replay.tiers.g3_blocks)},
-    {"g3-shared", O_G3SHARED, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
+    {"g3-blocks", O_GENERIC, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD,
+     "N", "disk tier per engine, in blocks (0: none)", AT(replay.tiers.g3_blocks)},
+    {"g3-shared", O_GENERIC, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
      "one G3 of --g3-blocks blocks shared by all engines instead (LRU at epoch boundaries; an "
      "engine sees the others' writes from the next boundary on)",
      AT(replay.g3_shared)},
-    {"g3-write-through", O_G3WT, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
+    {"g3-write-through", O_GENERIC, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
      "copy every block G2 receives on to G3 (default: only blocks G2 evicts)",
      AT(replay.tiers.g3_write_through)},
-    {"offload-executor", O_OEXEC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors, S_OFFLOAD,
+    {"offload-executor", O_GENERIC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors, S_OFFLOAD,
      "inline|pool",
      "run copies on the engine's thread or on a thread pool (woken only for copies that cost more "
      "than a wake-up); the report is the same (inline)",
      AT_CHOICE(replay.offload_pool)},
     {"offload-threads", O_OTHREADS, K_U32, G_OFFLOAD, 1, 256, false, NULL, S_OFFLOAD, "N",
      "pool workers (2)", AT(replay.offload_threads)},
-    {"offload-fail-rate", O_OFAIL, K_DBL, G_OFFLOAD, 0, 1, false, NULL, S_OFFLOAD, "F",
+    {"offload-fail-rate", O_GENERIC, K_DBL, G_OFFLOAD, 0, 1, false, NULL, S_OFFLOAD, "F",
      "probability in [0, 1] that a copy batch fails (0)", AT(replay.tiers.pipe.fail_rate)},
     {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL, S_OFFLOAD, "S",
      "seed of the failure injection (1)", AT(replay.tiers.pipe.seed)},
@@ -435,22 +372,22 @@ static const struct opt opts[] = {
      "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)", .field = F_SPECIAL},
     {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
      "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)", .field = F_SPECIAL},
-    {"prefill-engines", O_PENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_DISAGG, "P",
+    {"prefill-engines", O_GENERIC, K_U32, G_NONE, 1, 4096, false, NULL, S_DISAGG, "P",
      "prefill engines (instead of --engines)", AT(replay.disagg.prefill_engines),
      .omit = OMIT_ZERO},
-    {"decode-engines", O_DENGINES, K_U32, G_DISAGG, 1, 4096, false, NULL, S_DISAGG, "D",
+    {"decode-engines", O_GENERIC, K_U32, G_DISAGG, 1, 4096, false, NULL, S_DISAGG, "D",
      "decode engines", AT(replay.disagg.decode_engines)},
-    {"prefill-engine-args", O_PARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
+    {"prefill-engine-args", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
      "vLLM engine arguments of the prefill pool (JSON: block_size, num_gpu_blocks_override, "
      "max_num_seqs, max_num_batched_tokens, max_model_len, ...), over the engine options above",
      AT(prefill_args)},
-    {"decode-engine-args", O_DARGS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
+    {"decode-engine-args", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
      "the same for the decode pool", AT(decode_args)},
     {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
      "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
     {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
      "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
-    {"kv-transfer-gbps", O_XGBPS, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
+    {"kv-transfer-gbps", O_GENERIC, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
      "prefill->decode link bandwidth, GB/s (25)", AT(replay.disagg.transfer.gbps)},
     {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
      "fixed cost of one KV transfer (0)", .field = F_SPECIAL},
@@ -458,45 +395,46 @@ static const struct opt opts[] = {
      "a pinned source is freed this long after the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT; "
      "0: never)",
      .field = F_SPECIAL},
-    {"handoff-release", O_HRELEASE, K_CHOICE, G_DISAGG, 0, 0, false, releases, S_DISAGG,
+    {"handoff-release", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, releases, S_DISAGG,
      "pinned|immediate",
      "keep the source until the decode read it (pinned, vLLM) or free it when the prefill ends "
      "(immediate: a what-if without stranding)",
      AT_CHOICE(replay.disagg.release_immediately)},
-    {"handoff-events", O_HEVENTS, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
+    {"handoff-events", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
      "one JSON line per handoff lifecycle event", AT(replay.disagg.events_path),
      .omit = OMIT_OUTPUT},
-    {"slo-ttft-ms", O_SLO_TTFT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+    {"slo-ttft-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "time to first token within X ms", AT_NS(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
-    {"slo-itl-ms", O_SLO_ITL, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+    {"slo-itl-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "inter-token latency (AIPerf's, per request: (last - first token) / (tokens - 1)) within X "
      "ms",
      AT_NS(replay.slo.itl_ns, 1e6), .omit = OMIT_ZERO},
-    {"slo-e2e-ms", O_SLO_E2E, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
+    {"slo-e2e-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "end-to-end latency within X ms", AT_NS(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
-    {"report", O_REPORT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+    {"report", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "JSON report (- : standard output, the table then goes to standard error)", AT(report_path),
      .omit = OMIT_OUTPUT},
-    {"config-out", O_CONFIGOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+    {"config-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the run's whole configuration as JSON: --config FILE replays the same run (options after it "
      "override it); the report's run.config holds it",
      AT(config_out_path), .omit = OMIT_OUTPUT},
-    {"requests-out", O_REQOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+    {"requests-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "per-request records (JSONL)", AT(replay.requests_path), .omit = OMIT_OUTPUT},
-    {"timeseries-out", O_TSOUT, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+    {"timeseries-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "per engine and in all, every interval: running, waiting, KV usage, prompt and generation "
      "tok/s, preemptions, pinned and offloaded blocks (CSV)",
      AT(replay.timeseries_path), .omit = OMIT_OUTPUT},
-    {"html", O_HTML, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
+    {"html", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines",
      AT(replay.html_path), .omit = OMIT_OUTPUT},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
      "the time series' interval (1000)", AT_NS(replay.timeseries_interval_ns, 1e6),
      .omit = OMIT_ALWAYS},
-    {"quiet", O_QUIET, K_FLAG, G_NONE, 0, 0, false, NULL, S_OUTPUT, NULL,
+    {"quiet", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_OUTPUT, NULL,
      "no table, no progress bar", AT(replay.quiet), .omit = OMIT_ALWAYS},
 };
 #define NUM_OPTS (sizeof opts / sizeof opts[0])
+_Static_assert(NUM_OPTS <= KVSIM_OPTIONS_MAX_IDS, "struct kvsim_options tracks every row");
 
 static const struct opt *find_opt(const char *name)
 {
@@ -835,8 +773,8 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
     if (rc == 1)
         rc = apply_special(o, d, value, &v, err, errlen);
     if (rc == 0) {
-        o->given[d->id] = d->name;
-        o->given_from[d->id] = o->setting_from;
+        o->given[d - opts] = d->name;
+        o->given_from[d - opts] = o->setting_from;
     }
     if (rc == 0 && d->group == G_OFFLOAD)
         o->offload_opt = d->name;
@@ -1027,15 +965,15 @@ static const char *option_idle(const struct kvsim_options *o, enum opt_id id)
 /* The first given option that does nothing in this run: 0, or -EINVAL with the message. */
 static int check_idle_options(const struct kvsim_options *o, char *err, size_t errlen)
 {
-    for (int id = 0; id < O_NUM_IDS; id++) {
-        const char *why = o->given[id] ? option_idle(o, (enum opt_id)id) : NULL;
+    for (size_t i = 0; i < NUM_OPTS; i++) {
+        const char *why = o->given[i] ? option_idle(o, opts[i].id) : NULL;
         if (!why)
             continue;
-        if (o->given_from[id])
+        if (o->given_from[i])
             snprintf(err, errlen, "option --config: %s: options: key '%s' does nothing here: %s",
-                     o->given_from[id], o->given[id], why);
+                     o->given_from[i], o->given[i], why);
         else
-            snprintf(err, errlen, "option --%s does nothing here: %s", o->given[id], why);
+            snprintf(err, errlen, "option --%s does nothing here: %s", o->given[i], why);
         return -EINVAL;
     }
     return 0;

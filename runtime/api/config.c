@@ -1,7 +1,7 @@
 /*
- * config.c - the options of a run by name (api.h) and the public configuration object
- * (kvsim.h: kvsim_config_*). One table holds every option's name, kind and range; the command
- * line and the API both set options through it, so they cannot drift apart.
+ * config.c - the options of a run by name (api.h). One table holds every option's name, kind,
+ * range, help and member; the command line, --config files and the API (config_api.c) all set
+ * options through it, --help and --config-out are generated from it, so they cannot drift apart.
  */
 #include "runtime/api/api.h"
 #include "runtime/input/input.h"
@@ -70,10 +70,8 @@ enum opt_id {
     O_SPEEDUP,
     O_MAXREQ,
     O_SEED,
-    O_ENGINES,
     O_ROUTER,
     O_KVINDEX,
-    O_BLOCKS,
     O_CONFIG,
     O_EARGS,
     O_POLICY,
@@ -81,18 +79,10 @@ enum opt_id {
     O_TPGBPS,
     O_TPLAT,
     O_GPUUTIL,
-    O_G2,
     O_OTHREADS,
     O_OSEED,
     O_KVBYTES,
-    O_G12BW,
-    O_G23BW,
-    O_PROUTER,
-    O_DROUTER,
-    O_XLAT,
-    O_XABORT,
     O_SY_SESS,
-    O_MAXSIM,
     O_TSINT,
 };
 
@@ -110,16 +100,19 @@ enum opt_field {
     F_STR,         /* borrowed */
     F_CHOICE_BOOL, /* a bool: the second of two choices */
     F_NOT_BOOL,    /* the negation of a flag (--no-x) */
-    F_NS,          /* an int64_t of nanoseconds from a double (scale ns per unit; >= 1 ns) */
+    F_ENUM,        /* an enum: values[the choice's index] */
+    F_SCALED,      /* an int64_t: round(the double x scale); a duration's nonzero value >= 1 ns */
 };
 /* When --config-out leaves a row out (besides an idle option, and the offload, disaggregation
  * and synthetic rows of a run without them). */
 enum opt_omit {
     OMIT_NEVER = 0,
-    OMIT_ZERO,   /* when 0, false or NULL: the option is off */
-    OMIT_ALWAYS, /* negations and how a run shows: not part of the run's configuration */
-    OMIT_OUTPUT, /* an output file (F_STR): left out too, and checked before the run
-                  * (kvsim_options_check_outputs) */
+    OMIT_ZERO,    /* when 0, false or NULL: the option is off */
+    OMIT_DISAGG,  /* in a disaggregated run (the pools' options say it) */
+    OMIT_DERIVED, /* when derived from --gpu-memory-gib and not given (its mark is false) */
+    OMIT_ALWAYS,  /* aliases, negations, how a run shows: not part of the run's configuration */
+    OMIT_OUTPUT,  /* an output file (F_STR): left out too, and checked before the run
+                   * (kvsim_options_check_outputs) */
 };
 
 /* The sections of `kvsim replay --help`, in order; S_API rows are set through the C API and
@@ -165,8 +158,11 @@ struct opt {
      * (kvsim_options_set), printing it (--config-out) and leaving it out are generic for every row
      * but F_SPECIAL ones (apply_special, special_value). */
     enum opt_field field;
-    size_t off;   /* offsetof(struct kvsim_options, ...) */
-    double scale; /* F_NS: nanoseconds per unit of the option */
+    size_t off;        /* offsetof(struct kvsim_options, ...) */
+    size_t also;       /* 1 + the offset of a second member stored the same (0: none) */
+    size_t mark;       /* 1 + the offset of a bool set when the row is set (0: none) */
+    double scale;      /* F_SCALED: units of the member per unit of the option */
+    const int *values; /* F_ENUM: the member's value for each choice */
     enum opt_omit omit;
 };
 
@@ -179,10 +175,19 @@ struct opt {
         double: F_DBL,                                                                             \
         bool: F_BOOL,                                                                              \
         const char *: F_STR)
-#define AT(m)        .field = FIELD_TYPE(m), .off = offsetof(struct kvsim_options, m)
-#define AT_CHOICE(m) .field = F_CHOICE_BOOL, .off = offsetof(struct kvsim_options, m)
-#define AT_NOT(m)    .field = F_NOT_BOOL, .off = offsetof(struct kvsim_options, m), .omit = OMIT_ALWAYS
-#define AT_NS(m, s)  .field = F_NS, .off = offsetof(struct kvsim_options, m), .scale = (s)
+#define AT(m)           .field = FIELD_TYPE(m), .off = offsetof(struct kvsim_options, m)
+#define AT_CHOICE(m)    .field = F_CHOICE_BOOL, .off = offsetof(struct kvsim_options, m)
+#define AT_NOT(m)       .field = F_NOT_BOOL, .off = offsetof(struct kvsim_options, m), .omit = OMIT_ALWAYS
+#define AT_SCALED(m, s) .field = F_SCALED, .off = offsetof(struct kvsim_options, m), .scale = (s)
+/* An enum member (int-sized, checked): values maps the choices to it. */
+#define AT_ENUM(m, vals)                                                                           \
+    .field = F_ENUM, .values = (vals),                                                             \
+    .off = offsetof(struct kvsim_options, m) +                                                     \
+           0 * sizeof(char[sizeof(((struct kvsim_options *)0)->m) == sizeof(int) ? 1 : -1])
+#define ALSO(m) .also = 1 + offsetof(struct kvsim_options, m)
+#define MARK(m)                                                                                    \
+    .mark = 1 + offsetof(struct kvsim_options, m) +                                                \
+            0 * sizeof(char[_Generic(((struct kvsim_options *)0)->m, bool : 1)])
 
 static const char *const formats[] = {"mooncake", "azure", "vllm-run", NULL};
 static const char *const routers[] = {"round-robin", "least-loaded", "kv", NULL};
@@ -192,6 +197,10 @@ static const char *const releases[] = {"pinned", "immediate", NULL};
 static const char *const policies[] = {"fcfs", "priority", NULL};
 static const char *const lengths[] = {"lognormal", "fixed", NULL};
 static const char *const on_off[] = {"on", "off", NULL};
+static const int format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE, KVSIM_TRACE_VLLM_RUN};
+static const int router_ids[] = {KVSIM_ROUTER_ROUND_ROBIN, KVSIM_ROUTER_LEAST_LOADED,
+                                 KVSIM_ROUTER_KV};
+static const int policy_ids[] = {SCHED_POLICY_FCFS, SCHED_POLICY_PRIORITY};
 
 #define U32MAX  4294967295.0
 /* Integer ranges beyond 2^53 (seeds: the whole u64) are checked as u64, not as doubles. */
@@ -204,7 +213,7 @@ static const struct opt opts[] = {
      AT(replay.trace_path)},
     {"format", O_FORMAT, K_CHOICE, G_NONE, 0, 0, false, formats, S_INPUT, "mooncake|azure|vllm-run",
      "trace format (default: from the file extension; vllm-run: a recorded run's requests.jsonl)",
-     .field = F_SPECIAL},
+     AT_ENUM(replay.trace_opts.format, format_ids)},
     {"trace-block-size", O_TBS, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_INPUT, "N",
      "tokens per Mooncake hash id (512)", AT(replay.trace_opts.trace_block_size)},
     {"arrival-speedup", O_SPEEDUP, K_DBL, G_NONE, 0, 1e12, true, NULL, S_INPUT, "X",
@@ -212,10 +221,10 @@ static const struct opt opts[] = {
     {"max-requests", O_MAXREQ, K_U64, G_NONE, 1, U32MAX, false, NULL, S_INPUT, "N",
      "replay only the first N requests (all)", AT(replay.trace_opts.max_requests),
      .omit = OMIT_ZERO},
-    {"max-sim-time-s", O_MAXSIM, K_DBL, G_NONE, 0, 9e9, true, NULL, S_INPUT, "X",
+    {"max-sim-time-s", O_GENERIC, K_DBL, G_NONE, 0, 9e9, true, NULL, S_INPUT, "X",
      "stop X simulated seconds after the first arrival (the report says it is partial; default: "
      "none)",
-     .field = F_SPECIAL},
+     AT_SCALED(replay.max_sim_time_ns, 1e9), .omit = OMIT_ZERO},
     {"replay-concurrency", O_GENERIC, K_U32, G_NONE, 1, 1 << 24, false, NULL, S_INPUT, "N",
      "closed loop: N sessions in flight, the next one sent when one ends (first turns' timestamps "
      "unused; Dynamo's option) (off: by timestamps)",
@@ -250,21 +259,22 @@ static const struct opt opts[] = {
      AT(replay.synth.shared_prefix_ratio)},
     {"synthetic-think-s", O_GENERIC, K_DBL, G_SYNTH, 0, 1e6, false, NULL, S_SYNTH, "X",
      "mean think time between turns (2)", AT(replay.synth.mean_think_s)},
-    {"engines", O_ENGINES, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)",
-     .field = F_SPECIAL},
+    {"engines", O_GENERIC, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)",
+     AT(replay.num_engines), MARK(engines_given), .omit = OMIT_DISAGG},
     {"threads", O_GENERIC, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
      "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)",
      AT(replay.num_threads)},
     {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers, S_CLUSTER, "POLICY",
-     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
+     "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.router, router_ids)},
     {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes, S_CLUSTER, "pool|events",
      "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
      "events (pool); both see the same blocks at every boundary",
      AT_CHOICE(replay.kv_index_events)},
     {"block-size", O_GENERIC, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
      "tokens per KV block (16)", AT(replay.sched.block_size)},
-    {"num-gpu-blocks", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
-     "KV blocks per engine, null block included (16384)", .field = F_SPECIAL},
+    {"num-gpu-blocks", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
+     "KV blocks per engine, null block included (16384)", AT(replay.sched.num_blocks),
+     MARK(timing.blocks_given), .omit = OMIT_DERIVED},
     {"max-num-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "running-set cap (256)", AT(replay.sched.max_num_seqs)},
     {"max-num-batched-tokens", O_GENERIC, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
@@ -311,16 +321,17 @@ static const struct opt opts[] = {
      "vLLM's batch queue: schedule each step while the one before it runs (off; aggregated engines "
      "without offload tiers; others keep only the placeholders)",
      AT(replay.sched.async_scheduling)},
-    {"num-gpu-blocks-override", O_BLOCKS, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
-     "N", "vLLM's name for --num-gpu-blocks", .field = F_SPECIAL},
+    {"num-gpu-blocks-override", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
+     "N", "vLLM's name for --num-gpu-blocks", AT(replay.sched.num_blocks),
+     MARK(timing.blocks_given), .omit = OMIT_ALWAYS},
     {"watermark", O_GENERIC, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
      "keep int(W x blocks) free for running requests (0)", AT(replay.sched.watermark)},
     {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL, S_VLLM, "FILE.json",
      "vLLM's engine arguments as JSON (block_size, num_gpu_blocks_override, max_num_seqs, ...): "
      "read where it stands, options after it override it",
      .field = F_SPECIAL},
-    {"scheduling-policy", O_POLICY, K_CHOICE, G_NONE, 0, 0, false, policies, S_VLLM,
-     "fcfs|priority", "the waiting queue's order (fcfs)", .field = F_SPECIAL},
+    {"scheduling-policy", O_GENERIC, K_CHOICE, G_NONE, 0, 0, false, policies, S_VLLM,
+     "fcfs|priority", "the waiting queue's order (fcfs)", AT_ENUM(replay.sched.policy, policy_ids)},
     {"kv-events", O_GENERIC, K_BOOL, G_NONE, 0, 0, false, NULL, S_API, NULL, NULL, AT(kv_events)},
     {"profiles", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ROOT",
      "LLMServingSim-format profiles and model configs", AT(timing.profiles)},
@@ -342,8 +353,9 @@ static const struct opt opts[] = {
      AT(timing.gpu_memory_gib), .omit = OMIT_ZERO},
     {"gpu-memory-utilization", O_GPUUTIL, K_DBL, G_NONE, 0, 1, true, NULL, S_TIMING, "U",
      "fraction of it vLLM may use (0.9)", AT(timing.gpu_memory_utilization)},
-    {"g2-blocks", O_G2, K_U32, G_NONE, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD, "N",
-     "host-memory tier per engine, in blocks", .field = F_SPECIAL},
+    {"g2-blocks", O_GENERIC, K_U32, G_OFFLOAD, 1, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD,
+     "N", "host-memory tier per engine, in blocks", AT(replay.tiers.g2_blocks),
+     MARK(replay.offload)},
     {"g3-blocks", O_GENERIC, K_U32, G_OFFLOAD, 0, OFFLOAD_TIER_MAX_CAPACITY, false, NULL, S_OFFLOAD,
      "N", "disk tier per engine, in blocks (0: none)", AT(replay.tiers.g3_blocks)},
     {"g3-shared", O_GENERIC, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
@@ -365,13 +377,18 @@ static const struct opt opts[] = {
     {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL, S_OFFLOAD, "S",
      "seed of the failure injection (1)", AT(replay.tiers.pipe.seed)},
     {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL, S_OFFLOAD,
-     "N", "KV bytes per token, all layers (131072)", .field = F_SPECIAL},
+     "N", "KV bytes per token, all layers (131072)", AT(replay.kv_bytes_per_token),
+     MARK(timing.kv_bytes_given), .omit = OMIT_DERIVED},
     /* At least 1 MB/s: a slower link would be rounded to 0 B/s (read as infinite) below
      * 1e-9, and would stretch a replay over simulated years long before that (issue #33). */
-    {"g1-g2-gbps", O_G12BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
-     "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)", .field = F_SPECIAL},
-    {"g2-g3-gbps", O_G23BW, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
-     "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)", .field = F_SPECIAL},
+    {"g1-g2-gbps", O_GENERIC, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
+     "GPU<->host bandwidth per direction, GB/s, >= 0.001 (14)",
+     AT_SCALED(replay.tiers.pipe.lanes[OFFLOAD_LANE_G1_G2].bandwidth, 1e9),
+     ALSO(replay.tiers.pipe.lanes[OFFLOAD_LANE_G2_G1].bandwidth)},
+    {"g2-g3-gbps", O_GENERIC, K_DBL, G_OFFLOAD, 1e-3, 1e9, false, NULL, S_OFFLOAD, "X",
+     "host<->disk bandwidth per direction, GB/s, >= 0.001 (7)",
+     AT_SCALED(replay.tiers.pipe.lanes[OFFLOAD_LANE_G2_G3].bandwidth, 1e9),
+     ALSO(replay.tiers.pipe.lanes[OFFLOAD_LANE_G3_G2].bandwidth)},
     {"prefill-engines", O_GENERIC, K_U32, G_NONE, 1, 4096, false, NULL, S_DISAGG, "P",
      "prefill engines (instead of --engines)", AT(replay.disagg.prefill_engines),
      .omit = OMIT_ZERO},
@@ -383,18 +400,19 @@ static const struct opt opts[] = {
      AT(prefill_args)},
     {"decode-engine-args", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
      "the same for the decode pool", AT(decode_args)},
-    {"prefill-router", O_PROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
-     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
-    {"decode-router", O_DROUTER, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
-     "round-robin | least-loaded | kv (kv)", .field = F_SPECIAL},
+    {"prefill-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+     "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.disagg.prefill_router, router_ids)},
+    {"decode-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+     "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.disagg.decode_router, router_ids)},
     {"kv-transfer-gbps", O_GENERIC, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
      "prefill->decode link bandwidth, GB/s (25)", AT(replay.disagg.transfer.gbps)},
-    {"kv-transfer-latency-us", O_XLAT, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
-     "fixed cost of one KV transfer (0)", .field = F_SPECIAL},
-    {"kv-transfer-abort-timeout-ms", O_XABORT, K_DBL, G_DISAGG, 0, 1e12, false, NULL, S_DISAGG, "X",
+    {"kv-transfer-latency-us", O_GENERIC, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
+     "fixed cost of one KV transfer (0)", AT_SCALED(replay.disagg.transfer.latency_ns, 1e3)},
+    {"kv-transfer-abort-timeout-ms", O_GENERIC, K_DBL, G_DISAGG, 0, 1e12, false, NULL, S_DISAGG,
+     "X",
      "a pinned source is freed this long after the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT; "
      "0: never)",
-     .field = F_SPECIAL},
+     AT_SCALED(replay.disagg.abort_timeout_ns, 1e6)},
     {"handoff-release", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, releases, S_DISAGG,
      "pinned|immediate",
      "keep the source until the decode read it (pinned, vLLM) or free it when the prefill ends "
@@ -404,13 +422,13 @@ static const struct opt opts[] = {
      "one JSON line per handoff lifecycle event", AT(replay.disagg.events_path),
      .omit = OMIT_OUTPUT},
     {"slo-ttft-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
-     "time to first token within X ms", AT_NS(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
+     "time to first token within X ms", AT_SCALED(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
     {"slo-itl-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "inter-token latency (AIPerf's, per request: (last - first token) / (tokens - 1)) within X "
      "ms",
-     AT_NS(replay.slo.itl_ns, 1e6), .omit = OMIT_ZERO},
+     AT_SCALED(replay.slo.itl_ns, 1e6), .omit = OMIT_ZERO},
     {"slo-e2e-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
-     "end-to-end latency within X ms", AT_NS(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
+     "end-to-end latency within X ms", AT_SCALED(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
     {"report", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "JSON report (- : standard output, the table then goes to standard error)", AT(report_path),
      .omit = OMIT_OUTPUT},
@@ -428,7 +446,7 @@ static const struct opt opts[] = {
      "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines",
      AT(replay.html_path), .omit = OMIT_OUTPUT},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
-     "the time series' interval (1000)", AT_NS(replay.timeseries_interval_ns, 1e6),
+     "the time series' interval (1000)", AT_SCALED(replay.timeseries_interval_ns, 1e6),
      .omit = OMIT_ALWAYS},
     {"quiet", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_OUTPUT, NULL,
      "no table, no progress bar", AT(replay.quiet), .omit = OMIT_ALWAYS},
@@ -636,9 +654,8 @@ static int read_run_config(struct kvsim_options *o, const char *path, char *err,
     return 0;
 }
 
-/* Input, cluster, engine, timing and output options. Returns 0, -EINVAL, or 1 (not one). */
-/* The generic part of kvsim_options_set: stores v into the row's member. Returns 0, -EINVAL
- * (a duration below 1 ns), or 1 (an F_SPECIAL row). */
+/* The generic part of kvsim_options_set: stores v into the row's member (and its ALSO member).
+ * Returns 0, -EINVAL (a nonzero duration below 1 ns), or 1 (an F_SPECIAL row). */
 static int apply_field(struct kvsim_options *o, const struct opt *d, const char *value,
                        const struct opt_value *v, char *err, size_t errlen)
 {
@@ -651,112 +668,49 @@ static int apply_field(struct kvsim_options *o, const struct opt *d, const char 
     case F_BOOL: *(bool *)at = v->b; return 0;
     case F_NOT_BOOL: *(bool *)at = !v->b; return 0;
     case F_CHOICE_BOOL: *(bool *)at = v->choice == 1; return 0;
+    case F_ENUM: *(int *)at = d->values[v->choice]; return 0;
     case F_STR: *(const char **)at = value; return 0;
-    case F_NS: {
-        int64_t ns = (int64_t)(v->x * d->scale + 0.5);
-        if (ns < 1) {
-            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
+    case F_SCALED: {
+        double y = v->x * d->scale;
+        if (y < 0.5 && v->x != 0) { /* only durations have a range reaching below 1 unit */
+            snprintf(err, errlen, "option --%s: '%s' is below 1 ns%s", d->name, value,
+                     d->min == 0 && !d->min_open ? " (0 means off)" : "");
             return -EINVAL;
         }
-        *(int64_t *)at = ns;
+        *(int64_t *)at = (int64_t)(y + 0.5);
+        if (d->also)
+            *(int64_t *)((char *)o + d->also - 1) = *(int64_t *)at;
         return 0;
     }
     }
     return 1;
 }
 
-/* The rows whose reading is more than a store (F_SPECIAL): enums by name, "given" marks, the
- * files --config and --engine-args read where they stand, durations with their own limits.
- * Returns 0, -EINVAL (err says why), or 1 (not one of them). */
-static int apply_special(struct kvsim_options *o, const struct opt *d, const char *value,
-                         const struct opt_value *v, char *err, size_t errlen)
+/* The rows whose reading is more than a store (F_SPECIAL): the files --config and --engine-args
+ * read where they stand. Returns 0 or -EINVAL (err says why). */
+static int apply_special(struct kvsim_options *o, const struct opt *d, const char *value, char *err,
+                         size_t errlen)
 {
-    static const enum kvsim_trace_format format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE,
-                                                         KVSIM_TRACE_VLLM_RUN};
+    if (d->id == O_CONFIG)
+        return read_run_config(o, value, err, errlen);
+    /* --engine-args: applied where it stands: options after it override its keys, options before
+     * it are overridden. A block count it gives wins over a derived capacity, as --num-gpu-blocks
+     * does. Whether the file names the block count shows in one read (the file may be a pipe):
+     * loaded over a count no file can give (at most INT32_MAX - 2). */
     struct kvsim_replay_config *cfg = &o->replay;
-    struct kvsim_timing_opts *t = &o->timing;
-    struct offload_config *pipe = &cfg->tiers.pipe;
-    struct kvsim_disagg_config *dc = &cfg->disagg;
-    switch (d->id) {
-    case O_FORMAT: cfg->trace_opts.format = format_ids[v->choice]; return 0;
-    case O_MAXSIM: {
-        double ns = v->x * 1e9;
-        if (ns < 1) {
-            snprintf(err, errlen, "option --%s: '%s' is below 1 ns", d->name, value);
-            return -EINVAL;
-        }
-        cfg->max_sim_time_ns = (int64_t)(ns + 0.5);
-        return 0;
+    char e[512];
+    struct sched_config sc = cfg->sched;
+    sc.num_blocks = UINT32_MAX;
+    if (kvsim_engine_args_load(value, &sc, e, sizeof e)) {
+        snprintf(err, errlen, "option --engine-args: %s", e);
+        return -EINVAL;
     }
-    case O_ENGINES:
-        o->engines_given = true;
-        cfg->num_engines = (uint32_t)v->u;
-        return 0;
-    case O_ROUTER:
-    case O_PROUTER:
-    case O_DROUTER:
-        *(d->id == O_ROUTER    ? &cfg->router
-          : d->id == O_PROUTER ? &dc->prefill_router
-                               : &dc->decode_router) =
-            (enum kvsim_router_policy)kvsim_router_policy_parse(routers[v->choice]);
-        return 0;
-    case O_BLOCKS:
-        t->blocks_given = true;
-        cfg->sched.num_blocks = (uint32_t)v->u;
-        return 0;
-    case O_CONFIG: return read_run_config(o, value, err, errlen);
-    case O_EARGS: {
-        /* Applied where it stands: options after it override its keys, options before it
-         * are overridden. A block count it gives wins over a derived capacity, as
-         * --num-gpu-blocks does. */
-        char e[512];
-        /* Whether the file names the block count shows in one read (the file may be a pipe):
-         * loaded over a count no file can give (at most INT32_MAX - 2). */
-        struct sched_config sc = cfg->sched;
-        sc.num_blocks = UINT32_MAX;
-        if (kvsim_engine_args_load(value, &sc, e, sizeof e)) {
-            snprintf(err, errlen, "option --engine-args: %s", e);
-            return -EINVAL;
-        }
-        if (sc.num_blocks != UINT32_MAX)
-            t->blocks_given = true;
-        else
-            sc.num_blocks = cfg->sched.num_blocks;
-        cfg->sched = sc;
-        return 0;
-    }
-    case O_POLICY:
-        cfg->sched.policy = v->choice ? SCHED_POLICY_PRIORITY : SCHED_POLICY_FCFS;
-        return 0;
-    case O_G2: /* docs/offload.md */
-        cfg->offload = true;
-        cfg->tiers.g2_blocks = (uint32_t)v->u;
-        return 0;
-    case O_KVBYTES:
-        t->kv_bytes_given = true;
-        cfg->kv_bytes_per_token = v->u;
-        return 0;
-    case O_G12BW:
-    case O_G23BW: {
-        int64_t bw = (int64_t)(v->x * 1e9);
-        enum offload_lane up = d->id == O_G12BW ? OFFLOAD_LANE_G1_G2 : OFFLOAD_LANE_G2_G3;
-        enum offload_lane down = d->id == O_G12BW ? OFFLOAD_LANE_G2_G1 : OFFLOAD_LANE_G3_G2;
-        pipe->lanes[up].bandwidth = pipe->lanes[down].bandwidth = bw;
-        return 0;
-    }
-    case O_XLAT:
-        dc->transfer.latency_ns = (int64_t)(v->x * 1e3 + 0.5);
-        return 0; /* docs/disagg.md */
-    case O_XABORT:
-        if (v->x > 0 && v->x < 1e-6) {
-            snprintf(err, errlen, "option --%s: '%s' is below 1 ns (0 means never)", d->name,
-                     value);
-            return -EINVAL;
-        }
-        dc->abort_timeout_ns = (int64_t)(v->x * 1e6 + 0.5);
-        return 0;
-    default: return 1;
-    }
+    if (sc.num_blocks != UINT32_MAX)
+        o->timing.blocks_given = true;
+    else
+        sc.num_blocks = cfg->sched.num_blocks;
+    cfg->sched = sc;
+    return 0;
 }
 
 int kvsim_options_set(struct kvsim_options *o, const char *name, const char *value, char *err,
@@ -771,10 +725,12 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
         return rc;
     rc = apply_field(o, d, value, &v, err, errlen);
     if (rc == 1)
-        rc = apply_special(o, d, value, &v, err, errlen);
+        rc = apply_special(o, d, value, err, errlen);
     if (rc == 0) {
         o->given[d - opts] = d->name;
         o->given_from[d - opts] = o->setting_from;
+        if (d->mark)
+            *(bool *)((char *)o + d->mark - 1) = true;
     }
     if (rc == 0 && d->group == G_OFFLOAD)
         o->offload_opt = d->name;
@@ -1122,141 +1078,6 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
 
 void kvsim_run_fini(struct kvsim_run *run) { kvsim_timing_fini(&run->timing); }
 
-/* ---- the public configuration object (kvsim.h) ------------------------------------------------
- */
-
-struct kvsim_config {
-    struct kvsim_options o;
-    json_t *given; /* name -> value as a string: owns the strings o borrows */
-    char err[1024];
-};
-
-/* For replay_api.c and engine_api.c (declared there). */
-const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c);
-char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len);
-
-const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c) { return &c->o; }
-char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len)
-{
-    *len = sizeof c->err;
-    return c->err;
-}
-
-int kvsim_config_new(kvsim_config_t **out)
-{
-    *out = NULL;
-    kvsim_config_t *c = calloc(1, sizeof *c);
-    if (!c || !(c->given = json_object())) {
-        free(c);
-        return -ENOMEM;
-    }
-    kvsim_options_default(&c->o);
-    *out = c;
-    return 0;
-}
-
-void kvsim_config_free(kvsim_config_t *c)
-{
-    if (!c)
-        return;
-    json_decref(c->given);
-    kvsim_options_fini(&c->o);
-    free(c);
-}
-
-const char *kvsim_config_error(const kvsim_config_t *c) { return c->err; }
-
-int kvsim_config_set(kvsim_config_t *c, const char *name, const char *value)
-{
-    c->err[0] = 0;
-    if (!name) {
-        snprintf(c->err, sizeof c->err, "kvsim_config_set: no option name");
-        return -EINVAL;
-    }
-    char canon[128];
-    kvsim_options_canonical(name, canon, sizeof canon);
-    if (!kvsim_options_known(canon, NULL)) {
-        snprintf(c->err, sizeof c->err, "unknown option '%s'", name);
-        return -EINVAL;
-    }
-    /* Keep the value first: the options borrow its string. */
-    json_t *v = json_string(value ? value : "true");
-    if (!v) {
-        snprintf(c->err, sizeof c->err, "option --%s: the value is not UTF-8 text", canon);
-        return -EINVAL;
-    }
-    json_t *old = json_object_get(c->given, canon);
-    json_incref(old); /* the options may still point into it if this value is refused */
-    if (json_object_set_new(c->given, canon, v)) {
-        json_decref(old);
-        return -ENOMEM;
-    }
-    v = json_object_get(c->given, canon);
-    struct kvsim_options saved = c->o;
-    int rc = kvsim_options_set(&c->o, canon, json_string_value(v), c->err, sizeof c->err);
-    if (rc) {
-        if (c->o.config_doc != saved.config_doc) /* a configuration read before the refusal */
-            json_decref(c->o.config_doc);
-        c->o = saved;
-        if (old)
-            json_object_set(c->given, canon, old);
-        else
-            json_object_del(c->given, canon);
-    }
-    json_decref(old);
-    return rc ? -EINVAL : 0;
-}
-
-int kvsim_config_set_json(kvsim_config_t *c, const char *text)
-{
-    c->err[0] = 0;
-    json_error_t je;
-    json_t *root = text ? json_loads(text, JSON_REJECT_DUPLICATES, &je) : NULL;
-    if (!root || !json_is_object(root)) {
-        if (root)
-            snprintf(c->err, sizeof c->err, "kvsim_config_set_json: not a JSON object");
-        else
-            snprintf(c->err, sizeof c->err, "kvsim_config_set_json: %s (line %d, column %d)",
-                     text ? je.text : "no text", text ? je.line : 0, text ? je.column : 0);
-        json_decref(root);
-        return -EINVAL;
-    }
-    const char *key;
-    json_t *v;
-    int rc = 0;
-    json_object_foreach(root, key, v)
-    {
-        char buf[64];
-        const char *s = buf;
-        if (json_is_null(v))
-            continue;
-        if (json_is_string(v))
-            s = json_string_value(v);
-        else if (json_is_true(v) || json_is_false(v))
-            s = json_is_true(v) ? "true" : "false";
-        else if (json_is_integer(v))
-            snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        else if (json_is_real(v))
-            snprintf(buf, sizeof buf, "%.17g", json_real_value(v));
-        else {
-            snprintf(c->err, sizeof c->err,
-                     "kvsim_config_set_json: key '%s' must be a string, a number or a boolean",
-                     key);
-            rc = -EINVAL;
-            break;
-        }
-        if ((rc = kvsim_config_set(c, key, s)) != 0)
-            break;
-    }
-    json_decref(root);
-    return rc;
-}
-
-char *kvsim_config_json(const kvsim_config_t *c)
-{
-    return json_dumps(c->given, JSON_PRESERVE_ORDER | JSON_COMPACT);
-}
-
 /* ---- the effective configuration (--config-out) ---------------------------------------------- */
 
 int kvsim_write_text_file(const char *what, const char *path, const char *text, char *err,
@@ -1326,8 +1147,6 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
     return 0;
 }
 
-/* The effective value of option d as --config reads it into buf. Returns false when the option
- * is left out: an output, an alias, an unset path, or what the run derives. */
 /* The generic part of effective_value: the row's member as --config reads it, false when
  * OMIT_ZERO and it is 0, false or NULL. */
 static bool field_value(const struct kvsim_options *o, const struct opt *d, char *buf, size_t len)
@@ -1350,9 +1169,16 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
         x = *(const double *)at;
         off = !(x > 0);
         break;
-    case F_NS:
+    case F_SCALED:
         x = (double)*(const int64_t *)at / d->scale;
         off = !(x > 0);
+        break;
+    case F_ENUM:
+        for (int i = 0; !s && d->choices[i]; i++)
+            s = d->values[i] == *(const int *)at ? d->choices[i] : NULL;
+        if (!s)
+            return false; /* a value no choice names (a trace format by its extension) */
+        off = false;
         break;
     case F_BOOL:
         off = !*(const bool *)at;
@@ -1379,102 +1205,23 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
     return true;
 }
 
+/* The effective value of option d as --config reads it into buf. Returns false when the option
+ * is left out: it does nothing in this run (read back, it would be refused), an output, an alias
+ * or a negation, an option of tiers, pools or a workload not in use, or what the run derives. */
 static bool effective_value(const struct kvsim_options *o, const struct opt *d, char *buf,
                             size_t len)
 {
     const struct kvsim_replay_config *cfg = &o->replay;
-    const struct sched_config *sc = &cfg->sched;
-    const struct kvsim_timing_opts *t = &o->timing;
-    const struct offload_config *pipe = &cfg->tiers.pipe;
-    const struct kvsim_disagg_config *dc = &cfg->disagg;
-    const char *str = NULL;
-    bool derived = t->gpu_memory_gib > 0;
-    uint64_t u = 0;
-    double x = 0;
-    enum { U, X, S } kind = U;
-    if (option_idle(o, d->id))
-        return false; /* it does nothing in this run: read back, it would be refused */
-    if (d->field != F_SPECIAL) {
-        if (d->omit >= OMIT_ALWAYS || (d->group == G_OFFLOAD && !cfg->offload) ||
-            (d->group == G_DISAGG && !dc->prefill_engines))
-            return false; /* an output or a negation; options of tiers or pools not in use */
-        if (d->group == G_SYNTH &&
-            (cfg->trace_path || (d->id == O_SY_SESS && cfg->synth.num_requests)))
-            return false; /* a trace's run, or the count --synthetic-requests gives */
-        return field_value(o, d, buf, len);
-    }
-#define UV(v) (kind = U, u = (uint64_t)(v))
-#define XV(v) (kind = X, x = (double)(v))
-#define SV(v) (kind = S, str = (v))
-    switch (d->id) {
-    case O_FORMAT:
-        if (cfg->trace_opts.format == KVSIM_TRACE_AUTO)
-            return false; /* by the extension, again */
-        SV(kvsim_trace_format_name(cfg->trace_opts.format));
-        break;
-    case O_MAXSIM:
-        if (!cfg->max_sim_time_ns)
-            return false;
-        XV((double)cfg->max_sim_time_ns / 1e9);
-        break;
-    case O_ENGINES:
-        if (dc->prefill_engines)
-            return false; /* the pools' counts say it */
-        UV(cfg->num_engines);
-        break;
-    case O_ROUTER: SV(kvsim_router_policy_name(cfg->router)); break;
-    case O_BLOCKS:
-        if (d->name[strlen(d->name) - 1] == 'e' || (derived && !t->blocks_given))
-            return false; /* the -override alias, or a capacity the run derives */
-        UV(sc->num_blocks);
-        break;
-    case O_POLICY: SV(sc->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs"); break;
-    case O_G2:
-        if (!cfg->offload)
-            return false;
-        UV(cfg->tiers.g2_blocks);
-        break;
-    case O_G12BW:
-    case O_G23BW:
-        if (!cfg->offload)
-            return false; /* they need --g2-blocks */
-        XV((double)pipe->lanes[d->id == O_G12BW ? OFFLOAD_LANE_G1_G2 : OFFLOAD_LANE_G2_G3]
-               .bandwidth /
-           1e9);
-        break;
-    case O_KVBYTES:
-        if (derived && !t->kv_bytes_given)
-            return false;
-        UV(cfg->kv_bytes_per_token);
-        break;
-    case O_PROUTER:
-    case O_DROUTER:
-    case O_XLAT:
-    case O_XABORT:
-        if (!dc->prefill_engines)
-            return false; /* they need --prefill-engines */
-        switch (d->id) {
-        case O_PROUTER: SV(kvsim_router_policy_name(dc->prefill_router)); break;
-        case O_DROUTER: SV(kvsim_router_policy_name(dc->decode_router)); break;
-        case O_XLAT: XV((double)dc->transfer.latency_ns / 1e3); break;
-        default: XV((double)dc->abort_timeout_ns / 1e6); break;
-        }
-        break;
-    default: return false; /* outputs, --config, --engine-args (its values are above), negations */
-    }
-#undef UV
-#undef XV
-#undef SV
-    switch (kind) {
-    case U: snprintf(buf, len, "%" PRIu64, u); return true;
-    case X: snprintf(buf, len, "%.17g", x); return true;
-    case S:
-        if (!str)
-            return false;
-        snprintf(buf, len, "%s", str);
-        return true;
-    }
-    return false;
+    bool disagg = cfg->disagg.prefill_engines > 0;
+    if (option_idle(o, d->id) || d->omit >= OMIT_ALWAYS || (d->omit == OMIT_DISAGG && disagg) ||
+        (d->group == G_OFFLOAD && !cfg->offload) || (d->group == G_DISAGG && !disagg))
+        return false;
+    if (d->omit == OMIT_DERIVED && o->timing.gpu_memory_gib > 0 &&
+        !*(const bool *)((const char *)o + d->mark - 1))
+        return false; /* a capacity the run derives */
+    if (d->group == G_SYNTH && (cfg->trace_path || (d->id == O_SY_SESS && cfg->synth.num_requests)))
+        return false; /* a trace's run, or the count --synthetic-requests gives */
+    return field_value(o, d, buf, len);
 }
 
 char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run)

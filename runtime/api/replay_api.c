@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* config.c */
+/* config_api.c */
 const struct kvsim_options *kvsim__config_options(const kvsim_config_t *c);
 char *kvsim__config_errbuf(kvsim_config_t *c, size_t *len);
 

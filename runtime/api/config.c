@@ -190,7 +190,9 @@ struct opt {
             0 * sizeof(char[_Generic(((struct kvsim_options *)0)->m, bool : 1)])
 
 static const char *const formats[] = {"mooncake", "azure", "vllm-run", NULL};
-static const char *const routers[] = {"round-robin", "least-loaded", "kv", NULL};
+static const char *const routers[] = {"round-robin", "least-loaded", "kv", "dp-lb", NULL};
+/* Prefill and decode pools: dp-lb (ticks of the DP coordinator) is not in the disaggregated loop */
+static const char *const pool_routers[] = {"round-robin", "least-loaded", "kv", NULL};
 static const char *const indexes[] = {"pool", "events", NULL};
 static const char *const executors[] = {"inline", "pool", NULL};
 static const char *const releases[] = {"pinned", "immediate", NULL};
@@ -199,7 +201,7 @@ static const char *const lengths[] = {"lognormal", "fixed", NULL};
 static const char *const on_off[] = {"on", "off", NULL};
 static const int format_ids[] = {KVSIM_TRACE_MOONCAKE, KVSIM_TRACE_AZURE, KVSIM_TRACE_VLLM_RUN};
 static const int router_ids[] = {KVSIM_ROUTER_ROUND_ROBIN, KVSIM_ROUTER_LEAST_LOADED,
-                                 KVSIM_ROUTER_KV};
+                                 KVSIM_ROUTER_KV, KVSIM_ROUTER_DP_LB};
 static const int policy_ids[] = {SCHED_POLICY_FCFS, SCHED_POLICY_PRIORITY};
 
 #define U32MAX  4294967295.0
@@ -261,11 +263,16 @@ static const struct opt opts[] = {
      "mean think time between turns (2)", AT(replay.synth.mean_think_s)},
     {"engines", O_GENERIC, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N", "engines (4)",
      AT(replay.num_engines), MARK(engines_given), .omit = OMIT_DISAGG},
+    {"data-parallel-size", O_GENERIC, K_U32, G_NONE, 1, 4096, false, NULL, S_CLUSTER, "N",
+     "engines (ranks) per deployment behind vLLM's DP load balancer; --engines then counts "
+     "deployments, --router picks one (1; docs/replay.md, Data parallelism)",
+     AT(replay.data_parallel_size), .omit = OMIT_DISAGG},
     {"threads", O_GENERIC, K_U32, G_NONE, 1, 1024, false, NULL, S_CLUSTER, "T",
      "worker threads (number of CPUs); at most the engines and the CPUs (docs/replay.md, Threads)",
      AT(replay.num_threads)},
     {"router", O_ROUTER, K_CHOICE, G_NONE, 0, 0, false, routers, S_CLUSTER, "POLICY",
-     "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.router, router_ids)},
+     "round-robin | least-loaded | kv | dp-lb (kv; dp-lb: vLLM's DP load balancer)",
+     AT_ENUM(replay.router, router_ids)},
     {"kv-index", O_KVINDEX, K_CHOICE, G_NONE, 0, 0, false, indexes, S_CLUSTER, "pool|events",
      "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
      "events (pool); both see the same blocks at every boundary",
@@ -400,9 +407,9 @@ static const struct opt opts[] = {
      AT(prefill_args)},
     {"decode-engine-args", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "F",
      "the same for the decode pool", AT(decode_args)},
-    {"prefill-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+    {"prefill-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, pool_routers, S_DISAGG, "POLICY",
      "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.disagg.prefill_router, router_ids)},
-    {"decode-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, routers, S_DISAGG, "POLICY",
+    {"decode-router", O_GENERIC, K_CHOICE, G_DISAGG, 0, 0, false, pool_routers, S_DISAGG, "POLICY",
      "round-robin | least-loaded | kv (kv)", AT_ENUM(replay.disagg.decode_router, router_ids)},
     {"kv-transfer-gbps", O_GENERIC, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
      "prefill->decode link bandwidth, GB/s (25)", AT(replay.disagg.transfer.gbps)},
@@ -701,7 +708,8 @@ static int apply_special(struct kvsim_options *o, const struct opt *d, const cha
     char e[512];
     struct sched_config sc = cfg->sched;
     sc.num_blocks = UINT32_MAX;
-    if (kvsim_engine_args_load(value, &sc, e, sizeof e)) {
+    uint32_t dp = cfg->data_parallel_size;
+    if (kvsim_engine_args_load(value, &sc, &dp, e, sizeof e)) {
         snprintf(err, errlen, "option --engine-args: %s", e);
         return -EINVAL;
     }
@@ -710,6 +718,7 @@ static int apply_special(struct kvsim_options *o, const struct opt *d, const cha
     else
         sc.num_blocks = cfg->sched.num_blocks;
     cfg->sched = sc;
+    cfg->data_parallel_size = dp;
     return 0;
 }
 
@@ -959,6 +968,9 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
               "prefill and the decode ones)";
     else if (cfg->offload)
         why = "offload tiers (--g2-blocks) and disaggregated serving do not combine yet";
+    else if (cfg->data_parallel_size > 1)
+        why = "data parallelism (--data-parallel-size) and disaggregated serving do not combine "
+              "yet";
     if (why) {
         snprintf(err, errlen, "%s", why);
         return -EINVAL;
@@ -966,11 +978,12 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
     d->prefill_sched = d->decode_sched = cfg->sched;
     char e[512];
     if (o->prefill_args &&
-        kvsim_engine_args_load(o->prefill_args, &d->prefill_sched, e, sizeof e)) {
+        kvsim_engine_args_load(o->prefill_args, &d->prefill_sched, NULL, e, sizeof e)) {
         snprintf(err, errlen, "--prefill-engine-args %s", e);
         return -EINVAL;
     }
-    if (o->decode_args && kvsim_engine_args_load(o->decode_args, &d->decode_sched, e, sizeof e)) {
+    if (o->decode_args &&
+        kvsim_engine_args_load(o->decode_args, &d->decode_sched, NULL, e, sizeof e)) {
         snprintf(err, errlen, "--decode-engine-args %s", e);
         return -EINVAL;
     }

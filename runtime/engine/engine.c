@@ -251,6 +251,9 @@ void engine__publish(struct kvsim_engine *e)
     struct sched_request *const *rr;
     e->pub.num_running = sched_running(e->s, &rr);
     e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+    e->pub.num_unfinished = e->unfinished;
+    uint32_t usable = kvpool_num_usable_blocks(pool);
+    e->pub.kv_usage = usable ? 1.0 - (double)kvpool_num_free_blocks(pool) / usable : 0.0;
     e->pub.earliest_parent_finish = INT64_MAX;
     e->pub.first_step_end = INT64_MAX;
     e->pub.parent_min_left = UINT32_MAX;

@@ -461,17 +461,21 @@ KVSIM_EXTERN int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m,
  * max_num_seqs, max_num_active_seqs, max_num_queued_reqs, max_num_batched_tokens, max_model_len,
  * long_prefill_token_threshold,
  * enable_prefix_caching, enable_chunked_prefill, async_scheduling, scheduling_policy ("fcfs" or
- * "priority"). Keys absent keep *sc's values; an unknown key or a bad value is an error naming
- * the file and the key. Returns 0, -EINVAL or -ENOENT (the file cannot be read) with err set.
+ * "priority"), and data_parallel_size into *data_parallel_size (NULL: only 1 is accepted, for
+ * engines that cannot be data parallel). Keys absent keep the values; an unknown key or a bad value
+ * is an error naming the file and the key. Returns 0, -EINVAL or -ENOENT (the file cannot be
+ * read) with err set.
  */
-KVSIM_EXTERN int kvsim_engine_args_load(const char *path, struct sched_config *sc, char *err,
-                                        size_t errlen);
+KVSIM_EXTERN int kvsim_engine_args_load(const char *path, struct sched_config *sc,
+                                        uint32_t *data_parallel_size, char *err, size_t errlen);
 
 /* What the router may read at a boundary (written by kvsim_engine_advance). */
 struct kvsim_engine_pub {
     uint32_t active_blocks; /* referenced KV blocks, pinned handoff sources excluded */
     uint64_t queued_tokens; /* prompt tokens of requests routed here and not yet admitted */
-    uint32_t num_running, num_waiting;
+    uint32_t num_running, num_waiting; /* waiting: skipped ones included, as vLLM counts them */
+    uint32_t num_unfinished;           /* admitted here and not finished */
+    double kv_usage; /* vLLM's KV cache usage: 1 - free blocks / usable blocks (cached free too) */
     /* Earliest instant a request with a session follow-up (cfg.next_turn) could finish here:
      * its remaining tokens need that many sampling steps, the first ending no earlier than the
      * running step. INT64_MAX when the engine holds none. */

@@ -474,6 +474,47 @@ static void route_prep_overlaps(struct replay *rp, uint32_t e)
     }
 }
 
+/* Data parallelism: the router picks the deployment (unless there is one), its balancer the
+ * rank. Returns the engine or a negative errno; *nh as replay__route. */
+static int64_t route_data_parallel(struct replay *rp, uint32_t req, uint32_t *nh)
+{
+    const struct kvsim_req_spec *s = &rp->trace.reqs[req];
+    uint32_t bs = rp->cfg->sched.block_size;
+    int64_t d = 0;
+    *nh = 0;
+    if (rp->num_deployments > 1 &&
+        (d = replay__route(rp, rp->router, rp->dep_pubs, req, bs, NULL, 0, nh)) < 0)
+        return d;
+    uint32_t rank = kvsim_router_route(rp->lb[d], rp->pubs + d * rp->dp, NULL, 0,
+                                       (s->input_len + bs - 1) / bs, s->input_len);
+    return d * rp->dp + rank;
+}
+
+/* The routers' boundary (kvsim_router_boundary): with data parallelism each deployment's
+ * balancer over its ranks, and the router over the deployments' summed loads. Coordinator. */
+static void routers_boundary(struct replay *rp)
+{
+    if (rp->dp <= 1) {
+        kvsim_router_boundary(rp->router, rp->pubs, rp->b_cur);
+        return;
+    }
+    for (uint32_t d = 0; d < rp->num_deployments; d++) {
+        const struct kvsim_engine_pub *const *ranks = rp->pubs + d * rp->dp;
+        kvsim_router_boundary(rp->lb[d], ranks, rp->b_cur);
+        struct kvsim_engine_pub *sum = &rp->dep_pub[d];
+        *sum = (struct kvsim_engine_pub){0};
+        for (uint32_t k = 0; k < rp->dp; k++) {
+            sum->active_blocks += ranks[k]->active_blocks;
+            sum->queued_tokens += ranks[k]->queued_tokens;
+            sum->num_running += ranks[k]->num_running;
+            sum->num_waiting += ranks[k]->num_waiting;
+            sum->num_unfinished += ranks[k]->num_unfinished;
+            sum->kv_usage += ranks[k]->kv_usage / rp->dp;
+        }
+    }
+    kvsim_router_boundary(rp->router, rp->dep_pubs, rp->b_cur);
+}
+
 /* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. With
  * disaggregated serving the arrival is the prefill: on a prefill engine (the first ones). */
 static int route_one(struct replay *rp, uint32_t req)
@@ -490,6 +531,8 @@ static int route_one(struct replay *rp, uint32_t req)
         prepared = p->hashes + p->off[slot];
         e = kvsim_router_route_overlaps(rp->router, rp->pubs, p->ov + slot, p->stride, nh,
                                         (s->input_len + bs - 1) / bs, s->input_len);
+    } else if (rp->dp > 1) {
+        e = route_data_parallel(rp, req, &nh);
     } else {
         e = replay__route(rp, rp->router, rp->pubs, req, bs, NULL, 0, &nh);
     }
@@ -717,7 +760,7 @@ static int boundary(struct replay *rp, char *err, size_t errlen)
         q->num_hashes = 0;
         q->num_ent = q->next_ent = 0;
     }
-    kvsim_router_new_boundary(rp->router);
+    routers_boundary(rp);
     rp->num_arrived = 0;
     for (;;) {
         int64_t a = next_open_arrival(rp);
@@ -757,6 +800,20 @@ static uint32_t tokens_left_new(const struct replay *rp, uint32_t req)
     return left;
 }
 
+/* dp-lb: the DP coordinator's next publish tick while an engine has work or was just given some
+ * (the router must see the engines at every tick that could change its snapshot), else
+ * INT64_MAX. Coordinator, workers parked. */
+static int64_t dp_next_tick(const struct replay *rp)
+{
+    if (rp->dp <= 1 && kvsim_router_policy(rp->router) != KVSIM_ROUTER_DP_LB)
+        return INT64_MAX;
+    bool work = rp->num_arrived > 0;
+    for (uint32_t e = 0; e < rp->num_engines && !work; e++)
+        work = rp->pubs[e]->num_unfinished > 0;
+    return work ? kvsim_router_next_tick(rp->dp > 1 ? rp->lb[0] : rp->router, rp->b_cur)
+                : INT64_MAX;
+}
+
 /*
  * The next boundary after rp->b_cur for a phase that admits the arrivals routed at b_cur and
  * advances to it in one go (aggregated, session turns in flight, no closed loop): next_boundary's
@@ -770,7 +827,9 @@ static uint32_t tokens_left_new(const struct replay *rp, uint32_t req)
  */
 static int64_t next_boundary_admitting(struct replay *rp)
 {
-    int64_t nb = next_arrival(rp);
+    int64_t nb = next_arrival(rp), tick = dp_next_tick(rp);
+    if (tick < nb)
+        nb = tick;
     if (!rp->parents_in_flight)
         return nb;
     int64_t d = kvsim_step_model_min_duration_ns(&rp->cfg->model);
@@ -820,7 +879,9 @@ static int64_t next_boundary_admitting(struct replay *rp)
  */
 static int64_t next_boundary(struct replay *rp)
 {
-    int64_t nb = next_arrival(rp);
+    int64_t nb = next_arrival(rp), tick = dp_next_tick(rp);
+    if (tick < nb)
+        nb = tick;
     if (!rp->parents_in_flight)
         return nb;
     for (uint32_t e = 0; e < rp->num_engines; e++) {
@@ -1373,6 +1434,11 @@ static void replay_free(struct replay *rp)
     }
     free(rp->routed_hashes);
     kvsim_router_destroy(rp->router);
+    for (uint32_t d = 0; rp->lb && d < rp->num_deployments; d++)
+        kvsim_router_destroy(rp->lb[d]);
+    free(rp->lb);
+    free(rp->dep_pub);
+    free(rp->dep_pubs);
     replay__disagg_free(rp);
     kvsim_metrics_destroy(rp->metrics);
     kvsim_trace_free(&rp->trace);
@@ -1597,6 +1663,7 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->sched.max_model_len = 262144;
     kvsim_step_model_default(&c->model);
     c->num_engines = 4;
+    c->data_parallel_size = 1;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     c->num_threads = n > 0 ? (uint32_t)n : 1;
     c->router = KVSIM_ROUTER_KV;
@@ -1807,6 +1874,24 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         return -EINVAL;
     }
     rp.num_engines = cfg->num_engines;
+    rp.dp = cfg->data_parallel_size > 1 ? cfg->data_parallel_size : 1;
+    if (rp.dp > 1) {
+        const char *why =
+            cfg->disagg.prefill_engines ? "data parallelism and disaggregated serving do not "
+                                          "combine yet"
+            : (uint64_t)cfg->num_engines * rp.dp > 4096
+                ? "deployments x ranks is above 4,096 engines"
+            : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
+                ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
+                : NULL;
+        if (why) {
+            snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);
+            kvsim_trace_free(&rp.trace);
+            return -EINVAL;
+        }
+        rp.num_deployments = cfg->num_engines;
+        rp.num_engines = cfg->num_engines * rp.dp;
+    }
     if (cfg->disagg.prefill_engines) {
         if (!cfg->disagg.decode_engines || cfg->offload || !(cfg->disagg.transfer.gbps > 0)) {
             snprintf(err, errlen,
@@ -1834,7 +1919,19 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rc = kvsim_router_create(cfg->disagg.prefill_router, rp.num_prefill, cfg->overlap_weight,
                                  &rp.router);
     else if (rc == 0)
-        rc = kvsim_router_create(cfg->router, rp.num_engines, cfg->overlap_weight, &rp.router);
+        rc = kvsim_router_create(cfg->router, rp.dp > 1 ? rp.num_deployments : rp.num_engines,
+                                 cfg->overlap_weight, &rp.router);
+    if (rc == 0 && rp.dp > 1) {
+        rp.lb = calloc(rp.num_deployments, sizeof *rp.lb);
+        rp.dep_pub = calloc(rp.num_deployments, sizeof *rp.dep_pub);
+        rp.dep_pubs = calloc(rp.num_deployments, sizeof *rp.dep_pubs);
+        if (!rp.lb || !rp.dep_pub || !rp.dep_pubs)
+            rc = -ENOMEM;
+        for (uint32_t d = 0; rc == 0 && d < rp.num_deployments; d++) {
+            rp.dep_pubs[d] = &rp.dep_pub[d];
+            rc = kvsim_router_create(KVSIM_ROUTER_DP_LB, rp.dp, 0, &rp.lb[d]);
+        }
+    }
     rp.engines = calloc(rp.num_engines, sizeof *rp.engines);
     rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
     rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
@@ -1867,7 +1964,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
      * (to compare; reports are identical). */
     const char *prep_env = getenv("KVSIM_REPLAY_ROUTE_PREP");
     rp.prep_on =
-        !rp.num_prefill && cfg->router == KVSIM_ROUTER_KV && rp.num_engines > 1 &&
+        !rp.num_prefill && rp.dp == 1 && cfg->router == KVSIM_ROUTER_KV && rp.num_engines > 1 &&
         (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp.num_threads > 1 || rp.acct.on);
     rp.prep[0].boundary = rp.prep[1].boundary = INT64_MIN;
     /* Admitting and advancing in one phase with session turns in flight
@@ -1948,7 +2045,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
         rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
     }
     if (rc == 0 && !rp.drain_events)
-        kvsim_router_use_pools(rp.router, rp.pools);
+        kvsim_router_use_pool_groups(rp.router, rp.pools, rp.dp);
     if (rc == 0 && rp.num_prefill) /* after the engines: the decode router reads their pools */
         rc = replay__disagg_setup(&rp);
     if (rc) {
@@ -2122,6 +2219,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .router = kvsim_router_policy_name(cfg->router),
             .seed = cfg->seed,
             .num_engines = rp.num_engines,
+            .data_parallel_size = rp.dp,
             .num_threads = rp.num_threads,
             .vllm_contract = cfg->sched.vllm_contract,
             .engine = cfg->disagg.prefill_engines ? NULL : &cfg->sched,

@@ -40,8 +40,12 @@ enum kvsim_router_policy {
     KVSIM_ROUTER_ROUND_ROBIN = 0,
     KVSIM_ROUTER_LEAST_LOADED, /* fewest active KV blocks, then fewest queued tokens, then id */
     KVSIM_ROUTER_KV, /* cost = overlap_weight * blocks to prefill + active blocks; lowest, id */
+    /* vLLM's data-parallel load balancer (DPLBAsyncMPClient, docs/fidelity/data-parallel.md):
+     * the lowest max(in flight, waiting + running) plus a KV-usage term, from counts the DP
+     * coordinator publishes every 100 ms; ties rotate. Needs kvsim_router_boundary. */
+    KVSIM_ROUTER_DP_LB,
 };
-/* "round-robin", "least-loaded", "kv"; parse returns the policy or -EINVAL. */
+/* "round-robin", "least-loaded", "kv", "dp-lb"; parse returns the policy or -EINVAL. */
 KVSIM_EXTERN const char *kvsim_router_policy_name(enum kvsim_router_policy p);
 KVSIM_EXTERN int kvsim_router_policy_parse(const char *name);
 
@@ -60,6 +64,10 @@ KVSIM_EXTERN enum kvsim_router_policy kvsim_router_policy(const struct kvsim_rou
  * identical (a test checks it); the pools need no event traffic at all. Coordinator only.
  */
 KVSIM_EXTERN void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools);
+/* The same for a router whose units are groups of `group` engines (data-parallel deployments,
+ * pools[u * group + k] the k-th rank of unit u): a unit's overlap is its best rank's. */
+KVSIM_EXTERN void kvsim_router_use_pool_groups(struct kvsim_router *r,
+                                               const struct kvpool *const *pools, uint32_t group);
 
 /*
  * kvsim_router_apply_event_owner - feed one KV event of engine `engine` to that engine's shard
@@ -124,6 +132,19 @@ KVSIM_EXTERN uint32_t kvsim_router_route_overlaps(struct kvsim_router *r,
 
 /* Forgets the per-boundary bookkeeping of kvsim_router_route (call once per boundary). */
 KVSIM_EXTERN void kvsim_router_new_boundary(struct kvsim_router *r);
+/*
+ * kvsim_router_boundary - kvsim_router_new_boundary, and for dp-lb the DP coordinator's publish
+ * tick: when a tick (a multiple of 100 ms of virtual time) lies in (last tick handled, now], the
+ * coordinator publishes the engines' counts and KV usage as pubs show them if the counts changed
+ * since its last publish or 5 s passed (the front end then drops its own increments). The caller
+ * must put a boundary on every tick while an engine has unfinished work or was just given some
+ * (kvsim_router_next_tick), so that pubs show the engines at the tick. Coordinator only, before
+ * routing the boundary's arrivals.
+ */
+KVSIM_EXTERN void kvsim_router_boundary(struct kvsim_router *r,
+                                        const struct kvsim_engine_pub *const *pubs, int64_t now);
+/* dp-lb: the first publish tick after now; INT64_MAX for the other policies. */
+KVSIM_EXTERN int64_t kvsim_router_next_tick(const struct kvsim_router *r, int64_t now);
 /* Block hashes the indexer tracks, summed over the engines' shards (a hash cached on two engines
  * counts twice). */
 KVSIM_EXTERN uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);
@@ -155,8 +176,12 @@ struct kvsim_replay_config {
     struct kvsim_synth_opts synth; /* its seed is replaced by `seed` */
     struct sched_config sched;     /* per engine */
     struct kvsim_step_model model;
-    uint32_t num_engines;
-    uint32_t num_threads; /* capped at num_engines */
+    uint32_t num_engines; /* with data_parallel_size > 1: deployments */
+    /* Data parallelism (docs/replay.md): each of the num_engines deployments is this many
+     * engines (ranks) behind vLLM's DP load balancer (the dp-lb router); the router picks the
+     * deployment. 0 or 1: none. Not with disaggregated serving. */
+    uint32_t data_parallel_size;
+    uint32_t num_threads; /* capped at the engines */
     enum kvsim_router_policy router;
     double overlap_weight; /* kv policy */
     bool kv_index_events;  /* kv policy: event-fed indexer instead of pool queries */

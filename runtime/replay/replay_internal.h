@@ -145,6 +145,14 @@ struct replay {
     const struct kvpool **pools;
     bool drain_events; /* kv policy fed by events */
     uint32_t num_engines, num_threads;
+    /* Data parallelism: dp ranks per deployment (1: none). The router then picks among the
+     * num_deployments deployments, from their summed loads (dep_pubs) and their best rank's
+     * overlap, and lb[d], vLLM's DP load balancer, among deployment d's ranks, engines d * dp to
+     * d * dp + dp - 1. */
+    uint32_t dp, num_deployments;
+    struct kvsim_router **lb;
+    struct kvsim_engine_pub *dep_pub;
+    const struct kvsim_engine_pub **dep_pubs;
     /*
      * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
      * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,

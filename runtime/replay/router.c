@@ -1,5 +1,5 @@
 /*
- * router.c - round-robin, least-loaded and KV-aware routing (replay.h).
+ * router.c - round-robin, least-loaded, KV-aware routing and vLLM's DP load balancer (replay.h).
  *
  * The KV indexer maps a block hash to a per-engine count of cached blocks carrying it (an engine
  * can hold duplicates), fed by Stored/Removed events. It is an open-addressing table of entry
@@ -27,9 +27,17 @@ struct kvsim_router {
     uint32_t rr_next;
     struct kv_shard *shards;
     const struct kvpool *const *pools; /* when set: overlap from the pools' own maps */
+    uint32_t group;                    /* pools per routed unit (a DP deployment's ranks) */
     /* per boundary */
     uint64_t *pending_blocks; /* blocks routed to each engine since the boundary began */
     uint64_t *pending_tokens;
+    uint32_t *pending_reqs; /* requests routed to each engine since the boundary began */
+    /* dp-lb: the coordinator's last snapshot, the front end's waiting increments since, the
+     * scan start, and when the snapshot was taken (docs/fidelity/data-parallel.md) */
+    uint32_t *snap_waiting, *snap_running, *lb_added;
+    double *snap_usage;
+    uint32_t lb_start;
+    int64_t last_publish, last_tick; /* INT64_MIN: none yet */
     /* per request (kvsim_router_overlap_begin to kvsim_router_route) */
     bool ov_open;
     uint32_t ov_len; /* ov[e]: engine e's overlap with the first ov_len hashes */
@@ -42,13 +50,14 @@ const char *kvsim_router_policy_name(enum kvsim_router_policy p)
     case KVSIM_ROUTER_ROUND_ROBIN: return "round-robin";
     case KVSIM_ROUTER_LEAST_LOADED: return "least-loaded";
     case KVSIM_ROUTER_KV: return "kv";
+    case KVSIM_ROUTER_DP_LB: return "dp-lb";
     }
     return "?";
 }
 
 int kvsim_router_policy_parse(const char *name)
 {
-    for (int p = KVSIM_ROUTER_ROUND_ROBIN; p <= KVSIM_ROUTER_KV; p++)
+    for (int p = KVSIM_ROUTER_ROUND_ROBIN; p <= KVSIM_ROUTER_DP_LB; p++)
         if (strcmp(name, kvsim_router_policy_name((enum kvsim_router_policy)p)) == 0)
             return p;
     return -EINVAL;
@@ -70,7 +79,14 @@ int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
     r->pending_tokens = calloc(num_engines, sizeof *r->pending_tokens);
     r->shards = calloc(num_engines, sizeof *r->shards);
     r->ov = calloc(num_engines, sizeof *r->ov);
-    if (!r->pending_blocks || !r->pending_tokens || !r->shards || !r->ov) {
+    r->pending_reqs = calloc(num_engines, sizeof *r->pending_reqs);
+    r->snap_waiting = calloc(num_engines, sizeof *r->snap_waiting);
+    r->snap_running = calloc(num_engines, sizeof *r->snap_running);
+    r->lb_added = calloc(num_engines, sizeof *r->lb_added);
+    r->snap_usage = calloc(num_engines, sizeof *r->snap_usage);
+    r->last_publish = r->last_tick = INT64_MIN;
+    if (!r->pending_blocks || !r->pending_tokens || !r->shards || !r->ov || !r->pending_reqs ||
+        !r->snap_waiting || !r->snap_running || !r->lb_added || !r->snap_usage) {
         kvsim_router_destroy(r);
         return -ENOMEM;
     }
@@ -90,6 +106,11 @@ void kvsim_router_destroy(struct kvsim_router *r)
     free(r->pending_blocks);
     free(r->pending_tokens);
     free(r->ov);
+    free(r->pending_reqs);
+    free(r->snap_waiting);
+    free(r->snap_running);
+    free(r->lb_added);
+    free(r->snap_usage);
     free(r);
 }
 
@@ -106,6 +127,7 @@ void kvsim_router_new_boundary(struct kvsim_router *r)
 {
     memset(r->pending_blocks, 0, r->n * sizeof *r->pending_blocks);
     memset(r->pending_tokens, 0, r->n * sizeof *r->pending_tokens);
+    memset(r->pending_reqs, 0, r->n * sizeof *r->pending_reqs);
     r->ov_open = false; /* a request's overlaps never outlive its boundary */
 }
 
@@ -216,6 +238,14 @@ int kvsim_router_apply_event_owner(struct kvsim_router *r, uint32_t engine,
 void kvsim_router_use_pools(struct kvsim_router *r, const struct kvpool *const *pools)
 {
     r->pools = pools;
+    r->group = 1;
+}
+
+void kvsim_router_use_pool_groups(struct kvsim_router *r, const struct kvpool *const *pools,
+                                  uint32_t group)
+{
+    r->pools = pools;
+    r->group = group;
 }
 
 /* Longest prefix of hashes cached on engine e. */
@@ -223,6 +253,17 @@ uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t e,
                                  const kvpool_hash *hashes, uint32_t n)
 {
     uint32_t i = 0;
+    if (r->pools && r->group > 1) { /* a deployment: its rank with the longest prefix */
+        uint32_t best = 0;
+        for (uint32_t k = 0; k < r->group && best < n; k++) {
+            const struct kvpool *p = r->pools[e * r->group + k];
+            for (i = 0; i < n && kvpool_cache_find(p, hashes[i]) >= 0;)
+                i++;
+            if (i > best)
+                best = i;
+        }
+        return best;
+    }
     if (r->pools) {
         while (i < n && kvpool_cache_find(r->pools[e], hashes[i]) >= 0)
             i++;
@@ -301,12 +342,89 @@ static uint32_t kv_choice(const struct kvsim_router *r, const struct kvsim_engin
     return best;
 }
 
+/* ---- dp-lb: vLLM's DP load balancer (docs/fidelity/data-parallel.md) ---------------------- */
+
+/* vLLM's DPCoordinator publishes at most every min_stats_update_interval_ms (100 ms) while the
+ * counts change, and otherwise every 5 s. */
+#define DP_LB_TICK_NS    100000000LL
+#define DP_LB_REFRESH_NS 5000000000LL
+
+int64_t kvsim_router_next_tick(const struct kvsim_router *r, int64_t now)
+{
+    if (r->policy != KVSIM_ROUTER_DP_LB || now >= INT64_MAX - DP_LB_TICK_NS)
+        return INT64_MAX;
+    int64_t t = now >= 0 ? now / DP_LB_TICK_NS : (now - DP_LB_TICK_NS + 1) / DP_LB_TICK_NS;
+    return (t + 1) * DP_LB_TICK_NS;
+}
+
+/* The coordinator's publish: every engine's counts and KV usage, as the pubs show them now; the
+ * front end's optimistic waiting increments are dropped with the snapshot they amended. */
+static void dp_lb_publish(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                          int64_t t)
+{
+    for (uint32_t e = 0; e < r->n; e++) {
+        r->snap_waiting[e] = pubs[e]->num_waiting;
+        r->snap_running[e] = pubs[e]->num_running;
+        r->snap_usage[e] = pubs[e]->kv_usage;
+        r->lb_added[e] = 0;
+    }
+    r->last_publish = t;
+}
+
+void kvsim_router_boundary(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs,
+                           int64_t now)
+{
+    kvsim_router_new_boundary(r);
+    if (r->policy != KVSIM_ROUTER_DP_LB)
+        return;
+    /* The latest tick at or before now: the replay puts a boundary on every tick while an engine
+     * has work, so a tick it skipped fell in an idle spell, when the pubs did not change. */
+    int64_t tick = kvsim_router_next_tick(r, now) - DP_LB_TICK_NS;
+    if (now >= INT64_MAX - DP_LB_TICK_NS || tick <= r->last_tick)
+        return;
+    r->last_tick = tick;
+    bool changed = r->last_publish == INT64_MIN || tick - r->last_publish >= DP_LB_REFRESH_NS;
+    for (uint32_t e = 0; e < r->n && !changed; e++)
+        changed = pubs[e]->num_waiting != r->snap_waiting[e] ||
+                  pubs[e]->num_running != r->snap_running[e];
+    if (changed)
+        dp_lb_publish(r, pubs, tick);
+}
+
+/* DPLBAsyncMPClient.get_core_engine_for_request (one API server, so client_count C = 1):
+ * score = max(C * in flight, waiting + running) + (waiting > 0 ? waiting * 6 * max(0, usage -
+ * 0.5) : 0), with in flight the requests routed here and not finished (exact), waiting the
+ * snapshot's plus C per pick since it; scanned cyclically from the start index, the first
+ * strictly lowest wins; the start index then advances by one. */
+static uint32_t dp_lb_choice(struct kvsim_router *r, const struct kvsim_engine_pub *const *pubs)
+{
+    uint32_t best = r->lb_start;
+    double bs = 0;
+    for (uint32_t k = 0; k < r->n; k++) {
+        uint32_t e = (r->lb_start + k) % r->n;
+        double inflight = (double)pubs[e]->num_unfinished + (double)r->pending_reqs[e];
+        double waiting = (double)r->snap_waiting[e] + (double)r->lb_added[e];
+        double load = waiting + (double)r->snap_running[e];
+        double score = inflight > load ? inflight : load;
+        if (waiting > 0 && r->snap_usage[e] > 0.5)
+            score += waiting * 6.0 * (r->snap_usage[e] - 0.5);
+        if (k == 0 || score < bs) {
+            best = e;
+            bs = score;
+        }
+    }
+    r->lb_added[best]++;
+    r->lb_start = (r->lb_start + 1) % r->n;
+    return best;
+}
+
 /* Books a choice: the next decision at this boundary sees it. */
 static uint32_t book(struct kvsim_router *r, uint32_t best, uint32_t prompt_blocks,
                      uint64_t prompt_tokens)
 {
     r->pending_blocks[best] += prompt_blocks;
     r->pending_tokens[best] += prompt_tokens;
+    r->pending_reqs[best]++;
     r->ov_open = false;
     return best;
 }
@@ -343,6 +461,7 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
         }
         break;
     }
+    case KVSIM_ROUTER_DP_LB: best = dp_lb_choice(r, pubs); break;
     case KVSIM_ROUTER_KV:
         if (!r->ov_open) /* no overlaps of this request yet: all of them, from block 0 */
             kvsim_router_overlap_begin(r);

@@ -319,13 +319,14 @@ struct kvsim_slo_summary {
 };
 
 struct kvsim_report_run {
-    const char *trace;        /* trace name or path ("synthetic", ...) */
-    const char *trace_sha256; /* the trace file's sha256 (hex), or NULL (not from a file) */
-    const char *router;       /* router name ("round_robin", "kv_aware", ...) */
-    uint64_t seed;            /* workload / replay seed */
-    uint32_t num_engines;     /* engines in the replay */
-    uint32_t num_threads;     /* worker threads; 0 = the collector's thread count */
-    uint32_t vllm_contract;   /* the fidelity contract the engines followed (0: unknown) */
+    const char *trace;           /* trace name or path ("synthetic", ...) */
+    const char *trace_sha256;    /* the trace file's sha256 (hex), or NULL (not from a file) */
+    const char *router;          /* router name ("round_robin", "kv_aware", ...) */
+    uint64_t seed;               /* workload / replay seed */
+    uint32_t num_engines;        /* engines in the replay */
+    uint32_t data_parallel_size; /* ranks per deployment (0 or 1: no data parallelism) */
+    uint32_t num_threads;        /* worker threads; 0 = the collector's thread count */
+    uint32_t vllm_contract;      /* the fidelity contract the engines followed (0: unknown) */
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
      * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
     const struct sched_config *engine, *prefill, *decode;
@@ -453,6 +454,7 @@ struct kvsim_report {
     char router[KVSIM_REPORT_NAME_LEN]; /* copied from the run (truncated) */
     uint64_t seed;                      /* from the run */
     uint32_t num_engines;               /* from the run */
+    uint32_t data_parallel_size;        /* from the run (1: none) */
     uint32_t vllm_contract;             /* from the run: the fidelity contract (vllm.md) */
     /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
     bool has_engine, has_pools;

@@ -315,6 +315,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     copy_name(out->router, run->router);
     out->seed = run->seed;
     out->num_engines = run->num_engines;
+    out->data_parallel_size = run->data_parallel_size > 1 ? run->data_parallel_size : 1;
     out->vllm_contract = run->vllm_contract;
     if (run->config_text && !(out->config_text = strdup(run->config_text)))
         return -ENOMEM;

@@ -75,8 +75,15 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     if (r->trace_sha256[0])
         fprintf(f, ROW "%s\n", "  sha256", r->trace_sha256);
     fprintf(f, ROW "%s\n", "router", or_dash(r->router));
-    fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
-            r->num_threads);
+    if (r->data_parallel_size > 1)
+        fprintf(f,
+                ROW "%" PRIu32 " engines (%" PRIu32 " x data parallel %" PRIu32
+                    ", vLLM's DP load balancer), %" PRIu32 " threads\n",
+                "topology", r->num_engines, r->num_engines / r->data_parallel_size,
+                r->data_parallel_size, r->num_threads);
+    else
+        fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
+                r->num_threads);
     fprintf(f, ROW "%" PRIu64 "\n", "seed", r->seed);
     if (r->vllm_contract)
         fprintf(f, ROW "%" PRIu32 " (docs/fidelity/vllm.md)\n", "vllm contract", r->vllm_contract);
@@ -300,7 +307,7 @@ static json_t *latency_json(const struct kvsim_latency *l) { return stats_json(l
 
 /* An engine's arguments under vLLM's names (num_gpu_blocks_override counts the null block, as
  * vLLM does; an unset optional knob is null). */
-static json_t *engine_args_json(const struct sched_config *c)
+static json_t *engine_args_json(const struct sched_config *c, uint32_t data_parallel_size)
 {
     json_t *o = json_object();
     bool ok = o != NULL;
@@ -323,6 +330,7 @@ static json_t *engine_args_json(const struct sched_config *c)
     ok = put(o, "scheduling_policy",
              json_string(c->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs")) &&
          ok;
+    ok = put(o, "data_parallel_size", json_integer(data_parallel_size)) && ok;
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -444,10 +452,12 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(run, "engines", json_integer(r->num_engines)) && ok;
     ok = put(run, "vllm_contract", json_integer(r->vllm_contract)) && ok;
     if (r->has_engine)
-        ok = put(run, "engine_args", engine_args_json(&r->engine)) && ok;
+        ok = put(run, "engine_args",
+                 engine_args_json(&r->engine, r->data_parallel_size ? r->data_parallel_size : 1)) &&
+             ok;
     if (r->has_pools) {
-        ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill)) && ok;
-        ok = put(run, "decode_engine_args", engine_args_json(&r->decode)) && ok;
+        ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill, 1)) && ok;
+        ok = put(run, "decode_engine_args", engine_args_json(&r->decode, 1)) && ok;
     }
     json_t *end = json_object();
     ok = put(end, "reason", json_string(r->end_reason)) && ok;

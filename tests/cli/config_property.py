@@ -54,7 +54,7 @@ STEP_DEFAULTS = {
 # scheduling_policy are not numbers.
 ENGINE_KEYS = ["block_size", "num_gpu_blocks_override", "max_num_seqs", "max_num_batched_tokens",
                "watermark", "max_num_queued_reqs", "max_num_active_seqs", "max_model_len",
-               "long_prefill_token_threshold"]
+               "long_prefill_token_threshold", "data_parallel_size"]
 ENGINE_INT_KEYS = [k for k in ENGINE_KEYS if k != "watermark"]
 
 # Every step takes at least KVSIM_STEP_MIN_NS = 1000 ns; the records give milliseconds with six

@@ -71,7 +71,7 @@ Test(api, config_rejects_bad_values_by_name)
     cr_assert_eq(kvsim_config_set(c, "no_such_option", "1"), -EINVAL);
     cr_assert(strstr(kvsim_config_error(c), "unknown option 'no_such_option'"));
     cr_assert_eq(kvsim_config_set(c, "router", "random"), -EINVAL);
-    cr_assert(strstr(kvsim_config_error(c), "round-robin, least-loaded or kv"));
+    cr_assert(strstr(kvsim_config_error(c), "round-robin, least-loaded, kv or dp-lb"));
     cr_assert_eq(kvsim_config_set(c, "enable_prefix_caching", "yes"), -EINVAL);
     cr_assert_eq(kvsim_config_set_json(c, "{\"block_size\": 32, \"tp\": []}"), -EINVAL);
     cr_assert(strstr(kvsim_config_error(c), "'tp'"));

@@ -18,6 +18,7 @@
 struct run_info {
     char model[128], hardware[64];
     uint32_t tp;
+    uint32_t dp; /* data-parallel ranks (engine cores behind one API server) */
     uint32_t max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
     bool prefix_caching;
     bool async_scheduling;
@@ -112,6 +113,7 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     json_t *model = json_object_get(m, "model");
     json_t *kw = json_object_get(m, "engine_kwargs");
     uint32_t dp = 1;
+    bool ep = json_is_true(json_object_get(kw, "enable_expert_parallel"));
     if (!json_is_string(model) || !strchr(json_string_value(model), '/'))
         rc = cli_error(p, "%s: field 'model' must be a string ORG/NAME", path);
     else if (!json_is_object(kw))
@@ -122,16 +124,19 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     }
     if (!rc)
         rc = get_uint(p, path, kw, "data_parallel_size", false, &dp);
-    if (!rc && dp != 1)
+    if (!rc && (dp == 0 || dp > 4096))
+        rc =
+            cli_error(p, "%s: field 'engine_kwargs.data_parallel_size' must be in [1, 4096]", path);
+    /* Dense data parallelism is kvsim's dp-lb deployment; expert parallelism (MoE ranks that
+     * step in lockstep) is not modelled yet. */
+    if (!rc && ep)
         rc = cli_error(p,
-                       "%s: field 'engine_kwargs.data_parallel_size' is %u: data parallelism "
-                       "is not modelled (kvsim validates one engine)",
-                       path, dp);
-    if (!rc && json_is_true(json_object_get(kw, "enable_expert_parallel")))
-        rc = cli_error(p,
-                       "%s: field 'engine_kwargs.enable_expert_parallel' is true: expert "
-                       "parallelism is not modelled",
+                       "%s: field 'engine_kwargs.enable_expert_parallel' is true: a "
+                       "mixture-of-experts run with expert parallelism; kvsim models dense "
+                       "data-parallel ranks only (MoE layers, the EP all-to-all and the lockstep "
+                       "of MoE ranks are not modelled yet)",
                        path);
+    ri->dp = dp;
     if (!rc) {
         json_t *kvd = json_object_get(kw, "kv_cache_dtype");
         if (kvd && !(json_is_string(kvd) && !strcmp(json_string_value(kvd), "auto")))
@@ -191,11 +196,27 @@ static int read_cluster(const struct cli_parser *p, const char *dir, struct run_
             count++;
         }
     }
-    if (!rc && count != 1)
+    /* One instance, or (LLMServingSim's data-parallel configs) one per rank, all alike. */
+    if (!rc && count != 1 && count != ri->dp)
         rc = cli_error(p,
                        "%s: field 'nodes[].instances' holds %zu instances; kvsim validate "
-                       "replays one",
-                       path, count);
+                       "replays one engine, or one per data-parallel rank (meta.json's "
+                       "data_parallel_size is %u)",
+                       path, count, ri->dp);
+    json_t *first = NULL;
+    json_array_foreach(nodes, i, node)
+    {
+        json_array_foreach(json_object_get(node, "instances"), k, in)
+        {
+            if (!first)
+                first = in;
+            else if (!rc && !json_equal(in, first))
+                rc = cli_error(p,
+                               "%s: field 'nodes[%zu].instances[%zu]' differs from the first "
+                               "instance; kvsim's data-parallel ranks are alike",
+                               path, i, k);
+        }
+    }
     json_t *hw = json_object_get(inst, "hardware");
     json_t *mem = json_object_get(inst, "npu_mem");
     uint32_t tp = 1;
@@ -473,6 +494,7 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     cfg->trace_path = run->trace;
     cfg->trace_opts.format = KVSIM_TRACE_VLLM_RUN;
     cfg->num_engines = 1;
+    cfg->data_parallel_size = ri.dp; /* one deployment: its ranks behind vLLM's balancer */
     cfg->num_threads = 1;
     cfg->router = KVSIM_ROUTER_ROUND_ROBIN;
     cfg->quiet = true;

@@ -56,6 +56,9 @@ static int write_report(const struct cli_parser *p, const char *path, const stru
     json_t *root = json_object(), *rows = json_array();
     json_object_set_new(root, "run", json_string(run->dir));
     json_object_set_new(
+        root, "data_parallel_size",
+        json_integer(run->cfg.data_parallel_size > 1 ? run->cfg.data_parallel_size : 1));
+    json_object_set_new(
         root, "scheduling",
         json_pack("{s:b, s:s}", "async", run->cfg.sched.async_scheduling, "why", run->scheduling));
     json_object_set_new(
@@ -117,6 +120,10 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
             else
                 printf("step model   polynomial (%s)\n", a->fo.config_path);
             printf("scheduling   %s\n", run.scheduling);
+            if (run.cfg.data_parallel_size > 1)
+                printf("data parallel %u ranks behind vLLM's DP load balancer "
+                       "(docs/fidelity/data-parallel.md)\n",
+                       run.cfg.data_parallel_size);
             printf("KV blocks    %u%s\n", run.cfg.sched.num_blocks,
                    t->o.blocks_given              ? " (the run's or --num-gpu-blocks)"
                    : t->r.capacity.num_gpu_blocks ? " (derived from the model and the GPU)"

@@ -188,3 +188,61 @@ Test(validate_traces, derived_capacity_reaches_disaggregated_pools)
     json_decref(r);
     unlink(out);
 }
+
+/* A row's field ("real" or "sim") by metric name. */
+static double row(json_t *r, const char *metric, const char *field)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(r, "rows"), i, x)
+    {
+        if (!strcmp(json_string_value(json_object_get(x, "metric")), metric))
+            return json_number_value(json_object_get(x, field));
+    }
+    cr_assert_fail("no row %s", metric);
+    return 0;
+}
+
+/*
+ * Dense data parallelism (#44): no real dense DP run is shared, so this one is built from the
+ * Llama run: the same requests, meta.json with data_parallel_size 2 and config.json with one
+ * instance per rank (LLMServingSim's layout). validate accepts it and replays two ranks behind
+ * the DP load balancer: the run kept one engine saturated (TTFT 7 s), two ranks take the same
+ * arrivals with far less queueing, so the replay's TTFT falls by more than 10x and its TPOT
+ * (smaller batches) drops, against the same vLLM column.
+ */
+Test(validate_traces, dense_data_parallel_run_is_accepted)
+{
+    char src[1024], dir[1024], cmd[8192];
+    run_dir(src, sizeof src, LLAMA);
+    kvsim_test_tmp_path(dir, sizeof dir, "validate-dp-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "ln -s %s/requests.jsonl %s/ && python3 -c \"import json,sys\n"
+             "m=json.load(open(sys.argv[1]+'/meta.json'))\n"
+             "m['engine_kwargs']['data_parallel_size']=2\n"
+             "json.dump(m,open(sys.argv[2]+'/meta.json','w'))\n"
+             "c=json.load(open(sys.argv[1]+'/config.json'))\n"
+             "n=c['nodes'][0]; n['instances']=n['instances']*2; n['num_instances']=2\n"
+             "json.dump(c,open(sys.argv[2]+'/config.json','w'))\" %s %s",
+             src, dir, src, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char out[512];
+    temp_path(out, sizeof out);
+    snprintf(cmd, sizeof cmd, "%s validate %s --quiet --report %s %s > /dev/null", KVSIM_BINARY,
+             dir, out, profiles_arg());
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    json_t *dp = load(out);
+    unlink(out);
+    json_t *one = validate(LLAMA);
+    cr_assert_eq(json_integer_value(json_object_get(dp, "data_parallel_size")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(one, "data_parallel_size")), 1);
+    cr_assert_eq(json_array_size(json_object_get(dp, "rows")), 17, "the Diff%% table");
+    cr_assert_eq(row(dp, "TTFT mean ms", "real"), row(one, "TTFT mean ms", "real"));
+    cr_assert_lt(row(dp, "TTFT mean ms", "sim") * 10, row(one, "TTFT mean ms", "sim"));
+    cr_assert_lt(row(dp, "TPOT mean ms", "sim"), row(one, "TPOT mean ms", "sim"));
+    json_decref(dp);
+    json_decref(one);
+    snprintf(cmd, sizeof cmd, "rm -r %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

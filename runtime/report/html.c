@@ -866,6 +866,11 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
     if (r->disagg.enabled)
         fprintf(f, "<b>%" PRIu32 "</b> engines (%" PRIu32 " prefill + %" PRIu32 " decode)",
                 r->num_engines, r->disagg.prefill_engines, r->disagg.decode_engines);
+    else if (r->data_parallel_size > 1)
+        fprintf(f,
+                "<b>%" PRIu32 "</b> engines (%" PRIu32 " &times; data parallel %" PRIu32
+                ", vLLM's DP load balancer)",
+                r->num_engines, r->num_engines / r->data_parallel_size, r->data_parallel_size);
     else
         fprintf(f, "<b>%" PRIu32 "</b> engines", r->num_engines);
     fputs(" &middot; router <b>", f);

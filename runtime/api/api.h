@@ -30,6 +30,8 @@ struct kvsim_timing_opts {
     double gpu_memory_gib; /* 0: capacity from num_gpu_blocks */
     double gpu_memory_utilization;
     bool blocks_given, kv_bytes_given; /* --num-gpu-blocks / --kv-bytes-per-token win */
+    bool enable_expert_parallel;       /* a MoE model's experts split over tp x dp ranks */
+    uint32_t data_parallel_size;       /* the replay's (set by kvsim_options_resolve) */
 };
 /* Fills t with the defaults (tp 1, a 16 GiB/s 20 us link, utilization 0.9, no profile). */
 void kvsim_timing_opts_default(struct kvsim_timing_opts *t);

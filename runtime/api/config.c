@@ -354,6 +354,10 @@ static const struct opt opts[] = {
      "all-reduce link bandwidth, GiB/s, >= 0.001 (16)", AT(timing.tp_link_gbps)},
     {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL, S_TIMING, "X",
      "all-reduce link latency per message (20)", AT(timing.tp_link_latency_us)},
+    {"enable-expert-parallel", O_GENERIC, K_FLAG, G_NONE, 0, 0, false, NULL, S_TIMING, NULL,
+     "a mixture-of-experts --model: each of the tp x data-parallel ranks holds whole experts "
+     "instead of a slice of every expert (off; docs/fidelity/timing.md)",
+     AT(timing.enable_expert_parallel)},
     {"gpu-memory-gib", O_GENERIC, K_DBL, G_NONE, 0, 1e6, true, NULL, S_TIMING, "G",
      "one GPU's memory: derive --num-gpu-blocks and --kv-bytes-per-token the vLLM way (either "
      "option given wins, as num_gpu_blocks_override)",
@@ -708,8 +712,8 @@ static int apply_special(struct kvsim_options *o, const struct opt *d, const cha
     char e[512];
     struct sched_config sc = cfg->sched;
     sc.num_blocks = UINT32_MAX;
-    uint32_t dp = cfg->data_parallel_size;
-    if (kvsim_engine_args_load(value, &sc, &dp, e, sizeof e)) {
+    struct kvsim_parallel_args par = {cfg->data_parallel_size, o->timing.enable_expert_parallel};
+    if (kvsim_engine_args_load(value, &sc, &par, e, sizeof e)) {
         snprintf(err, errlen, "option --engine-args: %s", e);
         return -EINVAL;
     }
@@ -718,7 +722,8 @@ static int apply_special(struct kvsim_options *o, const struct opt *d, const cha
     else
         sc.num_blocks = cfg->sched.num_blocks;
     cfg->sched = sc;
-    cfg->data_parallel_size = dp;
+    cfg->data_parallel_size = par.data_parallel_size;
+    o->timing.enable_expert_parallel = par.enable_expert_parallel;
     return 0;
 }
 
@@ -784,6 +789,11 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
                  t->model);
         return -EINVAL;
     }
+    if (t->enable_expert_parallel && !t->model) {
+        snprintf(err, errlen,
+                 "--enable-expert-parallel needs a mixture-of-experts --model (its experts)");
+        return -EINVAL;
+    }
     if (!t->model)
         return 0;
     struct kvsim_model_arch arch;
@@ -794,6 +804,13 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
         snprintf(err, errlen, "--model %s", why);
         return -EINVAL;
     }
+    if (t->enable_expert_parallel && !arch.num_experts) {
+        snprintf(err, errlen,
+                 "--enable-expert-parallel: --model %s is dense (no experts to split); vLLM "
+                 "ignores the flag there, kvsim refuses it",
+                 t->model);
+        return -EINVAL;
+    }
     if (t->hardware) {
         struct kvsim_profile_config pc = {
             .root = t->profiles,
@@ -802,6 +819,8 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
             .tp = t->tp,
             .tp_link_gbps = t->tp_link_gbps,
             .tp_link_latency_ns = (int64_t)(t->tp_link_latency_us * 1e3),
+            .data_parallel_size = t->data_parallel_size,
+            .enable_expert_parallel = t->enable_expert_parallel,
         };
         if ((rc = kvsim_profile_load(&pc, &out->profile, why, sizeof why))) {
             snprintf(err, errlen, "--profiles %s", why);
@@ -813,6 +832,8 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
             .gpu_memory_gib = t->gpu_memory_gib,
             .gpu_memory_utilization = t->gpu_memory_utilization,
             .tp = t->tp,
+            .data_parallel_size = t->data_parallel_size,
+            .enable_expert_parallel = t->enable_expert_parallel,
             .block_size = sc->block_size,
             .max_num_batched_tokens = sc->max_num_batched_tokens,
             .max_num_seqs = sc->max_num_seqs,
@@ -1047,7 +1068,10 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
     memset(run, 0, sizeof *run);
     struct kvsim_replay_config *cfg = &run->replay;
     *cfg = o->replay;
-    int rc = kvsim_timing_resolve(&o->timing, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token,
+    struct kvsim_timing_opts topt = o->timing;
+    topt.data_parallel_size = cfg->data_parallel_size;
+    cfg->enable_expert_parallel = o->timing.enable_expert_parallel;
+    int rc = kvsim_timing_resolve(&topt, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token,
                                   &run->timing, err, errlen);
     if (rc)
         return rc;

@@ -361,6 +361,10 @@ struct kvsim_model_arch {
     uint32_t dtype_bytes; /* torch_dtype: 2 for bfloat16/float16, 4 for float32 */
     bool tie_word_embeddings;
     uint32_t max_position_embeddings; /* sizes vLLM's rotary cos/sin cache; 0 when absent */
+    /* Mixture of experts (0 experts: dense): every layer's MLP is num_experts routed experts of
+     * moe_intermediate_size (intermediate_size when the config has none), each token going to
+     * experts_per_tok of them through a router gate of hidden_size x num_experts. */
+    uint32_t num_experts, experts_per_tok, moe_intermediate_size;
 };
 /*
  * kvsim_model_arch_load - reads the Hugging Face config.json at path into *out; name (ORG/NAME,
@@ -369,7 +373,10 @@ struct kvsim_model_arch {
  * (positive integers) and torch_dtype (bfloat16, float16 or float32). Optional: model_type,
  * num_key_value_heads (dividing num_attention_heads), head_dim, tie_word_embeddings,
  * max_position_embeddings. A mixture-of-experts config (num_experts, num_local_experts or
- * n_routed_experts > 0) is refused: kvsim models dense decoders only.
+ * n_routed_experts > 0) also needs num_experts_per_tok, and may give moe_intermediate_size; one
+ * with shared experts or dense layers among its MoE ones (n_shared_experts,
+ * shared_expert_intermediate_size, first_k_dense_replace, decoder_sparse_step > 1,
+ * mlp_only_layers) is refused: kvsim sizes and times MoE decoders whose every MLP is routed.
  * Returns 0, -ENOENT (unreadable) or -EINVAL (not JSON, a missing or bad field, MoE), with a
  * message in err naming the file and the field; *out is written only on success. Any thread.
  */
@@ -381,6 +388,11 @@ struct kvsim_gpu_config {
     double gpu_memory_gib;         /* one GPU's memory, GiB (2^30 bytes) */
     double gpu_memory_utilization; /* (0, 1] */
     uint32_t tp;                   /* tensor_parallel_size (>= 1) */
+    /* MoE models: the deployment's data-parallel ranks (0 or 1: none) and whether the experts
+     * are split over the tp x dp ranks (expert parallelism) rather than tensor-sharded over them
+     * (vLLM's FusedMoEParallelConfig.make). */
+    uint32_t data_parallel_size;
+    bool enable_expert_parallel;
     uint32_t block_size;
     uint32_t max_num_batched_tokens; /* the profile run's activation peak depends on them */
     uint32_t max_num_seqs;
@@ -429,8 +441,12 @@ struct kvsim_profile_config {
     const char *hardware; /* HW */
     const char *model;    /* ORG/NAME */
     uint32_t tp;
-    double tp_link_gbps;
+    double tp_link_gbps; /* the link of the TP all-reduce and of the DP ranks' MoE exchange */
     int64_t tp_link_latency_ns;
+    /* MoE models: the deployment's DP ranks (0 or 1: none) and expert parallelism over the
+     * tp x dp ranks (profile.c, moe_layer_us) */
+    uint32_t data_parallel_size;
+    bool enable_expert_parallel;
 };
 KVSIM_EXTERN int kvsim_profile_load(const struct kvsim_profile_config *cfg,
                                     struct kvsim_profile **out, char *err, size_t errlen);
@@ -461,13 +477,17 @@ KVSIM_EXTERN int64_t kvsim_step_model_cost_ns(const struct kvsim_step_model *m,
  * max_num_seqs, max_num_active_seqs, max_num_queued_reqs, max_num_batched_tokens, max_model_len,
  * long_prefill_token_threshold,
  * enable_prefix_caching, enable_chunked_prefill, async_scheduling, scheduling_policy ("fcfs" or
- * "priority"), and data_parallel_size into *data_parallel_size (NULL: only 1 is accepted, for
- * engines that cannot be data parallel). Keys absent keep the values; an unknown key or a bad value
- * is an error naming the file and the key. Returns 0, -EINVAL or -ENOENT (the file cannot be
- * read) with err set.
+ * "priority"), and data_parallel_size and enable_expert_parallel into *par (NULL: only 1 and
+ * false are accepted, for engines that cannot be data or expert parallel). Keys absent keep the
+ * values; an unknown key or a bad value is an error naming the file and the key. Returns 0,
+ * -EINVAL or -ENOENT (the file cannot be read) with err set.
  */
+struct kvsim_parallel_args {
+    uint32_t data_parallel_size;
+    bool enable_expert_parallel;
+};
 KVSIM_EXTERN int kvsim_engine_args_load(const char *path, struct sched_config *sc,
-                                        uint32_t *data_parallel_size, char *err, size_t errlen);
+                                        struct kvsim_parallel_args *par, char *err, size_t errlen);
 
 /* What the router may read at a boundary (written by kvsim_engine_advance). */
 struct kvsim_engine_pub {

@@ -38,18 +38,32 @@ static int get_bool(json_t *v, const char *path, const char *key, bool *out, cha
 
 /* One key. Returns 0, -EINVAL (its value), or 1 (not a key kvsim models). */
 static int apply_key(const char *key, json_t *v, const char *path, struct sched_config *sc,
-                     uint32_t *dp, char *err, size_t errlen)
+                     struct kvsim_parallel_args *par, char *err, size_t errlen)
 {
     if (!strcmp(key, "data_parallel_size")) {
         uint32_t x;
-        int rc = get_uint(v, path, key, 1, dp ? 4096 : 1, &x, err, errlen);
-        if (rc && !dp && json_is_integer(v) && json_integer_value(v) > 1)
+        int rc = get_uint(v, path, key, 1, par ? 4096 : 1, &x, err, errlen);
+        if (rc && !par && json_is_integer(v) && json_integer_value(v) > 1)
             snprintf(err, errlen,
                      "%s: key 'data_parallel_size' must be 1 here (data parallelism and "
                      "disaggregated serving do not combine yet)",
                      path);
-        if (rc == 0 && dp)
-            *dp = x;
+        if (rc == 0 && par)
+            par->data_parallel_size = x;
+        return rc;
+    }
+    if (!strcmp(key, "enable_expert_parallel")) {
+        bool b;
+        int rc = get_bool(v, path, key, &b, err, errlen);
+        if (rc == 0 && b && !par) {
+            snprintf(err, errlen,
+                     "%s: key 'enable_expert_parallel' must be false here (expert parallelism "
+                     "and disaggregated serving do not combine yet)",
+                     path);
+            rc = -EINVAL;
+        }
+        if (rc == 0 && par)
+            par->enable_expert_parallel = b;
         return rc;
     }
     if (!strcmp(key, "block_size"))
@@ -119,8 +133,8 @@ static int refuse_huge_integer(const char *path, char *err, size_t errlen)
         {
             if (!json_is_real(v) || fabs(json_real_value(v)) < 0x1p63)
                 continue;
-            uint32_t dp;
-            rc = apply_key(key, v, path, &scratch, &dp, err, errlen);
+            struct kvsim_parallel_args par;
+            rc = apply_key(key, v, path, &scratch, &par, err, errlen);
             if (rc == 1)
                 snprintf(err, errlen, "%s: unknown key '%s'", path, key);
             rc = -EINVAL;
@@ -130,8 +144,8 @@ static int refuse_huge_integer(const char *path, char *err, size_t errlen)
     return rc;
 }
 
-int kvsim_engine_args_load(const char *path, struct sched_config *sc, uint32_t *data_parallel_size,
-                           char *err, size_t errlen)
+int kvsim_engine_args_load(const char *path, struct sched_config *sc,
+                           struct kvsim_parallel_args *par, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *root;
@@ -154,7 +168,7 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc, uint32_t *
     {
         if (rc)
             break;
-        rc = apply_key(key, v, path, sc, data_parallel_size, err, errlen);
+        rc = apply_key(key, v, path, sc, par, err, errlen);
         if (rc == 1) {
             snprintf(err, errlen,
                      "%s: unknown key '%s' (kvsim models block_size, num_gpu_blocks_override, "
@@ -162,7 +176,7 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc, uint32_t *
                      "max_num_batched_tokens, max_model_len, "
                      "long_prefill_token_threshold, watermark, enable_prefix_caching, "
                      "enable_chunked_prefill, async_scheduling, scheduling_policy, "
-                     "data_parallel_size)",
+                     "data_parallel_size, enable_expert_parallel)",
                      path, key);
             rc = -EINVAL;
         }

@@ -57,33 +57,89 @@ static int get_pos_u32(json_t *root, const char *key, bool required, uint32_t *o
 }
 
 /*
- * The expert-count fields of the mixture-of-experts configs Hugging Face ships (Mixtral,
- * Qwen-MoE, DeepSeek): any of them above 0 makes a model whose FFN kvsim cannot size or time.
+ * The expert-count fields of the mixture-of-experts configs Hugging Face ships (Qwen-MoE:
+ * num_experts; Mixtral: num_local_experts; DeepSeek: n_routed_experts), and the fields of the MoE
+ * variants kvsim cannot size or time: shared experts beside the routed ones, and dense MLP layers
+ * among the MoE ones.
  */
 static const char *const moe_fields[] = {"num_experts", "num_local_experts", "n_routed_experts"};
+static const char *const moe_unsupported[] = {"n_shared_experts", "shared_expert_intermediate_size",
+                                              "first_k_dense_replace"};
 
-static int refuse_moe(json_t *root, const char *path, char *err, size_t errlen)
+/* A non-negative integer field, absent or null as 0. Returns 0 or -EINVAL with the message. */
+static int get_count(json_t *root, const char *key, uint32_t *out, const char *path, char *err,
+                     size_t errlen)
 {
+    json_t *v = json_object_get(root, key);
+    *out = 0;
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) > (json_int_t)UINT32_MAX) {
+        snprintf(err, errlen, "%s: field '%s' must be a non-negative integer", path, key);
+        return -EINVAL;
+    }
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+/* The MoE fields into a (num_experts 0: a dense model). Returns 0 or -EINVAL. */
+static int parse_moe(json_t *root, const char *path, struct kvsim_model_arch *a, char *err,
+                     size_t errlen)
+{
+    const char *field = NULL;
     for (size_t i = 0; i < sizeof moe_fields / sizeof moe_fields[0]; i++) {
-        json_t *v = json_object_get(root, moe_fields[i]);
-        if (v == NULL || json_is_null(v))
-            continue;
-        if (!json_is_integer(v) || json_integer_value(v) < 0) {
-            snprintf(err, errlen, "%s: field '%s' must be a non-negative integer", path,
-                     moe_fields[i]);
-            return -EINVAL;
+        uint32_t n;
+        int rc = get_count(root, moe_fields[i], &n, path, err, errlen);
+        if (rc)
+            return rc;
+        if (n > 0 && !a->num_experts) {
+            a->num_experts = n;
+            field = moe_fields[i];
         }
-        if (json_integer_value(v) > 0) {
+    }
+    if (!a->num_experts)
+        return 0;
+    for (size_t i = 0; i < sizeof moe_unsupported / sizeof moe_unsupported[0]; i++) {
+        uint32_t n;
+        int rc = get_count(root, moe_unsupported[i], &n, path, err, errlen);
+        if (rc)
+            return rc;
+        if (n > 0) {
             snprintf(err, errlen,
-                     "%s: field '%s' is %" JSON_INTEGER_FORMAT
-                     ": a mixture-of-experts model; kvsim models dense decoders only (a MoE "
-                     "model needs a moe profile: expert weights, routing and expert-parallel "
-                     "all-to-all, which kvsim does not have)",
-                     path, moe_fields[i], json_integer_value(v));
+                     "%s: field '%s' is %u: kvsim models mixture-of-experts decoders whose every "
+                     "MLP is routed experts only (no shared experts, no dense layers)",
+                     path, moe_unsupported[i], n);
             return -EINVAL;
         }
     }
-    return 0;
+    uint32_t step;
+    int rc = get_count(root, "decoder_sparse_step", &step, path, err, errlen);
+    if (rc)
+        return rc;
+    json_t *dense_layers = json_object_get(root, "mlp_only_layers");
+    if (step > 1 || (json_is_array(dense_layers) && json_array_size(dense_layers) > 0)) {
+        snprintf(err, errlen,
+                 "%s: %s: kvsim models mixture-of-experts decoders whose every MLP is routed "
+                 "experts only (no dense layers)",
+                 path,
+                 step > 1 ? "field 'decoder_sparse_step' is above 1"
+                          : "field 'mlp_only_layers' is not empty");
+        return -EINVAL;
+    }
+    if ((rc = get_pos_u32(root, "num_experts_per_tok", true, &a->experts_per_tok, path, err,
+                          errlen)))
+        return rc;
+    if (a->experts_per_tok > a->num_experts) {
+        snprintf(err, errlen,
+                 "%s: field 'num_experts_per_tok' (%u) is above the experts ('%s': %u)", path,
+                 a->experts_per_tok, field, a->num_experts);
+        return -EINVAL;
+    }
+    a->moe_intermediate_size = a->intermediate_size;
+    rc = get_pos_u32(root, "moe_intermediate_size", false, &a->moe_intermediate_size, path, err,
+                     errlen);
+    return rc < 0 ? rc : 0;
 }
 
 /* torch_dtype (or dtype, its newer name in transformers) into bytes per element. */
@@ -146,8 +202,6 @@ static int parse_arch(json_t *root, const char *path, const char *name, struct k
         snprintf(err, errlen, "%s: a model config must be a JSON object", path);
         return -EINVAL;
     }
-    if ((rc = refuse_moe(root, path, err, errlen)) != 0)
-        return rc;
 
     if (name != NULL) {
         if (*name == '\0' || strlen(name) >= sizeof a->name) {
@@ -221,7 +275,7 @@ static int parse_arch(json_t *root, const char *path, const char *name, struct k
     if ((rc = get_pos_u32(root, "max_position_embeddings", false, &a->max_position_embeddings, path,
                           err, errlen)) < 0)
         return rc;
-    return 0;
+    return parse_moe(root, path, a, err, errlen);
 }
 
 int kvsim_model_arch_load(const char *path, const char *name, struct kvsim_model_arch *out,
@@ -282,28 +336,61 @@ static uint64_t kv_heads_per_rank(const struct kvsim_model_arch *a, uint32_t tp)
     return a->num_kv_heads >= tp ? a->num_kv_heads / tp : 1;
 }
 
+/* The GPUs one MoE layer's experts are spread over: tp x dp (vLLM flattens DP into the MoE's
+ * TP, or uses them all as EP ranks). */
+static uint32_t moe_ranks(const struct kvsim_gpu_config *g)
+{
+    return g->tp * (g->data_parallel_size > 1 ? g->data_parallel_size : 1);
+}
+
+/*
+ * One rank's expert weights of one layer (elements): each expert is a merged gate_up projection
+ * (hidden x 2 moe_intermediate) and a down projection (moe_intermediate x hidden). With expert
+ * parallelism a rank owns experts / (tp x dp) whole experts; without it every rank holds a
+ * 1 / (tp x dp) slice of every expert's intermediate dimension (vllm/model_executor/layers/
+ * fused_moe/config.py, FusedMoEParallelConfig.make and flatten_tp_across_dp_and_pcp).
+ */
+static uint64_t moe_expert_elems(const struct kvsim_model_arch *a, const struct kvsim_gpu_config *g,
+                                 bool *ovf)
+{
+    uint64_t n = moe_ranks(g);
+    uint64_t per_expert = mul(3 * (uint64_t)a->hidden_size, a->moe_intermediate_size, ovf);
+    if (g->enable_expert_parallel)
+        return mul(a->num_experts / n, per_expert, ovf);
+    return mul(a->num_experts, per_expert / n, ovf);
+}
+
 /*
  * One rank's weight bytes, as vLLM's Llama/Qwen3 modules hold them: the vocabulary shard of the
  * embedding; per layer two RMSNorms (replicated), the QKV projection (q heads split over ranks,
  * KV heads split or replicated), o_proj, the merged gate_up projection and down_proj (split),
- * and for qwen3 the q/k RMSNorms (head_dim each); the final norm; the lm_head shard unless it is
- * tied to the embedding.
+ * and for qwen3 and qwen3_moe the q/k RMSNorms (head_dim each); the final norm; the lm_head shard
+ * unless it is tied to the embedding. A mixture-of-experts layer holds, instead of the dense
+ * MLP, the router gate (hidden_size x experts, replicated: vLLM's ReplicatedLinear) and its share
+ * of the experts (moe_expert_elems).
  */
-static uint64_t weight_bytes(const struct kvsim_model_arch *a, uint32_t tp, bool *ovf)
+static uint64_t weight_bytes(const struct kvsim_model_arch *a, const struct kvsim_gpu_config *g,
+                             bool *ovf)
 {
+    uint32_t tp = g->tp;
     uint64_t h = a->hidden_size;
     uint64_t q_rank = (uint64_t)a->num_heads / tp * a->head_dim;
     uint64_t kv_rank = kv_heads_per_rank(a, tp) * a->head_dim;
     uint64_t ffn_rank = (uint64_t)a->intermediate_size / tp;
     uint64_t v_rank = vocab_per_rank(a, tp);
 
-    uint64_t layer = 2 * h;                  /* input and post-attention norm */
-    if (strcmp(a->model_type, "qwen3") == 0) /* q_norm and k_norm */
-        layer = add(layer, 2 * (uint64_t)a->head_dim, ovf);
+    uint64_t layer = 2 * h; /* input and post-attention norm */
+    if (strcmp(a->model_type, "qwen3") == 0 || strcmp(a->model_type, "qwen3_moe") == 0)
+        layer = add(layer, 2 * (uint64_t)a->head_dim, ovf);     /* q_norm and k_norm */
     layer = add(layer, mul(h, q_rank + 2 * kv_rank, ovf), ovf); /* qkv_proj */
     layer = add(layer, mul(q_rank, h, ovf), ovf);               /* o_proj */
-    layer = add(layer, mul(h, 2 * ffn_rank, ovf), ovf);         /* gate_up_proj */
-    layer = add(layer, mul(ffn_rank, h, ovf), ovf);             /* down_proj */
+    if (a->num_experts) {
+        layer = add(layer, mul(h, a->num_experts, ovf), ovf); /* the router gate */
+        layer = add(layer, moe_expert_elems(a, g, ovf), ovf);
+    } else {
+        layer = add(layer, mul(h, 2 * ffn_rank, ovf), ovf); /* gate_up_proj */
+        layer = add(layer, mul(ffn_rank, h, ovf), ovf);     /* down_proj */
+    }
 
     uint64_t elems = mul(v_rank, h, ovf); /* embed_tokens */
     elems = add(elems, mul(layer, a->num_layers, ovf), ovf);
@@ -385,6 +472,16 @@ static uint64_t estimate_activation_bytes(const struct kvsim_model_arch *a,
 
     uint64_t rope = mul(mul(a->max_position_embeddings, a->head_dim, ovf), d, ovf);
     uint64_t forward = mul(mul(t, d, ovf), 3 * ((uint64_t)a->intermediate_size / g->tp + h), ovf);
+    if (a->num_experts) {
+        /* The fused MoE's three intermediate caches: every token's experts_per_tok rows of the
+         * gate_up output (2 N), the activation (N) and the down output (hidden), N the rank's
+         * slice of moe_intermediate; the rank sees the tokens of all its DP peers (they are
+         * gathered before the experts). */
+        uint64_t ranks = moe_ranks(g), dp = ranks / g->tp;
+        uint64_t n =
+            g->enable_expert_parallel ? a->moe_intermediate_size : a->moe_intermediate_size / ranks;
+        forward = mul(mul(mul(t, dp, ovf), mul(d, a->experts_per_tok, ovf), ovf), 3 * n + h, ovf);
+    }
     uint64_t sampler = add(mul(mul(t, h, ovf), d, ovf),
                            mul(mul(s, a->vocab_size, ovf), d + 4 * SAMPLER_FP32_TENSORS, ovf), ovf);
     return add(add(rope, max_u64(forward, sampler), ovf), NON_TORCH_BYTES, ovf);
@@ -451,7 +548,22 @@ static int check_gpu(const struct kvsim_model_arch *a, const struct kvsim_gpu_co
                  a->name, g->tp, a->num_heads);
         return -EINVAL;
     }
-    if (a->intermediate_size % g->tp != 0) {
+    if (a->num_experts && g->enable_expert_parallel && a->num_experts % moe_ranks(g) != 0) {
+        snprintf(err, errlen,
+                 "model '%s': expert parallelism over %" PRIu32
+                 " ranks (tp x dp) does not divide its %" PRIu32 " experts",
+                 a->name, moe_ranks(g), a->num_experts);
+        return -EINVAL;
+    }
+    if (a->num_experts && !g->enable_expert_parallel &&
+        a->moe_intermediate_size % moe_ranks(g) != 0) {
+        snprintf(err, errlen,
+                 "model '%s': %" PRIu32
+                 " ranks (tp x dp) do not divide moe_intermediate_size (%" PRIu32 ")",
+                 a->name, moe_ranks(g), a->moe_intermediate_size);
+        return -EINVAL;
+    }
+    if (!a->num_experts && a->intermediate_size % g->tp != 0) {
         snprintf(err, errlen,
                  "model '%s': tensor_parallel_size %" PRIu32
                  " does not divide intermediate_size (%" PRIu32 ")",
@@ -480,7 +592,7 @@ int kvsim_gpu_capacity_derive(const struct kvsim_model_arch *a, const struct kvs
     memset(&c, 0, sizeof c);
     /* vLLM: requested_memory = math.ceil(total_memory * gpu_memory_utilization), in doubles. */
     c.requested_bytes = (uint64_t)ceil(g->gpu_memory_gib * GIB * g->gpu_memory_utilization);
-    c.weight_bytes = weight_bytes(a, g->tp, &ovf);
+    c.weight_bytes = weight_bytes(a, g, &ovf);
     c.activation_bytes = estimate_activation_bytes(a, g, &ovf);
     uint64_t per_layer_token = mul(2 * kv_heads_per_rank(a, g->tp), a->head_dim, &ovf);
     c.block_bytes = mul(mul(mul(per_layer_token, g->block_size, &ovf), a->dtype_bytes, &ovf),

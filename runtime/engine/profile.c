@@ -76,6 +76,15 @@ struct kvsim_profile {
     uint32_t num_alpha;
     double alpha_default;
     double min_step_us;
+    /* mixture of experts (moe_nt 0: a dense model): moe.csv, one curve over activated experts
+     * per profiled token count; the deployment's DP ranks and whether its experts are split over
+     * the tp x dp ranks (expert parallelism) */
+    uint32_t moe_nt;
+    double *moe_tokens;
+    struct prof_curve *moe_rows;
+    uint32_t dp;
+    bool ep;
+    char moe_path[1100];
 };
 
 /* ---- errors and small helpers --------------------------------------------------------------- */
@@ -784,7 +793,7 @@ static int load_meta(struct kvsim_profile *p, const char *dir, char *err, size_t
 /* The architecture catalog: the operators of each part of an iteration, by category. */
 struct catalog {
     yaml_document_t d;
-    yaml_node_t *seq, *dense, *per_seq, *attn;
+    yaml_node_t *seq, *dense, *per_seq, *attn, *moe;
     char path[1024];
 };
 
@@ -841,20 +850,101 @@ static int load_catalog(struct catalog *c, const char *root, const char *model_t
     c->dense = yaml_get(&c->d, cat, "dense");
     c->per_seq = yaml_get(&c->d, cat, "per_sequence");
     c->attn = yaml_get(&c->d, cat, "attention");
-    yaml_node_t *moe = yaml_get(&c->d, c->seq, "mlp_moe");
+    c->moe = yaml_get(&c->d, cat, "moe");
     if (!c->seq || !c->dense || !c->per_seq || !c->attn)
         rc = fail(err, errlen, -EINVAL,
                   "%s: needs 'sequence' and 'catalog' with dense, per_sequence and attention",
                   c->path);
-    else if (moe && moe->type == YAML_SEQUENCE_NODE &&
-             moe->data.sequence.items.top > moe->data.sequence.items.start)
-        rc = fail(err, errlen, -EINVAL,
-                  "%s: 'sequence.mlp_moe' is not empty: mixture-of-experts layers (moe.csv, "
-                  "expert parallelism) are not modelled by kvsim's profile step model",
-                  c->path);
     if (rc)
         yaml_document_delete(&c->d);
     return rc;
+}
+
+/*
+ * The catalog's mlp_moe part against the model: a MoE model's layers run one MoE block (the
+ * router gate and the experts, measured as one unit in moe.csv), a dense model's none.
+ */
+static int check_moe_part(struct kvsim_profile *p, struct catalog *c, char *err, size_t errlen)
+{
+    yaml_node_t *list = yaml_get(&c->d, c->seq, "mlp_moe");
+    uint32_t n = 0;
+    if (list && list->type == YAML_SEQUENCE_NODE)
+        for (yaml_node_item_t *it = list->data.sequence.items.start;
+             it < list->data.sequence.items.top; it++) {
+            const char *op = scalar(yaml_document_get_node(&c->d, *it));
+            if (!op || !yaml_get(&c->d, c->moe, op))
+                return fail(err, errlen, -EINVAL,
+                            "%s: operator '%s' of 'sequence.mlp_moe' is not in 'catalog.moe'",
+                            c->path, op ? op : "?");
+            n++;
+        }
+    if (p->arch.num_experts && n != 1)
+        return fail(err, errlen, -EINVAL,
+                    "%s: 'sequence.mlp_moe' lists %u operators; the model has %u experts and kvsim "
+                    "times one MoE block per layer (moe.csv)",
+                    c->path, n, p->arch.num_experts);
+    if (!p->arch.num_experts && n)
+        return fail(err, errlen, -EINVAL,
+                    "%s: 'sequence.mlp_moe' is not empty but the model config has no experts",
+                    c->path);
+    return 0;
+}
+
+/*
+ * moe.csv (tokens,activated_experts,time_us): the MoE block of one layer for a number of tokens
+ * routed to a number of distinct experts; the profiler keeps activated_experts between
+ * experts_per_tok and min(experts, tokens x experts_per_tok), so each token count has its own
+ * range. Rows sorted by tokens, then experts.
+ */
+static int load_moe(struct kvsim_profile *p, const char *path, char *err, size_t errlen)
+{
+    struct csv c;
+    int rc = csv_open(&c, path, "tokens,activated_experts,time_us", err, errlen);
+    if (rc)
+        return rc;
+    char *f[3] = {0};
+    uint32_t cap_t = 0, cap_r = 0;
+    while ((rc = csv_next(&c, f, 3, err, errlen)) == 1) {
+        double t = 0, a = 0, y = 0;
+        if ((rc = csv_number(&c, f[0], "tokens", PROFILE_AXIS_MAX, &t, err, errlen)) ||
+            (rc = csv_number(&c, f[1], "activated_experts", PROFILE_AXIS_MAX, &a, err, errlen)) ||
+            (rc = csv_number(&c, f[2], "time_us", PROFILE_TIME_MAX_US, &y, err, errlen)))
+            break;
+        if (t < 1 || a < 1) {
+            rc = fail(err, errlen, -EINVAL, "%s:%u: field '%s' must be >= 1", path, c.line,
+                      t < 1 ? "tokens" : "activated_experts");
+            break;
+        }
+        struct prof_curve *row = p->moe_nt ? &p->moe_rows[p->moe_nt - 1] : NULL;
+        if (!row || t > p->moe_tokens[p->moe_nt - 1]) {
+            if ((rc = grow((void **)&p->moe_tokens, &cap_t, p->moe_nt + 1, sizeof(double))) ||
+                (rc = grow((void **)&p->moe_rows, &cap_r, p->moe_nt + 1, sizeof *row)))
+                break;
+            row = &p->moe_rows[p->moe_nt];
+            memset(row, 0, sizeof *row);
+            p->moe_tokens[p->moe_nt++] = t;
+        } else if (t < p->moe_tokens[p->moe_nt - 1] || a <= row->x[row->n - 1]) {
+            rc = fail(err, errlen, -EINVAL,
+                      "%s:%u: rows must be sorted by tokens, then by increasing activated_experts",
+                      path, c.line);
+            break;
+        }
+        double *nx = realloc(row->x, (row->n + 1) * sizeof *nx);
+        if (nx)
+            row->x = nx;
+        double *ny = nx ? realloc(row->y, (row->n + 1) * sizeof *ny) : NULL;
+        if (!nx || !ny) {
+            rc = -ENOMEM;
+            break;
+        }
+        row->y = ny;
+        row->x[row->n] = a;
+        row->y[row->n++] = y;
+    }
+    csv_close(&c);
+    if (rc >= 0 && !p->moe_nt)
+        rc = fail(err, errlen, -EINVAL, "%s: no rows", path);
+    return rc < 0 ? rc : 0;
 }
 
 static int load_dense(struct kvsim_profile *p, const char *root, const char *dir, char *err,
@@ -899,6 +989,8 @@ static int load_dense(struct kvsim_profile *p, const char *root, const char *dir
         rc = fail(err, errlen, -EINVAL,
                   "%s: a layer runs the attention operator %u times (kvsim models one)", c.path,
                   attention);
+    if (!rc)
+        rc = check_moe_part(p, &c, err, errlen);
 out:
     yaml_document_delete(&c.d);
 out_tables:
@@ -1071,6 +1163,54 @@ static double allreduce_us(const struct kvsim_profile *p, uint64_t tokens)
     return 2.0 * (p->tp - 1) * ((double)p->link_latency_ns + bytes / p->link_bytes_per_ns) / 1e3;
 }
 
+/*
+ * One layer's MoE block on this rank for a step of `tokens` tokens, with moe.csv read at the
+ * rank's share of the work (docs/fidelity/timing.md, "Mixture of experts"):
+ *
+ *   group tokens  G = tokens x dp     every DP rank is assumed to step as many tokens (the
+ *                                     ranks' lockstep is the next issue's)
+ *   MoE ranks     R = tp x dp with expert parallelism (each holds experts / R whole experts),
+ *                 else 1 (every rank runs a 1 / (tp x dp) slice of every expert: that slice's
+ *                 own moe.csv, tp<tp x dp>/moe.csv)
+ *   activated     A = (experts / R) x (1 - (1 - k / experts)^G)   the expected distinct experts
+ *                 of the rank's own, with every token's k experts drawn uniformly
+ *   tokens read   G / R: the tokens whose k experts each make the rank's G x k / R assignments
+ *
+ * Both axes interpolated linearly and clamped at the grid's edges (each token row at its own
+ * range of activated experts); *out when a value was clamped.
+ */
+static double moe_layer_us(const struct kvsim_profile *p, double tokens, bool *out)
+{
+    double e = p->arch.num_experts, k = p->arch.experts_per_tok;
+    double g = tokens * p->dp, r = p->ep ? (double)p->tp * p->dp : 1.0;
+    double active = e / r * (1.0 - pow(1.0 - k / e, g));
+    double t = g / r;
+    uint32_t i0, i1;
+    double w = axis_bracket(p->moe_tokens, p->moe_nt, t, &i0, &i1, out);
+    const struct prof_curve *r0 = &p->moe_rows[i0], *r1 = &p->moe_rows[i1];
+    if (active > r1->x[r1->n - 1] * (1 + 1e-9) || active < r0->x[0] * (1 - 1e-9))
+        *out = true; /* outside the rows' ranges (only where the token axis clamps) */
+    double v0 = curve_at(r0, active), v1 = curve_at(r1, active);
+    return v0 + w * (v1 - v0);
+}
+
+/*
+ * The DP ranks' exchange around each MoE block (vLLM's default all2all backend,
+ * allgather_reducescatter: vllm/distributed/device_communicators/all2all.py, AgRsAll2AllManager):
+ * dispatch all-gathers every rank's hidden states and router logits ((hidden + experts) x dtype
+ * bytes a token), combine reduce-scatters the experts' outputs (hidden x dtype a token); each a
+ * ring of dp - 1 messages on the link, as the TP all-reduce. Zero at dp 1.
+ */
+static double moe_exchange_us(const struct kvsim_profile *p, double tokens)
+{
+    if (p->dp < 2 || !p->moe_nt)
+        return 0;
+    double lat = (double)p->link_latency_ns, bw = p->link_bytes_per_ns, d = p->arch.dtype_bytes;
+    double dispatch = tokens * (p->arch.hidden_size + p->arch.num_experts) * d;
+    double combine = tokens * p->arch.hidden_size * d; /* G x hidden / dp a message */
+    return (p->dp - 1) * (2 * lat + dispatch / bw + combine / bw) / 1e3;
+}
+
 double kvsim_profile__step_us(const struct kvsim_profile *p, const struct kvsim_step_batch *b,
                               unsigned *outside)
 {
@@ -1089,9 +1229,17 @@ double kvsim_profile__step_us(const struct kvsim_profile *p, const struct kvsim_
     double attn = batch_attention(p, b, &out);
     if (out)
         mask |= KVSIM_PROFILE_ATTENTION;
+    double moe = 0;
+    if (p->moe_nt) {
+        bool mout = false;
+        moe = moe_layer_us(p, (double)(b->prefill_tokens + b->num_decode_reqs), &mout) +
+              moe_exchange_us(p, (double)(b->prefill_tokens + b->num_decode_reqs));
+        if (mout)
+            mask |= KVSIM_PROFILE_TOKENS; /* moe.csv clamped: counted on the tokens axis */
+    }
     if (outside)
         *outside = mask;
-    double layer = p->layer_us[tokens] + attn + 2 * allreduce_us(p, tokens);
+    double layer = p->layer_us[tokens] + attn + moe + 2 * allreduce_us(p, tokens);
     return p->once_us[tokens] + p->seq_us[seqs] + p->arch.num_layers * layer;
 }
 
@@ -1118,8 +1266,13 @@ double kvsim_profile__max_step_us(const struct kvsim_profile *p, uint32_t max_se
         alpha = p->alpha[i].alpha > alpha ? p->alpha[i].alpha : alpha;
     double chunks = max_seqs > 1 ? max_seqs - 1 : 0;
     double attn_max = attn * (1 + (alpha > 0 ? alpha : 0) + chunks);
+    double moe = 0; /* interpolation stays within the table; the exchange grows with tokens */
+    for (uint32_t i = 0; i < p->moe_nt; i++)
+        for (uint32_t j = 0; j < p->moe_rows[i].n; j++)
+            moe = p->moe_rows[i].y[j] > moe ? p->moe_rows[i].y[j] : moe;
+    moe += moe_exchange_us(p, p->max_tokens);
     return once + seq +
-           p->arch.num_layers * (layer + attn_max + 2 * allreduce_us(p, p->max_tokens));
+           p->arch.num_layers * (layer + attn_max + moe + 2 * allreduce_us(p, p->max_tokens));
 }
 
 /* A lower bound on any step: each term's smallest value (interpolation stays within them). */
@@ -1132,8 +1285,13 @@ static void compute_min_step(struct kvsim_profile *p)
     }
     for (uint32_t s = 1; s <= p->max_seqs; s++)
         seq = p->seq_us[s] < seq ? p->seq_us[s] : seq;
+    double moe = p->moe_nt ? INFINITY : 0;
+    for (uint32_t i = 0; i < p->moe_nt; i++)
+        for (uint32_t j = 0; j < p->moe_rows[i].n; j++)
+            moe = p->moe_rows[i].y[j] < moe ? p->moe_rows[i].y[j] : moe;
+    moe += moe_exchange_us(p, 0);
     p->min_step_us =
-        once + seq + p->arch.num_layers * (layer + p->attn_min_us + 2 * allreduce_us(p, 0));
+        once + seq + p->arch.num_layers * (layer + p->attn_min_us + moe + 2 * allreduce_us(p, 0));
 }
 
 void kvsim_profile_free(struct kvsim_profile *p)
@@ -1159,6 +1317,12 @@ void kvsim_profile_free(struct kvsim_profile *p)
     free(p->kvb_bins.edge);
     free(p->kp_bins.edge);
     free(p->alpha);
+    for (uint32_t i = 0; i < p->moe_nt; i++) {
+        free(p->moe_rows[i].x);
+        free(p->moe_rows[i].y);
+    }
+    free(p->moe_rows);
+    free(p->moe_tokens);
     free(p);
 }
 
@@ -1178,14 +1342,18 @@ int kvsim_profile_load(const struct kvsim_profile_config *cfg, struct kvsim_prof
                     "a profile needs a root, a hardware and a model ORG/NAME");
     if (cfg->tp < 1)
         return fail(err, errlen, -EINVAL, "tp must be at least 1");
-    if (cfg->tp > 1 && !(cfg->tp_link_gbps > 0 && cfg->tp_link_latency_ns >= 0))
+    if ((cfg->tp > 1 || cfg->data_parallel_size > 1) &&
+        !(cfg->tp_link_gbps > 0 && cfg->tp_link_latency_ns >= 0))
         return fail(err, errlen, -EINVAL,
-                    "tp %u needs a link bandwidth > 0 and a latency >= 0 for its all-reduce",
-                    cfg->tp);
+                    "tp %u, dp %u needs a link bandwidth > 0 and a latency >= 0 for its "
+                    "collectives",
+                    cfg->tp, cfg->data_parallel_size);
     struct kvsim_profile *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
     p->tp = cfg->tp;
+    p->dp = cfg->data_parallel_size > 1 ? cfg->data_parallel_size : 1;
+    p->ep = cfg->enable_expert_parallel;
     p->link_bytes_per_ns = cfg->tp_link_gbps * 1073741824.0 / 1e9;
     p->link_latency_ns = cfg->tp_link_latency_ns;
     char dir[1024], path[1100];
@@ -1205,6 +1373,19 @@ int kvsim_profile_load(const struct kvsim_profile_config *cfg, struct kvsim_prof
     }
     if (!rc)
         rc = load_meta(p, dir, err, errlen);
+    if (!rc && p->arch.num_experts) {
+        /* With expert parallelism a rank runs whole experts: the tp1 table; without it a
+         * 1 / (tp x dp) slice of each: that degree's table. */
+        uint32_t moe_tp = p->ep ? 1 : p->tp * p->dp;
+        path_fmt(p->moe_path, sizeof p->moe_path, "%s/tp%u/moe.csv", dir, moe_tp);
+        rc = load_moe(p, p->moe_path, err, errlen);
+        if (rc == -ENOENT || (rc && strstr(err, "cannot open")))
+            snprintf(err + strlen(err), errlen - strlen(err),
+                     " (the MoE layers of %s at tp %u x dp %u %s need the experts profiled at "
+                     "tp %u)",
+                     cfg->model, p->tp, p->dp,
+                     p->ep ? "with expert parallelism" : "without expert parallelism", moe_tp);
+    }
     if (rc) {
         kvsim_profile_free(p);
         return rc;

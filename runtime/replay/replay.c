@@ -1881,6 +1881,10 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
                                           "combine yet"
             : (uint64_t)cfg->num_engines * rp.dp > 4096
                 ? "deployments x ranks is above 4,096 engines"
+            : cfg->model.profile && kvsim_profile_arch(cfg->model.profile)->num_experts
+                ? "a mixture-of-experts model's data-parallel ranks step in lockstep (each "
+                  "step waits for the slowest rank; idle ranks take dummy steps), which kvsim "
+                  "does not model yet"
             : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
                 ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
                 : NULL;
@@ -2220,6 +2224,7 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
             .seed = cfg->seed,
             .num_engines = rp.num_engines,
             .data_parallel_size = rp.dp,
+            .enable_expert_parallel = cfg->enable_expert_parallel,
             .num_threads = rp.num_threads,
             .vllm_contract = cfg->sched.vllm_contract,
             .engine = cfg->disagg.prefill_engines ? NULL : &cfg->sched,

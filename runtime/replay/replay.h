@@ -181,6 +181,9 @@ struct kvsim_replay_config {
      * engines (ranks) behind vLLM's DP load balancer (the dp-lb router); the router picks the
      * deployment. 0 or 1: none. Not with disaggregated serving. */
     uint32_t data_parallel_size;
+    /* A mixture-of-experts model's experts split over the ranks (the step model and capacity
+     * have it: kvsim_profile_config, kvsim_gpu_config); here for the report. */
+    bool enable_expert_parallel;
     uint32_t num_threads; /* capped at the engines */
     enum kvsim_router_policy router;
     double overlap_weight; /* kv policy */

@@ -325,6 +325,7 @@ struct kvsim_report_run {
     uint64_t seed;               /* workload / replay seed */
     uint32_t num_engines;        /* engines in the replay */
     uint32_t data_parallel_size; /* ranks per deployment (0 or 1: no data parallelism) */
+    bool enable_expert_parallel; /* a MoE model's experts split over the ranks */
     uint32_t num_threads;        /* worker threads; 0 = the collector's thread count */
     uint32_t vllm_contract;      /* the fidelity contract the engines followed (0: unknown) */
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
@@ -455,6 +456,7 @@ struct kvsim_report {
     uint64_t seed;                      /* from the run */
     uint32_t num_engines;               /* from the run */
     uint32_t data_parallel_size;        /* from the run (1: none) */
+    bool enable_expert_parallel;        /* from the run */
     uint32_t vllm_contract;             /* from the run: the fidelity contract (vllm.md) */
     /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
     bool has_engine, has_pools;

@@ -316,6 +316,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     out->seed = run->seed;
     out->num_engines = run->num_engines;
     out->data_parallel_size = run->data_parallel_size > 1 ? run->data_parallel_size : 1;
+    out->enable_expert_parallel = run->enable_expert_parallel;
     out->vllm_contract = run->vllm_contract;
     if (run->config_text && !(out->config_text = strdup(run->config_text)))
         return -ENOMEM;

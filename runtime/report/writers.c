@@ -307,7 +307,8 @@ static json_t *latency_json(const struct kvsim_latency *l) { return stats_json(l
 
 /* An engine's arguments under vLLM's names (num_gpu_blocks_override counts the null block, as
  * vLLM does; an unset optional knob is null). */
-static json_t *engine_args_json(const struct sched_config *c, uint32_t data_parallel_size)
+static json_t *engine_args_json(const struct sched_config *c, uint32_t data_parallel_size,
+                                bool enable_expert_parallel)
 {
     json_t *o = json_object();
     bool ok = o != NULL;
@@ -331,6 +332,7 @@ static json_t *engine_args_json(const struct sched_config *c, uint32_t data_para
              json_string(c->policy == SCHED_POLICY_PRIORITY ? "priority" : "fcfs")) &&
          ok;
     ok = put(o, "data_parallel_size", json_integer(data_parallel_size)) && ok;
+    ok = put(o, "enable_expert_parallel", json_boolean(enable_expert_parallel)) && ok;
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -453,11 +455,12 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(run, "vllm_contract", json_integer(r->vllm_contract)) && ok;
     if (r->has_engine)
         ok = put(run, "engine_args",
-                 engine_args_json(&r->engine, r->data_parallel_size ? r->data_parallel_size : 1)) &&
+                 engine_args_json(&r->engine, r->data_parallel_size ? r->data_parallel_size : 1,
+                                  r->enable_expert_parallel)) &&
              ok;
     if (r->has_pools) {
-        ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill, 1)) && ok;
-        ok = put(run, "decode_engine_args", engine_args_json(&r->decode, 1)) && ok;
+        ok = put(run, "prefill_engine_args", engine_args_json(&r->prefill, 1, false)) && ok;
+        ok = put(run, "decode_engine_args", engine_args_json(&r->decode, 1, false)) && ok;
     }
     json_t *end = json_object();
     ok = put(end, "reason", json_string(r->end_reason)) && ok;

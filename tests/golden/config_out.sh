@@ -3,7 +3,8 @@
 # before the option table generated --help and getopt (issue 42): a change to how options are read,
 # printed or written shows as a diff. Regenerate only for an intended change (the commands are
 # below; --threads is fixed so that the CPU count does not show). Regenerated for issue 44: the
-# offload file gained "data-parallel-size" (a new option; 1 is its default).
+# offload file gained "data-parallel-size" (a new option; 1 is its default); issue 45: both gained
+# "enable-expert-parallel" (false, its default).
 set -euo pipefail
 kvsim=$1
 here=$(dirname "$0")

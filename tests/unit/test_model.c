@@ -287,16 +287,81 @@ static void expect_load_error(const char *text, int rc, const char *const *needl
     remove_config(path);
 }
 
-Test(model, moe_config_is_refused)
+/* A mixture-of-experts config is read (experts, experts per token, the experts' intermediate
+ * size, intermediate_size when it has none, as Mixtral); the variants kvsim cannot size are
+ * refused naming the field: shared experts, dense layers among the MoE ones, no top-k. */
+Test(model, moe_config_is_read_or_refused_by_field)
 {
-    expect_load_error(
-        DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": \"bfloat16\", "
-                   "\"num_local_experts\": 8, \"num_experts_per_tok\": 2}",
-        -EINVAL,
-        (const char *[]){"'num_local_experts'", "dense decoders only", "moe profile", NULL});
+    const char *path = write_config(DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": "
+                                               "\"bfloat16\", \"num_local_experts\": 8, "
+                                               "\"num_experts_per_tok\": 2}");
+    struct kvsim_model_arch a;
+    char err[512];
+    cr_assert_eq(kvsim_model_arch_load(path, "t/t", &a, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(a.num_experts, 8);
+    cr_assert_eq(a.experts_per_tok, 2);
+    cr_assert_eq(a.moe_intermediate_size, a.intermediate_size, "Mixtral: intermediate_size");
+    remove_config(path);
     expect_load_error(DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": \"bfloat16\", "
-                                 "\"n_routed_experts\": 256}",
-                      -EINVAL, (const char *[]){"'n_routed_experts'", "moe profile", NULL});
+                                 "\"n_routed_experts\": 256, \"num_experts_per_tok\": 8, "
+                                 "\"n_shared_experts\": 1}",
+                      -EINVAL, (const char *[]){"'n_shared_experts'", "routed experts only", NULL});
+    expect_load_error(DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": \"bfloat16\", "
+                                 "\"num_experts\": 64, \"num_experts_per_tok\": 8, "
+                                 "\"mlp_only_layers\": [0]}",
+                      -EINVAL, (const char *[]){"'mlp_only_layers'", "no dense layers", NULL});
+    expect_load_error(DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": \"bfloat16\", "
+                                 "\"num_experts\": 64}",
+                      -EINVAL, (const char *[]){"'num_experts_per_tok'", NULL});
+    expect_load_error(DENSE_HEAD "\"num_hidden_layers\": 32, \"torch_dtype\": \"bfloat16\", "
+                                 "\"num_experts\": 4, \"num_experts_per_tok\": 8}",
+                      -EINVAL, (const char *[]){"'num_experts_per_tok' (8) is above", NULL});
+}
+
+/*
+ * The shared Qwen3-30B-A3B (48 layers, hidden 2048, 32 heads and 4 KV heads of 128, 128 experts of
+ * moe_intermediate 768, 8 per token, vocabulary 151,936 = 2,374 x 64, untied, bf16). One layer:
+ * norms 2 x 2048 + q/k norms 2 x 128 = 4,352; qkv 2048 x (32 + 2 x 4) x 128 = 10,485,760; o_proj
+ * 4096 x 2048 = 8,388,608; router gate 2048 x 128 = 262,144; experts 128 x 3 x 2048 x 768 =
+ * 603,979,776: 623,120,640. 48 layers 29,909,790,720, plus the embedding and the lm_head
+ * (151,936 x 2048 = 311,164,928 each) and the final norm (2,048): 30,532,122,624 parameters
+ * (the model card's 30.5 B), 61,064,245,248 bytes on one GPU. With expert parallelism over two
+ * data-parallel ranks each holds 64 experts (301,989,888 a layer): 16,036,608,000 parameters,
+ * 32,073,216,000 bytes. A block: 2 x 4 x 128 x 16 tokens x 2 bytes x 48 layers = 1,572,864. Without
+ * expert parallelism the two ranks hold half of every expert: the same bytes as with it.
+ */
+Test(model, moe_capacity_counts_each_ranks_experts)
+{
+    struct kvsim_model_arch a = load(SHARED_MODELS "/Qwen/Qwen3-30B-A3B-Instruct-2507.json",
+                                     "Qwen/Qwen3-30B-A3B-Instruct-2507");
+    cr_assert_eq(a.num_experts, 128);
+    cr_assert_eq(a.experts_per_tok, 8);
+    cr_assert_eq(a.moe_intermediate_size, 768);
+    struct kvsim_gpu_config g = {.gpu_memory_gib = 96,
+                                 .gpu_memory_utilization = 0.9,
+                                 .tp = 1,
+                                 .block_size = 16,
+                                 .max_num_batched_tokens = 2048,
+                                 .max_num_seqs = 128};
+    struct kvsim_gpu_capacity one = derive(&a, &g);
+    cr_assert_eq(one.weight_bytes, UINT64_C(61064245248));
+    cr_assert_eq(one.block_bytes, 1572864);
+    g.data_parallel_size = 2;
+    g.enable_expert_parallel = true;
+    struct kvsim_gpu_capacity ep = derive(&a, &g);
+    cr_assert_eq(ep.weight_bytes, UINT64_C(32073216000));
+    cr_assert_eq(ep.num_gpu_blocks,
+                 (ep.requested_bytes - ep.weight_bytes - ep.activation_bytes) / ep.block_bytes);
+    cr_assert_gt(ep.num_gpu_blocks, one.num_gpu_blocks + 18000, "29 GB more for the KV cache");
+    g.enable_expert_parallel = false;
+    struct kvsim_gpu_capacity tp = derive(&a, &g);
+    cr_assert_eq(tp.weight_bytes, ep.weight_bytes, "half of every expert: the same bytes");
+    g.data_parallel_size = 3;
+    g.enable_expert_parallel = true;
+    char err[512];
+    struct kvsim_gpu_capacity c;
+    cr_assert_eq(kvsim_gpu_capacity_derive(&a, &g, &c, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "does not divide its 128 experts"), "%s", err);
 }
 
 /* num_experts 0 (or null) is a dense model, as Qwen's dense configs write it. */

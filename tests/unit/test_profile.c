@@ -387,3 +387,111 @@ Test(profile, every_tp_link_bandwidth_gives_a_finite_monotone_step)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* ---- mixture of experts (tests/inputs/profiles/tiny, model test/tiny-moe) ---------------------
+ *
+ * tiny with its dense MLP replaced by one MoE block: 8 experts, 2 per token; moe.csv is the plane
+ * 10 + tokens + 5 x activated over token rows 1, 4, 16, 64 (each with activated experts 2 to
+ * min(8, 2 x tokens)), so every value below is exact. */
+
+static struct kvsim_profile *load_moe(uint32_t tp, uint32_t dp, bool ep, char *err, size_t len,
+                                      int *rc)
+{
+    struct kvsim_profile_config c = {.root = TINY,
+                                     .hardware = "TESTHW",
+                                     .model = "test/tiny-moe",
+                                     .tp = tp,
+                                     .tp_link_gbps = 1,
+                                     .tp_link_latency_ns = 1000,
+                                     .data_parallel_size = dp,
+                                     .enable_expert_parallel = ep};
+    struct kvsim_profile *p = NULL;
+    *rc = kvsim_profile_load(&c, &p, err, len);
+    return p;
+}
+
+/* The mixed step of composes_a_mixed_step (16-token prefill and one decode: T = 17) on the MoE
+ * model: the same dense operators but down_proj (44.44 us a layer with attention, 112.48 once),
+ * and one MoE block a layer: activated experts A = 8 (1 - (1 - 2/8)^17) = 7.9398..., read at 17
+ * tokens between the rows of 16 (26 + 5 A) and 64 (74 + 5 A) with weight 1/48: 27 + 5 A. Step =
+ * 112.48 + 2 (44.44 + 27 + 5 A) = 255.36 + 10 A us. Expert parallelism on one GPU (tp 1, dp 1)
+ * changes nothing. */
+Test(profile_moe, composes_a_moe_step_by_hand)
+{
+    uint32_t chunk[] = {16};
+    uint64_t prefix[] = {0}, ctx[] = {24};
+    struct kvsim_step_batch b = {.prefill_tokens = 16,
+                                 .num_prefill_reqs = 1,
+                                 .num_decode_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix,
+                                 .decode_context = ctx};
+    double a = 8 * (1 - pow(0.75, 17));
+    int64_t want = llround((255.36 + 10 * a) * 1e3);
+    for (int ep = 0; ep < 2; ep++) {
+        char err[512];
+        int rc;
+        struct kvsim_profile *p = load_moe(1, 1, ep, err, sizeof err, &rc);
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert_eq(kvsim_profile_arch(p)->num_experts, 8);
+        unsigned out = 99;
+        int64_t got = cost(p, &b, &out);
+        cr_assert(llabs(got - want) <= 1, "ep %d: %lld ns, want %lld", ep, (long long)got,
+                  (long long)want);
+        cr_assert_eq(out, 0);
+        kvsim_profile_free(p);
+    }
+}
+
+/*
+ * Two data-parallel ranks with expert parallelism (tp 1): each holds 4 of the 8 experts and the
+ * ranks are taken to step as many tokens (G = 2 x 17 = 34 in the group). A rank's MoE block reads
+ * G / 2 = 17 tokens and A = 4 (1 - 0.75^34) = 3.9998... activated experts: 27 + 5 A as above.
+ * Around it the exchange on a 1 GiB/s (1.073741824 bytes/ns), 1 us link: dispatch all-gathers
+ * 17 tokens x (64 hidden + 8 logits) x 2 bytes = 2,448 bytes, combine reduce-scatters 17 x 64 x 2
+ * = 2,176: one message each (dp - 1), 2 x 1000 + 4,624 / 1.073741824 ns = 6.30645 us a layer.
+ */
+Test(profile_moe, expert_parallel_ranks_and_their_exchange_by_hand)
+{
+    uint32_t chunk[] = {16};
+    uint64_t prefix[] = {0}, ctx[] = {24};
+    struct kvsim_step_batch b = {.prefill_tokens = 16,
+                                 .num_prefill_reqs = 1,
+                                 .num_decode_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix,
+                                 .decode_context = ctx};
+    char err[512];
+    int rc;
+    struct kvsim_profile *p = load_moe(1, 2, true, err, sizeof err, &rc);
+    cr_assert_eq(rc, 0, "%s", err);
+    double a = 4 * (1 - pow(0.75, 34));
+    double exchange = (2 * 1000 + 4624 / 1.073741824) / 1e3;
+    int64_t want = llround((112.48 + 2 * (44.44 + 27 + 5 * a + exchange)) * 1e3);
+    int64_t got = cost(p, &b, NULL);
+    cr_assert(llabs(got - want) <= 1, "%lld ns, want %lld", (long long)got, (long long)want);
+    kvsim_profile_free(p);
+}
+
+/* At tp 2 without expert parallelism every GPU runs half of each expert: that needs the experts
+ * profiled at tp 2, which this profile lacks: refused naming the file. With expert parallelism a
+ * GPU runs 4 whole experts from the tp 1 table; a 1-token step reads half a token there, below
+ * the grid, and says so. */
+Test(profile_moe, needs_the_experts_profiled_at_its_degree)
+{
+    char err[512];
+    int rc;
+    struct kvsim_profile *p = load_moe(2, 1, false, err, sizeof err, &rc);
+    cr_assert_eq(rc, -ENOENT, "%d: %s", rc, err);
+    cr_assert_null(p);
+    cr_assert(strstr(err, "test/tiny-moe/bf16/tp2/moe.csv"), "%s", err);
+    cr_assert(strstr(err, "need the experts profiled at tp 2"), "%s", err);
+    p = load_moe(2, 1, true, err, sizeof err, &rc);
+    cr_assert_eq(rc, 0, "%s", err);
+    uint64_t ctx[] = {16};
+    struct kvsim_step_batch one = {.num_decode_reqs = 1, .decode_context = ctx};
+    unsigned out = 0;
+    cr_assert_gt(cost(p, &one, &out), 0);
+    cr_assert(out & KVSIM_PROFILE_TOKENS, "half a token is below moe.csv's grid");
+    kvsim_profile_free(p);
+}

@@ -19,6 +19,7 @@ struct run_info {
     char model[128], hardware[64];
     uint32_t tp;
     uint32_t dp; /* data-parallel ranks (engine cores behind one API server) */
+    bool ep;     /* enable_expert_parallel */
     uint32_t max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
     bool prefix_caching;
     bool async_scheduling;
@@ -127,15 +128,20 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     if (!rc && (dp == 0 || dp > 4096))
         rc =
             cli_error(p, "%s: field 'engine_kwargs.data_parallel_size' must be in [1, 4096]", path);
-    /* Dense data parallelism is kvsim's dp-lb deployment; expert parallelism (MoE ranks that
-     * step in lockstep) is not modelled yet. */
-    if (!rc && ep)
-        rc = cli_error(p,
-                       "%s: field 'engine_kwargs.enable_expert_parallel' is true: a "
-                       "mixture-of-experts run with expert parallelism; kvsim models dense "
-                       "data-parallel ranks only (MoE layers, the EP all-to-all and the lockstep "
-                       "of MoE ranks are not modelled yet)",
+    json_t *epv = json_object_get(kw, "enable_expert_parallel");
+    if (!rc && epv && !json_is_null(epv) && !json_is_boolean(epv))
+        rc = cli_error(p, "%s: field 'engine_kwargs.enable_expert_parallel' must be a boolean",
                        path);
+    /* Dense data parallelism is kvsim's dp-lb deployment; one MoE engine is timed with or
+     * without expert parallelism; MoE ranks over data parallelism step in lockstep, which is
+     * not modelled yet. */
+    if (!rc && ep && dp > 1)
+        rc = cli_error(p,
+                       "%s: field 'engine_kwargs.enable_expert_parallel' is true with "
+                       "data_parallel_size %u: a mixture-of-experts run whose ranks step in "
+                       "lockstep, which kvsim does not model yet",
+                       path, dp);
+    ri->ep = ep;
     ri->dp = dp;
     if (!rc) {
         json_t *kvd = json_object_get(kw, "kv_cache_dtype");
@@ -451,6 +457,7 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
         return -EINVAL;
     t->o.model = NULL;
     t->o.tp = ri.tp;
+    t->o.enable_expert_parallel = ri.ep;
     if (!t->o.hardware)
         t->o.hardware = ri.hardware;
     t->o.tp_link_gbps = ri.link_gbps > 0 ? ri.link_gbps : t->o.tp_link_gbps;

@@ -158,6 +158,11 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc,
         return lrc;
     }
     int rc = 0;
+    /* Read into copies, kept only when every key is good: a refused file changes nothing. */
+    struct sched_config tmp = *sc;
+    struct kvsim_parallel_args ptmp = {1, false};
+    if (par)
+        ptmp = *par;
     if (!json_is_object(root)) {
         snprintf(err, errlen, "%s: the engine arguments must be a JSON object", path);
         rc = -EINVAL;
@@ -168,7 +173,7 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc,
     {
         if (rc)
             break;
-        rc = apply_key(key, v, path, sc, par, err, errlen);
+        rc = apply_key(key, v, path, &tmp, par ? &ptmp : NULL, err, errlen);
         if (rc == 1) {
             snprintf(err, errlen,
                      "%s: unknown key '%s' (kvsim models block_size, num_gpu_blocks_override, "
@@ -182,5 +187,10 @@ int kvsim_engine_args_load(const char *path, struct sched_config *sc,
         }
     }
     json_decref(root);
+    if (rc == 0) {
+        *sc = tmp;
+        if (par)
+            *par = ptmp;
+    }
     return rc;
 }

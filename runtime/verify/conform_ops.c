@@ -827,7 +827,7 @@ int conform__op_output(struct kvsim_conform_runner *c, json_t *stj, json_t *eff,
             rc = r ? conform__fail(c,
                                    "%s: key 'sampled': request '%s' was not scheduled in that step",
                                    where, id)
-                   : -1;
+                   : conform__failed(c); /* need_on said why */
             break;
         }
         size_t cnt = 0, cap = 0;

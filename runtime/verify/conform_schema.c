@@ -251,6 +251,8 @@ int conform__tokens_parse(struct kvsim_conform_runner *c, json_t *v, kvpool_toke
     uint64_t count = 0;
     if (tokens_measure(c, v, 0, where, &p, &count))
         return conform__failed(c);
+    if (count == 0) /* nothing to append (*out may still be NULL: no pointer arithmetic on it) */
+        return 0;
     if (*n + count > *cap) {
         size_t want = *n + (size_t)count;
         kvpool_token *na = realloc(*out, (want ? want : 1) * sizeof *na);

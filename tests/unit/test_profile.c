@@ -495,3 +495,26 @@ Test(profile_moe, needs_the_experts_profiled_at_its_degree)
     cr_assert(out & KVSIM_PROFILE_TOKENS, "half a token is below moe.csv's grid");
     kvsim_profile_free(p);
 }
+
+/* A refused engine-argument file changes nothing (tests/fuzz's fuzz_engine_args asserts it for
+ * any input): before, the keys ahead of the bad one were applied. */
+Test(engine_args, a_refused_file_leaves_no_partial_state)
+{
+    char path[512];
+    kvsim_test_tmp_path(path, sizeof path, "engine-args-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    const char text[] = "{\"max_num_seqs\": 7, \"data_parallel_size\": 3, \"block_size\": 0}";
+    cr_assert_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    struct sched_config sc;
+    sched_config_default(&sc);
+    uint32_t seqs = sc.max_num_seqs;
+    struct kvsim_parallel_args par = {1, false};
+    char err[512];
+    cr_assert_eq(kvsim_engine_args_load(path, &sc, &par, err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "key 'block_size'"), "%s", err);
+    cr_assert_eq(sc.max_num_seqs, seqs, "max_num_seqs was applied before the bad key");
+    cr_assert_eq(par.data_parallel_size, 1, "data_parallel_size was applied before the bad key");
+    unlink(path);
+}

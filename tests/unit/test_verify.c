@@ -1088,3 +1088,19 @@ Test(soak_classes, each_pinned_known_dead_end_is_its_class)
                   cls ? cls->name : "unexpected", res.shape);
     }
 }
+
+/* Found by fuzzing (tests/fuzz/corpus/fuzz_scenario/output-of-unknown-request.json): an output
+ * step whose 'sampled' names a request that was never added returned -1 (not one of the
+ * documented codes) after saying why; it is a failed scenario. */
+Test(runner, sampled_unknown_request_fails_as_a_scenario)
+{
+    struct kvsim_conform_result res;
+    int rc = run_text("{\"name\": \"x\", \"steps\": ["
+                      "{\"op\": \"add\", \"id\": \"R0\", \"prompt\": {\"repeat\": 0, \"n\": 20}, "
+                      "\"max_tokens\": 4},"
+                      "{\"op\": \"schedule\"},"
+                      "{\"op\": \"output\", \"sampled\": {\"R5\": [1000]}}]}",
+                      NULL, &res, NULL);
+    cr_assert_eq(rc, KVSIM_ESCENARIO, "rc %d: %s", rc, res.message);
+    cr_assert(strstr(res.message, "unknown request id 'R5'"), "%s", res.message);
+}

@@ -43,10 +43,15 @@ esac
 findings=${TMPDIR:-/tmp}/kvsim-fuzz-$target-findings
 mkdir -p "$findings"
 echo "run.sh: $target for ${seconds}s on $(ls "$corpus" | wc -l) seeds"
-# -timeout: one input over 10 s is a hang; -rss_limit_mb: a reader must stay bounded.
-"$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
-  -artifact_prefix="$findings/" -print_final_stats=1 -jobs="$jobs" -workers="$jobs" \
-  "$corpus" 2>&1 | tail -n 25
-status=${PIPESTATUS[0]}
+# -timeout: one input over 10 s is a hang; -rss_limit_mb: a reader must stay bounded. Several
+# jobs write their logs (fuzz-N.log) in the scratch directory, printed at the end.
+parallel=()
+[ "$jobs" -gt 1 ] && parallel=(-jobs="$jobs" -workers="$jobs")
+status=0
+(cd "$work" && "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -max_len=65536 \
+  -artifact_prefix="$findings/" -print_final_stats=1 "${parallel[@]}" "$corpus") > "$work/out.log" 2>&1 ||
+  status=$?
+tail -n 25 "$work/out.log"
+for f in "$work"/fuzz-*.log; do [ -f "$f" ] && tail -n 5 "$f"; done
 rmdir "$findings" 2>/dev/null || echo "run.sh: findings kept in $findings"
 exit "$status"

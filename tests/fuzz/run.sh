@@ -12,6 +12,7 @@ shared=$src/../shared/traces
 inputs=$src/tests/inputs
 exe=$build/tests/fuzz/$target
 [ -x "$exe" ] || { echo "run.sh: $exe is not built (cmake --build $build --target fuzz_targets)" >&2; exit 2; }
+exe=$(cd "$(dirname "$exe")" && pwd)/$target # the fuzzer runs in the scratch directory
 work=$(mktemp -d "${TMPDIR:-/tmp}/kvsim-fuzz-$target.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 corpus=$work/corpus

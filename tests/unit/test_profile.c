@@ -394,6 +394,19 @@ Test(profile, every_tp_link_bandwidth_gives_a_finite_monotone_step)
  * 10 + tokens + 5 x activated over token rows 1, 4, 16, 64 (each with activated experts 2 to
  * min(8, 2 x tokens)), so every value below is exact. */
 
+/* composes_a_mixed_step's batch: a 16-token prefill (no prefix) and one decode at context 24. */
+static struct kvsim_step_batch mixed_step(void)
+{
+    static uint32_t chunk[] = {16};
+    static uint64_t prefix[] = {0}, ctx[] = {24};
+    return (struct kvsim_step_batch){.prefill_tokens = 16,
+                                     .num_prefill_reqs = 1,
+                                     .num_decode_reqs = 1,
+                                     .prefill_chunk = chunk,
+                                     .prefill_prefix = prefix,
+                                     .decode_context = ctx};
+}
+
 static struct kvsim_profile *load_moe(uint32_t tp, uint32_t dp, bool ep, char *err, size_t len,
                                       int *rc)
 {
@@ -418,14 +431,7 @@ static struct kvsim_profile *load_moe(uint32_t tp, uint32_t dp, bool ep, char *e
  * changes nothing. */
 Test(profile_moe, composes_a_moe_step_by_hand)
 {
-    uint32_t chunk[] = {16};
-    uint64_t prefix[] = {0}, ctx[] = {24};
-    struct kvsim_step_batch b = {.prefill_tokens = 16,
-                                 .num_prefill_reqs = 1,
-                                 .num_decode_reqs = 1,
-                                 .prefill_chunk = chunk,
-                                 .prefill_prefix = prefix,
-                                 .decode_context = ctx};
+    struct kvsim_step_batch b = mixed_step();
     double a = 8 * (1 - pow(0.75, 17));
     int64_t want = llround((255.36 + 10 * a) * 1e3);
     for (int ep = 0; ep < 2; ep++) {
@@ -453,14 +459,7 @@ Test(profile_moe, composes_a_moe_step_by_hand)
  */
 Test(profile_moe, expert_parallel_ranks_and_their_exchange_by_hand)
 {
-    uint32_t chunk[] = {16};
-    uint64_t prefix[] = {0}, ctx[] = {24};
-    struct kvsim_step_batch b = {.prefill_tokens = 16,
-                                 .num_prefill_reqs = 1,
-                                 .num_decode_reqs = 1,
-                                 .prefill_chunk = chunk,
-                                 .prefill_prefix = prefix,
-                                 .decode_context = ctx};
+    struct kvsim_step_batch b = mixed_step();
     char err[512];
     int rc;
     struct kvsim_profile *p = load_moe(1, 2, true, err, sizeof err, &rc);

@@ -948,6 +948,39 @@ static const char *option_idle(const struct kvsim_options *o, enum opt_id id)
     }
 }
 
+/* Where option `name` was set, for a message: "option --NAME" from the command line or the API,
+ * "option --config: FILE: options: key 'NAME'" from a run configuration. */
+static const char *option_where(const struct kvsim_options *o, const char *name, char *buf,
+                                size_t len)
+{
+    const struct opt *d = find_opt(name);
+    const char *file = d ? o->given_from[d - opts] : NULL;
+    if (file)
+        snprintf(buf, len, "option --config: %s: options: key '%s'", file, name);
+    else
+        snprintf(buf, len, "option --%s", name);
+    return buf;
+}
+
+/* A refusal of a combination of options, some of which a run configuration set, names the file
+ * (or files) too: "...; options from --config FILE". */
+static void name_config_files(const struct kvsim_options *o, char *err, size_t errlen)
+{
+    const char *named[4];
+    size_t n = 0;
+    for (size_t i = 0; i < NUM_OPTS && n < 4; i++) {
+        const char *f = o->given[i] ? o->given_from[i] : NULL;
+        bool seen = !f || strstr(err, f);
+        for (size_t k = 0; k < n && !seen; k++)
+            seen = named[k] == f || !strcmp(named[k], f);
+        if (seen)
+            continue;
+        size_t at = strlen(err);
+        snprintf(err + at, errlen - at, "%s --config %s", n ? "," : "; options from", f);
+        named[n++] = f;
+    }
+}
+
 /* The first given option that does nothing in this run: 0, or -EINVAL with the message. */
 static int check_idle_options(const struct kvsim_options *o, char *err, size_t errlen)
 {
@@ -974,9 +1007,9 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
     struct kvsim_disagg_config *d = &cfg->disagg;
     if (!d->prefill_engines) {
         if (o->disagg_opt) {
-            snprintf(err, errlen,
-                     "option --%s needs --prefill-engines (disaggregated serving is off)",
-                     o->disagg_opt);
+            char where[512];
+            snprintf(err, errlen, "%s needs --prefill-engines (disaggregated serving is off)",
+                     option_where(o, o->disagg_opt, where, sizeof where));
             return -EINVAL;
         }
         return 0;
@@ -1062,8 +1095,8 @@ static int check_step_model(const struct kvsim_options *o, const struct kvsim_re
     return 0;
 }
 
-int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
-                          size_t errlen)
+static int resolve_run(const struct kvsim_options *o, struct kvsim_run *run, char *err,
+                       size_t errlen)
 {
     memset(run, 0, sizeof *run);
     struct kvsim_replay_config *cfg = &run->replay;
@@ -1089,14 +1122,14 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
         why = "--kv-bytes-per-token x --block-size overflows";
     if (why)
         snprintf(err, errlen, "%s", why);
-    else if (o->offload_opt && !cfg->offload)
-        snprintf(err, errlen, "option --%s needs --g2-blocks (offload tiers are off)",
-                 o->offload_opt);
+    char where[512];
+    if (!why && o->offload_opt && !cfg->offload)
+        snprintf(err, errlen, "%s needs --g2-blocks (offload tiers are off)",
+                 option_where(o, o->offload_opt, where, sizeof where));
     bool synth_misused = o->synth_opt && (cfg->trace_path || cfg->requests);
     if (!why && !(o->offload_opt && !cfg->offload) && synth_misused)
-        snprintf(err, errlen,
-                 "option --%s shapes the synthetic workload: it does not apply to a trace",
-                 o->synth_opt);
+        snprintf(err, errlen, "%s shapes the synthetic workload: it does not apply to a trace",
+                 option_where(o, o->synth_opt, where, sizeof where));
     if (why || (o->offload_opt && !cfg->offload) || synth_misused ||
         resolve_disagg(o, cfg, err, errlen) || check_idle_options(o, err, errlen)) {
         kvsim_run_fini(run);
@@ -1110,6 +1143,15 @@ int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, 
     }
     if ((rc = check_step_model(o, cfg, err, errlen)))
         kvsim_run_fini(run);
+    return rc;
+}
+
+int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
+                          size_t errlen)
+{
+    int rc = resolve_run(o, run, err, errlen);
+    if (rc)
+        name_config_files(o, err, errlen);
     return rc;
 }
 

@@ -39,6 +39,9 @@ fuzz_scenario)
   seed "$src"/tests/regressions/*.json ;;
 fuzz_engine_args)
   seed "$inputs"/*engine_args*.json "$inputs"/decode_queue_limit.json "$inputs"/bad/engine_args_*.json ;;
+fuzz_config)
+  seed "$src"/tests/golden/config-out-*.json "$inputs"/step_model.json "$inputs"/bad/config_*.json
+  seed "$inputs"/bad/step_model_*.json "$inputs"/bad/speedup_ratio_*.json ;;
 *) echo "run.sh: unknown target $target" >&2; exit 2 ;;
 esac
 findings=${TMPDIR:-/tmp}/kvsim-fuzz-$target-findings

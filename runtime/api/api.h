@@ -65,7 +65,6 @@ struct kvsim_options {
     const char *config_path;     /* --config: the step model's JSON, or a whole run configuration */
     struct json_t *config_doc;   /* the run configurations read (their options' strings), or NULL */
     const char *config_out_path; /* --config-out */
-    const char *report_path;     /* --report */
     const char *prefill_args, *decode_args; /* --*-engine-args files */
     const char *offload_opt;                /* an offload option that needs --g2-blocks, or NULL */
     const char *disagg_opt; /* a disaggregation option that needs --prefill-engines, or NULL */

@@ -430,7 +430,7 @@ static const struct opt opts[] = {
      "(immediate: a what-if without stranding)",
      AT_CHOICE(replay.disagg.release_immediately)},
     {"handoff-events", O_GENERIC, K_STR, G_DISAGG, 0, 0, false, NULL, S_DISAGG, "FILE",
-     "one JSON line per handoff lifecycle event", AT(replay.disagg.events_path),
+     "one JSON line per handoff lifecycle event", AT(replay.outputs.handoff_events_path),
      .omit = OMIT_OUTPUT},
     {"slo-ttft-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "time to first token within X ms", AT_SCALED(replay.slo.ttft_ns, 1e6), .omit = OMIT_ZERO},
@@ -441,21 +441,21 @@ static const struct opt opts[] = {
     {"slo-e2e-ms", O_GENERIC, K_DBL, G_NONE, 0, 1e9, true, NULL, S_SLO, "X",
      "end-to-end latency within X ms", AT_SCALED(replay.slo.e2e_ns, 1e6), .omit = OMIT_ZERO},
     {"report", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "JSON report (- : standard output, the table then goes to standard error)", AT(report_path),
-     .omit = OMIT_OUTPUT},
+     "JSON report (- : standard output, the table then goes to standard error)",
+     AT(replay.outputs.report_path), .omit = OMIT_OUTPUT},
     {"config-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the run's whole configuration as JSON: --config FILE replays the same run (options after it "
      "override it); the report's run.config holds it",
      AT(config_out_path), .omit = OMIT_OUTPUT},
     {"requests-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
-     "per-request records (JSONL)", AT(replay.requests_path), .omit = OMIT_OUTPUT},
+     "per-request records (JSONL)", AT(replay.outputs.requests_path), .omit = OMIT_OUTPUT},
     {"timeseries-out", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "per engine and in all, every interval: running, waiting, KV usage, prompt and generation "
      "tok/s, preemptions, pinned and offloaded blocks (CSV)",
-     AT(replay.timeseries_path), .omit = OMIT_OUTPUT},
+     AT(replay.outputs.timeseries_path), .omit = OMIT_OUTPUT},
     {"html", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_OUTPUT, "FILE",
      "the report as one self-contained HTML page: tables, latency CDFs, load over time, engines",
-     AT(replay.html_path), .omit = OMIT_OUTPUT},
+     AT(replay.outputs.html_path), .omit = OMIT_OUTPUT},
     {"timeseries-interval-ms", O_TSINT, K_DBL, G_NONE, 0, 1e9, true, NULL, S_OUTPUT, "X",
      "the time series' interval (1000)", AT_SCALED(replay.timeseries_interval_ns, 1e6),
      .omit = OMIT_ALWAYS},
@@ -933,7 +933,7 @@ static const char *option_idle(const struct kvsim_options *o, enum opt_id id)
                                       : "it sizes offload blocks (--g2-blocks) and KV transfers "
                                         "(--prefill-engines), and this run has neither";
     case O_TSINT:
-        return cfg->timeseries_path || cfg->html_path
+        return kvsim_outputs_want_timeseries(&cfg->outputs)
                    ? NULL
                    : "it samples --timeseries-out and --html, and neither is given";
     case O_OTHREADS:

@@ -101,9 +101,7 @@ static int run_replay(kvsim_config_t *cfg, const struct kvsim_trace *requests,
     kvsim_run_fini(&run);
     if (rc)
         return rc;
-    if (o->report_path)
-        rc = kvsim_report_write_json(o->report_path, &report, err, errlen);
-    if (rc == 0 && report_json && !(*report_json = kvsim_report_json_text(&report))) {
+    if (report_json && !(*report_json = kvsim_report_json_text(&report))) {
         snprintf(err, errlen, "out of memory writing the report");
         rc = -ENOMEM;
     }

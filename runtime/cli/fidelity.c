@@ -521,7 +521,7 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
         close(fd);
         run->records_temporary = true;
     }
-    cfg->requests_path = run->records;
+    cfg->outputs.requests_path = run->records;
     if (read_jsonl(p, run->trace, &run->real, true))
         return -EINVAL;
     /* the replay's records are in arrival order (ties in file order): so are these */

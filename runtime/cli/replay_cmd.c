@@ -139,15 +139,11 @@ int cli_replay_main(int argc, char **argv)
         cli_error(&p, "%s", err);
         status = cli_status_of(rc);
     } else if (status == CLI_EXIT_OK) {
-        /* With a JSON report on standard output, the table goes to standard error. */
-        bool json_on_stdout = o.report_path && strcmp(o.report_path, "-") == 0;
+        /* With a JSON report on standard output (written by the run), the table goes to
+         * standard error. */
+        const char *json = run.replay.outputs.report_path;
         if (!run.replay.quiet)
-            kvsim_report_print(json_on_stdout ? stderr : stdout, &report);
-        if (o.report_path &&
-            kvsim_report_write_json(o.report_path, &report, err, sizeof err) != 0) {
-            cli_error(&p, "%s", err);
-            status = CLI_EXIT_FAILED;
-        }
+            kvsim_report_print(json && strcmp(json, "-") == 0 ? stderr : stdout, &report);
         if (!report.complete && strcmp(report.end_reason, "interrupted") == 0) {
             fprintf(stderr, "kvsim replay: interrupted: the report and outputs are partial\n");
             if (status == CLI_EXIT_OK)

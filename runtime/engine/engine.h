@@ -123,6 +123,70 @@ struct kvsim_g3_shared_stats {
 KVSIM_EXTERN void kvsim_g3_shared_stats(const struct kvsim_g3_shared *g,
                                         struct kvsim_g3_shared_stats *out);
 
+/* ---- the tier topology of a set of engines (tier_topology.c) ------------------------------- */
+
+/*
+ * What a replay's engines share of their offload tiers, built in one place: the configuration
+ * each engine's tiers get (block bytes from KV bytes per token x block size), the offload thread
+ * pool of their pipelines (or the inline executor), and a G3 shared by all of them in the block
+ * registry (or a G3 per engine). With a shared G3 every thread that runs engines is a registry
+ * thread (QSBR): the creating thread (the coordinator) from create to destroy, each worker from
+ * kvsim_tier_topology_thread_join to _leave; without one those calls do nothing.
+ */
+struct kvsim_tier_topology_config {
+    struct kvsim_tiers_config tiers; /* per engine; its pool and shared G3 are set here */
+    uint64_t kv_bytes_per_token;     /* with block_size: the bytes of a block copy */
+    uint32_t block_size;
+    bool pool;             /* the thread-pool executor (else inline) ... */
+    uint32_t pool_threads; /* ... with this many workers */
+    bool g3_shared;        /* one G3 of tiers.g3_blocks (> 0) for all engines */
+    uint32_t num_engines;
+    int64_t vtime0; /* the shared G3's first boundary (the first arrival) */
+};
+struct kvsim_tier_topology;
+struct kvsim_engine;
+/*
+ * kvsim_tier_topology_create - the pool and the shared G3 of c (the calling thread becomes the
+ * coordinator: registered and online with a shared G3). Returns 0 and *out, or a negative errno
+ * with err set (nothing is left behind).
+ */
+KVSIM_EXTERN int kvsim_tier_topology_create(const struct kvsim_tier_topology_config *c,
+                                            struct kvsim_tier_topology **out, char *err,
+                                            size_t errlen);
+/* The tiers configuration every engine is created with (kvsim_engine_config.tiers). Any thread. */
+KVSIM_EXTERN const struct kvsim_tiers_config *
+kvsim_tier_topology_engine_tiers(const struct kvsim_tier_topology *t);
+/*
+ * kvsim_tier_topology_boundary - the shared G3 as of boundary b (kvsim_g3_shared_boundary: the
+ * engines' epoch logs merged); b = INT64_MAX at the end of the run. Nothing without a shared G3.
+ * Context: the coordinator, online, while no engine runs. Returns 0 or a negative errno.
+ */
+KVSIM_EXTERN int kvsim_tier_topology_boundary(struct kvsim_tier_topology *t, int64_t b);
+/* The coordinator's registry state: offline before it blocks (joins, I/O, waits), online before
+ * it touches engines or the registry again. _offline returns whether it was online. */
+KVSIM_EXTERN bool kvsim_tier_topology_coordinator_offline(struct kvsim_tier_topology *t);
+KVSIM_EXTERN void kvsim_tier_topology_coordinator_online(struct kvsim_tier_topology *t);
+/* A worker thread's registry state: join when it starts and leave when it ends; offline while it
+ * waits at a barrier, online after; quiescent after each engine it advanced (no read of that
+ * engine's registry entries outlives it). Nothing without a shared G3. */
+KVSIM_EXTERN void kvsim_tier_topology_thread_join(const struct kvsim_tier_topology *t);
+KVSIM_EXTERN void kvsim_tier_topology_thread_leave(const struct kvsim_tier_topology *t);
+KVSIM_EXTERN void kvsim_tier_topology_thread_offline(const struct kvsim_tier_topology *t);
+KVSIM_EXTERN void kvsim_tier_topology_thread_online(const struct kvsim_tier_topology *t);
+KVSIM_EXTERN void kvsim_tier_topology_thread_quiescent(const struct kvsim_tier_topology *t);
+/*
+ * kvsim_tier_topology_summarize - the report's offload section: the engines' statistics summed
+ * in engine order (the result does not depend on threads), the shared G3's residency and
+ * evictions. The coordinator, after the run.
+ */
+KVSIM_EXTERN void kvsim_tier_topology_summarize(const struct kvsim_tier_topology *t,
+                                                struct kvsim_engine *const *engines,
+                                                uint32_t num_engines,
+                                                struct kvsim_offload_summary *out);
+/* Frees it: the pool, then the shared G3 (the coordinator leaves the registry). Call after every
+ * engine using it is destroyed. Accepts NULL. The coordinator. */
+KVSIM_EXTERN void kvsim_tier_topology_destroy(struct kvsim_tier_topology *t);
+
 /* ---- the disaggregated handoff (handoff.c; docs/disagg.md) --------------------------------- */
 
 /*

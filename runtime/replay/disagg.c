@@ -26,7 +26,10 @@
  */
 #include "runtime/replay/replay_internal.h"
 
-#include "runtime/runtime.h"
+#include "runtime/engine/engine.h"
+#include "runtime/kvsim.h" /* the error codes (KVSIM_E*, kvsim_strerror) */
+#include "runtime/replay/replay.h"
+#include "runtime/report/report.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -493,63 +496,21 @@ int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report)
 
 /* ---- the handoff event log ------------------------------------------------------------------ */
 
-enum event_kind {
-    EV_PIN_START = 0,
-    EV_WAIT_START,
-    EV_RESERVED,
-    EV_TRANSFER_START,
-    EV_TRANSFER_END,
-    EV_PIN_END,
-};
-static const char *const event_names[] = {"prefill_kv_pin_start", "decode_kv_wait_start",
-                                          "destination_reserved", "transfer_start",
-                                          "transfer_end",         "prefill_kv_pin_end"};
-
-struct event {
-    int64_t t;
-    uint32_t req;
-    uint32_t kind;
-};
-
 static int event_cmp(const void *a, const void *b)
 {
-    const struct event *x = a, *y = b;
-    if (x->t != y->t)
-        return x->t < y->t ? -1 : 1;
+    const struct kvsim_handoff_event *x = a, *y = b;
+    if (x->t_ns != y->t_ns)
+        return x->t_ns < y->t_ns ? -1 : 1;
     if (x->req != y->req)
         return x->req < y->req ? -1 : 1;
     return (x->kind > y->kind) - (x->kind < y->kind);
 }
 
-static void write_event(FILE *f, const struct kvsim_handoff *h, const struct event *ev)
-{
-    fprintf(f,
-            "{\"event\":\"%s\",\"t_ms\":%.6f,\"handoff\":%" PRIu64 ",\"request\":%" PRIu32
-            ",\"prefill_engine\":%" PRId32,
-            event_names[ev->kind], (double)ev->t / 1e6, h->id, h->req, h->prefill_engine);
-    if (ev->kind != EV_PIN_START && h->decode_engine >= 0)
-        fprintf(f, ",\"decode_engine\":%" PRId32, h->decode_engine);
-    switch ((enum event_kind)ev->kind) {
-    case EV_PIN_START:
-        fprintf(f, ",\"blocks\":%" PRIu32 ",\"tokens\":%" PRIu64, h->pinned_blocks,
-                h->pinned_tokens);
-        break;
-    case EV_RESERVED: fprintf(f, ",\"missing_tokens\":%" PRIu64, h->transfer_tokens); break;
-    case EV_TRANSFER_START: fprintf(f, ",\"bytes\":%" PRIu64, h->transfer_bytes); break;
-    case EV_PIN_END:
-        fprintf(f, ",\"outcome\":\"%s\",\"duration_ms\":%.6f",
-                h->state == KVSIM_HANDOFF_COMPLETED ? "completed" : "aborted",
-                (double)(h->source_released_ns - h->pin_ns) / 1e6);
-        break;
-    default: break;
-    }
-    fputs("}\n", f);
-}
-
-int replay__disagg_write_events(const struct replay *rp, const char *path, char *err, size_t errlen)
+int replay__disagg_handoff_events(const struct replay *rp, struct kvsim_handoff_event **out,
+                                  size_t *num)
 {
     size_t R = rp->trace.num_reqs, n = 0;
-    struct event *evs = malloc((R ? R : 1) * 6 * sizeof *evs);
+    struct kvsim_handoff_event *evs = malloc((R ? R : 1) * 6 * sizeof *evs);
     if (!evs)
         return -ENOMEM;
     for (size_t i = 0; i < R; i++) {
@@ -561,21 +522,32 @@ int replay__disagg_write_events(const struct replay *rp, const char *path, char 
             continue;
         for (uint32_t k = 0; k < 6; k++) {
             /* a transfer cut short by an abort did not end */
-            bool cut = k == EV_TRANSFER_END && h->state != KVSIM_HANDOFF_COMPLETED;
+            bool cut = k == KVSIM_HANDOFF_EV_TRANSFER_END && h->state != KVSIM_HANDOFF_COMPLETED;
             /* a transfer still waiting for the link when the abort came never started */
-            cut = cut ||
-                  (k == EV_TRANSFER_START && h->state == KVSIM_HANDOFF_ABORTED && t[k] > h->end_ns);
+            cut = cut || (k == KVSIM_HANDOFF_EV_TRANSFER_START &&
+                          h->state == KVSIM_HANDOFF_ABORTED && t[k] > h->end_ns);
             /* nothing pinned (a prompt shorter than a block): the decode waits for no KV */
-            cut = cut || (k == EV_WAIT_START && h->pinned_blocks == 0);
-            if (timed(t[k]) && !cut)
-                evs[n++] = (struct event){t[k], (uint32_t)i, k};
+            cut = cut || (k == KVSIM_HANDOFF_EV_WAIT_START && h->pinned_blocks == 0);
+            if (!timed(t[k]) || cut)
+                continue;
+            evs[n++] = (struct kvsim_handoff_event){
+                .t_ns = t[k],
+                .kind = (enum kvsim_handoff_event_kind)k,
+                .handoff = h->id,
+                .req = (uint32_t)i,
+                .prefill_engine = h->prefill_engine,
+                .decode_engine = h->decode_engine,
+                .pinned_blocks = h->pinned_blocks,
+                .pinned_tokens = h->pinned_tokens,
+                .missing_tokens = h->transfer_tokens,
+                .bytes = h->transfer_bytes,
+                .completed = h->state == KVSIM_HANDOFF_COMPLETED,
+                .pinned_ns = k == KVSIM_HANDOFF_EV_PIN_END ? h->source_released_ns - h->pin_ns : 0,
+            };
         }
     }
     qsort(evs, n, sizeof *evs, event_cmp);
-    struct kvsim_output o;
-    int rc = kvsim_output_open(&o, path, err, errlen);
-    for (size_t k = 0; rc == 0 && k < n; k++)
-        write_event(o.f, &rp->handoffs[evs[k].req], &evs[k]);
-    free(evs);
-    return rc ? rc : kvsim_output_commit(&o, err, errlen);
+    *out = evs;
+    *num = n;
+    return 0;
 }

@@ -37,7 +37,12 @@
 #include "runtime/replay/replay_internal.h"
 
 #include "kvpool/base.h"
-#include "runtime/runtime.h"
+#include "kvpool/kvpool.h"
+#include "runtime/engine/engine.h"
+#include "runtime/input/input.h"
+#include "runtime/kvsim.h" /* the error codes (KVSIM_E*, kvsim_strerror) */
+#include "runtime/replay/replay.h"
+#include "runtime/report/report.h"
 
 /* ---- barrier ------------------------------------------------------------------------------ */
 
@@ -566,24 +571,6 @@ static int route_one(struct replay *rp, uint32_t req)
     return 0;
 }
 
-/* The coordinator's registry state (a shared G3 only): offline before it blocks or prints,
- * online before it touches the registry. */
-static void coord_offline(struct replay *rp)
-{
-    if (rp->rcu_online) {
-        kvpool_registry_thread_offline();
-        rp->rcu_online = false;
-    }
-}
-
-static void coord_online(struct replay *rp)
-{
-    if (rp->rcu_registered && !rp->rcu_online) {
-        kvpool_registry_thread_online();
-        rp->rcu_online = true;
-    }
-}
-
 /* The CPUs this process may run on (its affinity mask, e.g. under taskset or a container's
  * cpuset), or 0 when unknown. */
 static uint32_t replay_cpus(void)
@@ -659,11 +646,9 @@ static void epoch_barrier(struct replay *rp, uint32_t w)
         reads0 = acct_reads;
         wall0 = base_monotonic_ns();
     }
-    if (rp->g3)
-        kvpool_registry_thread_offline();
+    kvsim_tier_topology_thread_offline(rp->tiers);
     barrier_wait(&rp->barrier, &rp->workers[w].waiter);
-    if (rp->g3)
-        kvpool_registry_thread_online();
+    kvsim_tier_topology_thread_online(rp->tiers);
     if (rp->acct.on) {
         rp->acct.thr[w].wait_cpu_ns += acct_net(rp, cpu0, reads0);
         rp->acct.thr[w].wait_wall_ns += base_monotonic_ns() - wall0;
@@ -675,11 +660,9 @@ static void epoch_barrier(struct replay *rp, uint32_t w)
 static int boundary(struct replay *rp, char *err, size_t errlen)
 {
     /* 0. The shared G3 as of b_cur: the engines' writes and hits of the epoch, merged. */
-    if (rp->g3) {
-        int rc = kvsim_g3_shared_boundary(rp->g3, rp->b_cur);
-        if (rc)
-            return rc;
-    }
+    int rc0 = kvsim_tier_topology_boundary(rp->tiers, rp->b_cur);
+    if (rc0)
+        return rc0;
     /* 1. Finished turns release their follow-ups, in engine order; last turns their session
      * slots (closed loop), gathered and given out in (time, request) order below. */
     size_t nfreed = 0;
@@ -956,8 +939,7 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
     }
     if (rc == 0 && rp->prep_now && !to_cur)
         route_prep_overlaps(rp, e); /* e is at the next boundary: what it caches there */
-    if (rp->g3)
-        kvpool_registry_thread_quiescent(); /* no registry read of this engine outlives it */
+    kvsim_tier_topology_thread_quiescent(rp->tiers); /* no registry read of e outlives it */
     if (rc && !rp->engine_rc[e])
         rp->engine_rc[e] = rc;
 }
@@ -1134,8 +1116,7 @@ static void *worker_main(void *arg)
 {
     struct worker_arg *wa = arg;
     struct replay *rp = wa->rp;
-    if (rp->g3)
-        kvpool_registry_thread_register();
+    kvsim_tier_topology_thread_join(rp->tiers);
     for (;;) {
         epoch_barrier(rp, wa->w);
         if (rp->finished)
@@ -1143,8 +1124,7 @@ static void *worker_main(void *arg)
         work(rp, wa->w, rp->phase);
         epoch_barrier(rp, wa->w);
     }
-    if (rp->g3)
-        kvpool_registry_thread_unregister();
+    kvsim_tier_topology_thread_leave(rp->tiers);
     return NULL;
 }
 
@@ -1173,14 +1153,13 @@ static void show_progress(struct replay *rp, bool final)
     int64_t t = rp->b_cur == INT64_MAX || rp->b_cur < rp->trace.reqs[0].arrival_ns
                     ? 0
                     : rp->b_cur - rp->trace.reqs[0].arrival_ns;
-    bool online = rp->rcu_online;
-    coord_offline(rp); /* terminal I/O may block */
+    bool online = kvsim_tier_topology_coordinator_offline(rp->tiers); /* I/O may block */
     fprintf(stderr,
             "\r[%.*s%.*s] %5.1f%% %" PRIu32 "/%zu finished, sim %.1f s, elapsed %s, eta %s  %s",
             filled, "##############################", 30 - filled, "                              ",
             frac * 100, done, total, (double)t / 1e9, el, eta, final ? "\n" : "");
     if (online)
-        coord_online(rp);
+        kvsim_tier_topology_coordinator_online(rp->tiers);
 }
 
 /* Whether the replay ends early before the epoch at b_cur (and why, in rp->end_reason). */
@@ -1335,65 +1314,13 @@ static int summarize_engines(struct replay *rp, struct kvsim_report *r)
     return 0;
 }
 
-/* Sums the engines' offload statistics (engine order: the result is thread-independent). */
-static void summarize_offload(struct replay *rp, struct kvsim_offload_summary *o)
-{
-    memset(o, 0, sizeof *o);
-    o->enabled = true;
-    for (uint32_t e = 0; e < rp->num_engines; e++) {
-        struct kvsim_engine_offload eo;
-        kvsim_engine_offload_stats(rp->engines[e], &eo);
-        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++) {
-            o->lanes[l].batches += eo.tiers.lanes[l].completed;
-            o->lanes[l].blocks += eo.tiers.lanes[l].blocks;
-            o->lanes[l].bytes += eo.tiers.lanes[l].bytes;
-            o->lanes[l].failed += eo.tiers.lanes[l].failed;
-            o->lanes[l].cancelled += eo.tiers.lanes[l].cancelled;
-        }
-        o->g1_miss_blocks += eo.sched.g1_miss_blocks;
-        o->g2_hit_blocks += eo.tiers.g2_hit_blocks;
-        o->g3_hit_blocks += eo.tiers.g3_hit_blocks;
-        o->onboarded_tokens += eo.sched.onboarded_tokens;
-        o->recomputed_tokens += eo.prefill_tokens;
-        o->loads += eo.tiers.loads;
-        o->failed_loads += eo.tiers.failed_loads;
-        o->blocked += eo.sched.blocked;
-        o->retry_now += eo.sched.retry_now;
-        o->blocked_ns += eo.blocked_ns;
-        o->onboard_wait_ns += (int64_t)eo.tiers.onboard_wait_ns;
-        o->written_g2 += eo.tiers.written_g2;
-        o->written_g3 += eo.tiers.written_g3;
-        o->filtered += eo.tiers.filtered;
-        o->dropped += eo.tiers.dropped;
-        o->failed_blocks += eo.tiers.failed_blocks;
-        o->g2_resident += eo.tiers.g2_size;
-        o->g3_resident += eo.tiers.g3_size;
-    }
-    if (rp->g3) {
-        struct kvsim_g3_shared_stats gs;
-        kvsim_g3_shared_stats(rp->g3, &gs);
-        o->g3_resident = gs.resident;
-        o->g3_shared = true;
-        o->g3_evictions = gs.evictions;
-    }
-    if (o->g1_miss_blocks) {
-        o->g2_hit_rate = (double)o->g2_hit_blocks / (double)o->g1_miss_blocks;
-        o->g3_hit_rate = (double)o->g3_hit_blocks / (double)o->g1_miss_blocks;
-    }
-}
-
 static void replay_free(struct replay *rp)
 {
-    coord_offline(rp); /* destroying pipelines may wait for the offload pool */
+    kvsim_tier_topology_coordinator_offline(rp->tiers); /* pipelines may wait for the pool */
     for (uint32_t e = 0; rp->engines && e < rp->num_engines; e++)
         kvsim_engine_destroy(rp->engines[e]);
-    offload_pool_destroy(rp->offload_pool);
-    if (rp->rcu_registered) {
-        coord_online(rp);
-        kvsim_g3_shared_destroy(rp->g3);
-        kvpool_registry_thread_unregister();
-        rp->rcu_registered = rp->rcu_online = false;
-    }
+    kvsim_tier_topology_destroy(rp->tiers);
+    rp->tiers = NULL;
     free(rp->engines);
     free(rp->pubs);
     free(rp->pools);
@@ -1690,11 +1617,6 @@ static int64_t replay_last_instant(const struct replay *rp)
 }
 
 /* Whether an output reads the engines' time series. */
-static bool wants_timeseries(const struct kvsim_replay_config *cfg)
-{
-    return cfg->timeseries_path != NULL || cfg->html_path != NULL;
-}
-
 /*
  * The engines' samples as one time series: every engine closes the intervals up to the last
  * instant any engine processed, so that all have the same count. Returns 0 or -ENOMEM.
@@ -1842,306 +1764,353 @@ static int copy_trace(const struct kvsim_trace *t, struct kvsim_trace *out, char
     return 0;
 }
 
-int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
-                     size_t errlen)
+/* ---- the run: validate, load, set up, run, summarize, write ---------------------------------- */
+
+/* What cfg asks for that no replay can do (the option layer refuses most of it first; a library
+ * caller may not have gone through it). Returns 0 or -EINVAL with the message. */
+static int replay_validate(const struct kvsim_replay_config *cfg, char *err, size_t errlen)
 {
-    struct replay rp = {.cfg = cfg};
-    int rc;
-    err[0] = 0;
-    if (cfg->num_engines == 0 || cfg->num_threads == 0) {
-        snprintf(err, errlen, "--engines and --threads must be at least 1");
+    const char *why = NULL;
+    if (cfg->num_engines == 0 || cfg->num_threads == 0)
+        why = "--engines and --threads must be at least 1";
+    else if (kvsim_outputs_want_timeseries(&cfg->outputs) && cfg->timeseries_interval_ns <= 0)
+        why = "--timeseries-interval-ms must be at least 1 ns";
+    else if (cfg->g3_shared && (!cfg->offload || cfg->tiers.g3_blocks == 0))
+        why = "a shared G3 needs offload tiers and a G3 capacity > 0";
+    else if (cfg->disagg.prefill_engines &&
+             (!cfg->disagg.decode_engines || cfg->offload || !(cfg->disagg.transfer.gbps > 0)))
+        why = "disaggregated serving needs prefill and decode engines, a link bandwidth > 0 and "
+              "no offload tiers";
+    if (why) {
+        snprintf(err, errlen, "%s", why);
         return -EINVAL;
     }
-    if (wants_timeseries(cfg) && cfg->timeseries_interval_ns <= 0) {
-        snprintf(err, errlen, "--timeseries-interval-ms must be at least 1 ns");
+    if (cfg->data_parallel_size <= 1)
+        return 0;
+    why = cfg->disagg.prefill_engines
+              ? "data parallelism and disaggregated serving do not combine yet"
+          : (uint64_t)cfg->num_engines * cfg->data_parallel_size > 4096
+              ? "deployments x ranks is above 4,096 engines"
+          : cfg->model.profile && kvsim_profile_arch(cfg->model.profile)->num_experts
+              ? "a mixture-of-experts model's data-parallel ranks step in lockstep (each step "
+                "waits for the slowest rank; idle ranks take dummy steps), which kvsim does not "
+                "model yet"
+          : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
+              ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
+              : NULL;
+    if (why) {
+        snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);
         return -EINVAL;
     }
-    int64_t wall0 = base_monotonic_ns();
-    if (cfg->trace_path) {
-        rc = kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp.trace, err, errlen);
-    } else if (cfg->requests) {
-        rc = copy_trace(cfg->requests, &rp.trace, err, errlen);
-    } else {
-        struct kvsim_synth_opts so = cfg->synth;
-        so.seed = cfg->seed;
-        rc = kvsim_workload_synthetic(&so, &rp.trace, err, errlen);
-    }
-    if (rc)
-        return rc;
-    if (cfg->g3_shared && (!cfg->offload || cfg->tiers.g3_blocks == 0)) {
-        snprintf(err, errlen, "a shared G3 needs offload tiers and a G3 capacity > 0");
-        kvsim_trace_free(&rp.trace);
-        return -EINVAL;
-    }
-    rp.num_engines = cfg->num_engines;
-    rp.dp = cfg->data_parallel_size > 1 ? cfg->data_parallel_size : 1;
-    if (rp.dp > 1) {
-        const char *why =
-            cfg->disagg.prefill_engines ? "data parallelism and disaggregated serving do not "
-                                          "combine yet"
-            : (uint64_t)cfg->num_engines * rp.dp > 4096
-                ? "deployments x ranks is above 4,096 engines"
-            : cfg->model.profile && kvsim_profile_arch(cfg->model.profile)->num_experts
-                ? "a mixture-of-experts model's data-parallel ranks step in lockstep (each "
-                  "step waits for the slowest rank; idle ranks take dummy steps), which kvsim "
-                  "does not model yet"
-            : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
-                ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
-                : NULL;
-        if (why) {
-            snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);
-            kvsim_trace_free(&rp.trace);
-            return -EINVAL;
-        }
-        rp.num_deployments = cfg->num_engines;
-        rp.num_engines = cfg->num_engines * rp.dp;
+    return 0;
+}
+
+/* The requests: the trace file, the caller's requests (copied) or the synthetic workload.
+ * Returns 0 or a negative errno with the message. */
+static int replay_load(struct replay *rp, char *err, size_t errlen)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    if (cfg->trace_path)
+        return kvsim_trace_load(cfg->trace_path, &cfg->trace_opts, &rp->trace, err, errlen);
+    if (cfg->requests)
+        return copy_trace(cfg->requests, &rp->trace, err, errlen);
+    struct kvsim_synth_opts so = cfg->synth;
+    so.seed = cfg->seed;
+    return kvsim_workload_synthetic(&so, &rp->trace, err, errlen);
+}
+
+/* How many engines (deployments x ranks, or prefill + decode) on how many threads. */
+static void setup_counts(struct replay *rp)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    rp->num_engines = cfg->num_engines;
+    rp->dp = cfg->data_parallel_size > 1 ? cfg->data_parallel_size : 1;
+    if (rp->dp > 1) {
+        rp->num_deployments = cfg->num_engines;
+        rp->num_engines = cfg->num_engines * rp->dp;
     }
     if (cfg->disagg.prefill_engines) {
-        if (!cfg->disagg.decode_engines || cfg->offload || !(cfg->disagg.transfer.gbps > 0)) {
-            snprintf(err, errlen,
-                     "disaggregated serving needs prefill and decode engines, a "
-                     "link bandwidth > 0 and no offload tiers");
-            kvsim_trace_free(&rp.trace);
-            return -EINVAL;
-        }
-        rp.num_prefill = cfg->disagg.prefill_engines;
-        rp.num_decode = cfg->disagg.decode_engines;
-        rp.num_engines = rp.num_prefill + rp.num_decode;
+        rp->num_prefill = cfg->disagg.prefill_engines;
+        rp->num_decode = cfg->disagg.decode_engines;
+        rp->num_engines = rp->num_prefill + rp->num_decode;
     }
-    rp.num_threads = cfg->num_threads < rp.num_engines ? cfg->num_threads : rp.num_engines;
+    rp->num_threads = cfg->num_threads < rp->num_engines ? cfg->num_threads : rp->num_engines;
     /* More threads than CPUs only add wake-ups: unless KVSIM_REPLAY_OVERSUBSCRIBE=1 the replay
      * runs on at most as many threads as this process may use CPUs (docs/replay.md); the
      * report's wall.threads says how many ran. Results are the same for any count. */
     const char *over = getenv("KVSIM_REPLAY_OVERSUBSCRIBE");
     uint32_t cpus = replay_cpus();
-    if (cpus && rp.num_threads > cpus && !(over && *over && strcmp(over, "0") != 0))
-        rp.num_threads = cpus;
-    size_t R = rp.trace.num_reqs;
+    if (cpus && rp->num_threads > cpus && !(over && *over && strcmp(over, "0") != 0))
+        rp->num_threads = cpus;
+}
+
+/* Whether environment variable name is set to something other than "0". */
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* The metrics, the routers and the replay's own arrays. Returns 0 or -ENOMEM (-EINVAL from a
+ * router). */
+static int setup_state(struct replay *rp)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    size_t R = rp->trace.num_reqs, R1 = R ? R : 1;
+    uint32_t E = rp->num_engines;
     /* One ITL sketch per engine: any replay thread may advance any engine (work). */
-    rc = kvsim_metrics_create((uint32_t)R, rp.num_engines, &rp.metrics);
-    if (rc == 0 && rp.num_prefill)
-        rc = kvsim_router_create(cfg->disagg.prefill_router, rp.num_prefill, cfg->overlap_weight,
-                                 &rp.router);
+    int rc = kvsim_metrics_create((uint32_t)R, E, &rp->metrics);
+    if (rc == 0 && rp->num_prefill)
+        rc = kvsim_router_create(cfg->disagg.prefill_router, rp->num_prefill, cfg->overlap_weight,
+                                 &rp->router);
     else if (rc == 0)
-        rc = kvsim_router_create(cfg->router, rp.dp > 1 ? rp.num_deployments : rp.num_engines,
-                                 cfg->overlap_weight, &rp.router);
-    if (rc == 0 && rp.dp > 1) {
-        rp.lb = calloc(rp.num_deployments, sizeof *rp.lb);
-        rp.dep_pub = calloc(rp.num_deployments, sizeof *rp.dep_pub);
-        rp.dep_pubs = calloc(rp.num_deployments, sizeof *rp.dep_pubs);
-        if (!rp.lb || !rp.dep_pub || !rp.dep_pubs)
+        rc = kvsim_router_create(cfg->router, rp->dp > 1 ? rp->num_deployments : E,
+                                 cfg->overlap_weight, &rp->router);
+    if (rc == 0 && rp->dp > 1) {
+        rp->lb = calloc(rp->num_deployments, sizeof *rp->lb);
+        rp->dep_pub = calloc(rp->num_deployments, sizeof *rp->dep_pub);
+        rp->dep_pubs = calloc(rp->num_deployments, sizeof *rp->dep_pubs);
+        if (!rp->lb || !rp->dep_pub || !rp->dep_pubs)
             rc = -ENOMEM;
-        for (uint32_t d = 0; rc == 0 && d < rp.num_deployments; d++) {
-            rp.dep_pubs[d] = &rp.dep_pub[d];
-            rc = kvsim_router_create(KVSIM_ROUTER_DP_LB, rp.dp, 0, &rp.lb[d]);
+        for (uint32_t d = 0; rc == 0 && d < rp->num_deployments; d++) {
+            rp->dep_pubs[d] = &rp->dep_pub[d];
+            rc = kvsim_router_create(KVSIM_ROUTER_DP_LB, rp->dp, 0, &rp->lb[d]);
         }
     }
-    rp.engines = calloc(rp.num_engines, sizeof *rp.engines);
-    rp.pubs = calloc(rp.num_engines, sizeof *rp.pubs);
-    rp.pools = calloc(rp.num_engines, sizeof *rp.pools);
-    rp.drain_events =
-        cfg->kv_index_events && (rp.num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
-                                                      cfg->disagg.decode_router == KVSIM_ROUTER_KV
-                                                : cfg->router == KVSIM_ROUTER_KV);
-    rp.routed_hashes = calloc(rp.num_engines, sizeof *rp.routed_hashes);
-    rp.inbox_head = calloc(rp.num_engines, sizeof *rp.inbox_head);
-    rp.inbox_tail = calloc(rp.num_engines, sizeof *rp.inbox_tail);
-    rp.nodes = calloc(R ? R : 1, sizeof *rp.nodes);
-    rp.engine_rc = calloc(rp.num_engines, sizeof *rp.engine_rc);
-    rp.next_turn = malloc((R ? R : 1) * sizeof *rp.next_turn);
-    rp.concurrency = cfg->replay_concurrency;
-    rp.releases = malloc((R ? R : 1) * sizeof *rp.releases);
-    rp.slot_parent = calloc(R ? R : 1, 1);
-    if (rc == 0 && (!rp.releases || !rp.slot_parent))
-        rc = -ENOMEM;
-    if (rc == 0 && (!rp.engines || !rp.pubs || !rp.pools || !rp.routed_hashes || !rp.inbox_head ||
-                    !rp.inbox_tail || !rp.nodes || !rp.engine_rc || !rp.next_turn))
-        rc = -ENOMEM;
+    if (rc)
+        return rc;
+    rp->drain_events =
+        cfg->kv_index_events && (rp->num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
+                                                       cfg->disagg.decode_router == KVSIM_ROUTER_KV
+                                                 : cfg->router == KVSIM_ROUTER_KV);
+    rp->concurrency = cfg->replay_concurrency;
     /* Thread accounting: off unless asked for (then two clock reads per engine advance and per
      * barrier); when off it costs one predictable branch at each. */
-    const char *acct = getenv("KVSIM_REPLAY_ACCOUNTING");
-    rp.acct.on = acct && *acct && strcmp(acct, "0") != 0;
+    rp->acct.on = env_on("KVSIM_REPLAY_ACCOUNTING");
     /* Route preparation (aggregated, kv router, engines to choose from): the same decisions,
      * computed in the phases. On with threads to share it (on 1 thread it only moves the work,
      * and measured 5-10 % slower: its lookups leave the caches later), and with the accounting,
      * whose bounds are of a run on several threads. KVSIM_REPLAY_ROUTE_PREP=0 or 1 overrides
      * (to compare; reports are identical). */
     const char *prep_env = getenv("KVSIM_REPLAY_ROUTE_PREP");
-    rp.prep_on =
-        !rp.num_prefill && rp.dp == 1 && cfg->router == KVSIM_ROUTER_KV && rp.num_engines > 1 &&
-        (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp.num_threads > 1 || rp.acct.on);
-    rp.prep[0].boundary = rp.prep[1].boundary = INT64_MIN;
+    rp->prep_on =
+        !rp->num_prefill && rp->dp == 1 && cfg->router == KVSIM_ROUTER_KV && E > 1 &&
+        (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp->num_threads > 1 || rp->acct.on);
+    rp->prep[0].boundary = rp->prep[1].boundary = INT64_MIN;
     /* Admitting and advancing in one phase with session turns in flight
      * (next_boundary_admitting); KVSIM_REPLAY_ADMIT_MERGED=0 admits first, then advances (to
      * compare: the reports are identical). */
     const char *merged_env = getenv("KVSIM_REPLAY_ADMIT_MERGED");
-    rp.admit_merged = !(merged_env && strcmp(merged_env, "0") == 0);
-    rp.arrived_left = calloc(rp.num_engines, sizeof *rp.arrived_left);
-    if (rc == 0 && !rp.arrived_left)
-        rc = -ENOMEM;
-    if (rc == 0 && rp.prep_on && !(rp.prep_slot = calloc(R ? R : 1, sizeof *rp.prep_slot)))
-        rc = -ENOMEM;
-    rp.workers = calloc(rp.num_threads, sizeof *rp.workers);
-    if (rc == 0 && !rp.workers)
-        rc = -ENOMEM;
-    rp.claim = calloc(rp.num_engines, sizeof *rp.claim); /* phase_seq starts at 0: unclaimed */
-    rp.admitting = calloc(rp.num_engines, sizeof *rp.admitting);
-    if (rc == 0 && (!rp.claim || !rp.admitting))
-        rc = -ENOMEM;
-    if (rc == 0 && rp.acct.on) {
-        rp.acct.thr = calloc(rp.num_threads, sizeof *rp.acct.thr);
-        rp.acct.engine_ns = calloc(rp.num_engines, sizeof *rp.acct.engine_ns);
-        rp.acct.thread_sum =
-            calloc(1u << (KVSIM_ACCOUNTING_BOUNDS - 1), sizeof *rp.acct.thread_sum);
-        if (!rp.acct.thr || !rp.acct.engine_ns || !rp.acct.thread_sum)
-            rc = -ENOMEM;
-    }
-    struct kvsim_tiers_config tiers = cfg->tiers;
-    tiers.pool = NULL;
-    if (rc == 0 && cfg->offload) {
-        tiers.pipe.block_bytes =
-            offload_block_bytes(cfg->kv_bytes_per_token, cfg->sched.block_size);
-        if (cfg->offload_pool) {
-            struct offload_pool_config pc;
-            offload_pool_config_default(&pc);
-            pc.threads = cfg->offload_threads;
-            pc.max_pipelines = rp.num_engines;
-            rc = offload_pool_create(&pc, &rp.offload_pool);
-            tiers.pool = rp.offload_pool;
-            if (rc)
-                snprintf(err, errlen, "starting the offload thread pool: %s", kvsim_strerror(rc));
-        }
-    }
-    if (rc == 0 && cfg->g3_shared) {
-        /* The coordinator is a registry thread from here to replay_free. The registry's time
-         * starts at the first boundary (the first arrival). */
-        kvpool_registry_thread_register();
-        rp.rcu_registered = rp.rcu_online = true;
-        rc =
-            kvsim_g3_shared_create(cfg->tiers.g3_blocks, rp.num_engines, next_arrival(&rp), &rp.g3);
-        tiers.g3_shared = rp.g3;
-        if (rc)
-            snprintf(err, errlen, "creating the shared G3: %s", kvsim_strerror(rc));
+    rp->admit_merged = !(merged_env && strcmp(merged_env, "0") == 0);
+    bool ok =
+        (rp->engines = calloc(E, sizeof *rp->engines)) &&
+        (rp->pubs = calloc(E, sizeof *rp->pubs)) && (rp->pools = calloc(E, sizeof *rp->pools)) &&
+        (rp->routed_hashes = calloc(E, sizeof *rp->routed_hashes)) &&
+        (rp->inbox_head = calloc(E, sizeof *rp->inbox_head)) &&
+        (rp->inbox_tail = calloc(E, sizeof *rp->inbox_tail)) &&
+        (rp->nodes = calloc(R1, sizeof *rp->nodes)) &&
+        (rp->engine_rc = calloc(E, sizeof *rp->engine_rc)) &&
+        (rp->next_turn = malloc(R1 * sizeof *rp->next_turn)) &&
+        (rp->releases = malloc(R1 * sizeof *rp->releases)) && (rp->slot_parent = calloc(R1, 1)) &&
+        (rp->arrived_left = calloc(E, sizeof *rp->arrived_left)) &&
+        (!rp->prep_on || (rp->prep_slot = calloc(R1, sizeof *rp->prep_slot))) &&
+        (rp->workers = calloc(rp->num_threads, sizeof *rp->workers)) &&
+        /* phase_seq starts at 0: unclaimed */
+        (rp->claim = calloc(E, sizeof *rp->claim)) &&
+        (rp->admitting = calloc(E, sizeof *rp->admitting));
+    if (ok && rp->acct.on)
+        ok = (rp->acct.thr = calloc(rp->num_threads, sizeof *rp->acct.thr)) &&
+             (rp->acct.engine_ns = calloc(E, sizeof *rp->acct.engine_ns)) &&
+             (rp->acct.thread_sum =
+                  calloc(1u << (KVSIM_ACCOUNTING_BOUNDS - 1), sizeof *rp->acct.thread_sum));
+    return ok ? 0 : -ENOMEM;
+}
+
+/* The offload tiers (kvsim_tier_topology) and the engines, then what needs the engines (their
+ * published loads and pools for the routers, the disaggregated handoffs). Returns 0 or a
+ * negative errno (err set when known). */
+static int setup_engines(struct replay *rp, char *err, size_t errlen)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    int rc = 0;
+    if (cfg->offload) {
+        struct kvsim_tier_topology_config tc = {
+            .tiers = cfg->tiers,
+            .kv_bytes_per_token = cfg->kv_bytes_per_token,
+            .block_size = cfg->sched.block_size,
+            .pool = cfg->offload_pool,
+            .pool_threads = cfg->offload_threads,
+            .g3_shared = cfg->g3_shared,
+            .num_engines = rp->num_engines,
+            .vtime0 = next_arrival(rp),
+        };
+        if ((rc = kvsim_tier_topology_create(&tc, &rp->tiers, err, errlen)))
+            return rc;
     }
     bool releases = cfg->replay_concurrency > 0; /* some finish releases a turn or a session */
-    for (size_t i = 0; i < R && !releases; i++)
-        releases = rp.trace.reqs[i].prev_turn >= 0;
+    for (size_t i = 0; i < rp->trace.num_reqs && !releases; i++)
+        releases = rp->trace.reqs[i].prev_turn >= 0;
     struct kvsim_engine_config base_ec = {
         .model = cfg->model,
-        .trace = &rp.trace,
-        .metrics = rp.metrics,
-        .kv_events = rp.drain_events,
-        .next_turn = releases ? rp.releases : NULL, /* NULL: no finish releases anything */
-        .tiers = cfg->offload ? &tiers : NULL,
-        .sample_interval_ns = wants_timeseries(cfg) ? cfg->timeseries_interval_ns : 0,
-        .sample_origin_ns = rp.trace.reqs[0].arrival_ns,
+        .trace = &rp->trace,
+        .metrics = rp->metrics,
+        .kv_events = rp->drain_events,
+        .next_turn = releases ? rp->releases : NULL, /* NULL: no finish releases anything */
+        .tiers = rp->tiers ? kvsim_tier_topology_engine_tiers(rp->tiers) : NULL,
+        .sample_interval_ns =
+            kvsim_outputs_want_timeseries(&cfg->outputs) ? cfg->timeseries_interval_ns : 0,
+        .sample_origin_ns = rp->trace.reqs[0].arrival_ns,
         .decode_fast_path_off = cfg->decode_fast_path_off,
     };
-    if (rc == 0)
-        rc = create_engines(&rp, &base_ec, !cfg->offload && !cfg->g3_shared);
+    rc = create_engines(rp, &base_ec, !cfg->offload && !cfg->g3_shared);
     if (rc == -EINVAL)
         snprintf(err, errlen,
                  "impossible engine configuration (block size, blocks, "
                  "max_num_batched_tokens vs max_model_len with chunked "
                  "prefill off)");
-    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++) {
-        rp.pubs[e] = kvsim_engine_pub(rp.engines[e]);
-        rp.pools[e] = kvsim_engine_pool(rp.engines[e]);
+    for (uint32_t e = 0; rc == 0 && e < rp->num_engines; e++) {
+        rp->pubs[e] = kvsim_engine_pub(rp->engines[e]);
+        rp->pools[e] = kvsim_engine_pool(rp->engines[e]);
     }
-    if (rc == 0 && !rp.drain_events)
-        kvsim_router_use_pool_groups(rp.router, rp.pools, rp.dp);
-    if (rc == 0 && rp.num_prefill) /* after the engines: the decode router reads their pools */
-        rc = replay__disagg_setup(&rp);
-    if (rc) {
-        if (!err[0])
-            snprintf(err, errlen, "setting up the replay: %s", kvsim_strerror(rc));
-        replay_free(&rp);
-        return rc;
-    }
-    for (uint32_t e = 0; rc == 0 && e < rp.num_engines; e++)
-        __cds_wfcq_init(&rp.inbox_head[e], &rp.inbox_tail[e]);
-    for (size_t i = 0; rc == 0 && i < R; i++)
-        cds_wfcq_node_init(&rp.nodes[i]);
-    rp.min_delay = INT64_MAX;
+    if (rc == 0 && !rp->drain_events)
+        kvsim_router_use_pool_groups(rp->router, rp->pools, rp->dp);
+    if (rc == 0 && rp->num_prefill) /* after the engines: the decode router reads their pools */
+        rc = replay__disagg_setup(rp);
+    return rc;
+}
+
+/* The inboxes, the sessions' turn links and what a finish releases, the closed loop's first
+ * sessions. Returns 0 or -ENOMEM. */
+static int setup_sessions(struct replay *rp)
+{
+    size_t R = rp->trace.num_reqs;
+    for (uint32_t e = 0; e < rp->num_engines; e++)
+        __cds_wfcq_init(&rp->inbox_head[e], &rp->inbox_tail[e]);
     for (size_t i = 0; i < R; i++)
-        rp.next_turn[i] = -1;
+        cds_wfcq_node_init(&rp->nodes[i]);
+    rp->min_delay = INT64_MAX;
+    for (size_t i = 0; i < R; i++)
+        rp->next_turn[i] = -1;
     for (size_t i = 0; i < R; i++) {
-        int32_t p = rp.trace.reqs[i].prev_turn;
+        int32_t p = rp->trace.reqs[i].prev_turn;
         if (p >= 0) {
-            rp.next_turn[p] = (int32_t)i;
-            if (rp.trace.reqs[i].delay_ns < rp.min_delay)
-                rp.min_delay = rp.trace.reqs[i].delay_ns;
+            rp->next_turn[p] = (int32_t)i;
+            if (rp->trace.reqs[i].delay_ns < rp->min_delay)
+                rp->min_delay = rp->trace.reqs[i].delay_ns;
         }
     }
     /* Disaggregated epochs pipelined (disagg_pipelined) when no finish releases anything:
      * KVSIM_REPLAY_DISAGG_PIPELINE=0 runs them one after the other (to compare). */
     const char *pipe_env = getenv("KVSIM_REPLAY_DISAGG_PIPELINE");
-    rp.pipelined = rp.num_prefill && rp.min_delay == INT64_MAX && !rp.concurrency &&
-                   !(pipe_env && strcmp(pipe_env, "0") == 0);
-    if (rp.min_delay == INT64_MAX || rp.concurrency)
-        rp.min_delay = 0;          /* a freed slot's next session arrives at the finish itself */
+    rp->pipelined = rp->num_prefill && rp->min_delay == INT64_MAX && !rp->concurrency &&
+                    !(pipe_env && strcmp(pipe_env, "0") == 0);
+    if (rp->min_delay == INT64_MAX || rp->concurrency)
+        rp->min_delay = 0;         /* a freed slot's next session arrives at the finish itself */
     for (size_t i = 0; i < R; i++) /* what a finish releases, as the engines see it */
-        rp.releases[i] = rp.concurrency && rp.next_turn[i] < 0 ? INT32_MAX : rp.next_turn[i];
+        rp->releases[i] = rp->concurrency && rp->next_turn[i] < 0 ? INT32_MAX : rp->next_turn[i];
     /* Closed loop: the first sessions start together at the first arrival. */
-    for (uint32_t k = 0; rc == 0 && k < rp.concurrency; k++) {
-        int64_t t0 = rp.trace.reqs[0].arrival_ns;
-        int32_t first = take_session(&rp);
+    for (uint32_t k = 0; k < rp->concurrency; k++) {
+        int32_t first = take_session(rp);
         if (first < 0)
             break;
-        rc = heap_push(&rp, (struct follow_up){t0, (uint32_t)first});
+        int rc = heap_push(rp, (struct follow_up){rp->trace.reqs[0].arrival_ns, (uint32_t)first});
+        if (rc)
+            return rc;
     }
-    rp.progress = !cfg->quiet && isatty(STDERR_FILENO);
-    rp.last_progress = base_monotonic_ns();
+    return 0;
+}
 
-    pthread_t *threads = NULL;
-    struct worker_arg *args = NULL;
-    rp.barrier.parties = rp.num_threads;
+/* Everything the epochs need. Returns 0 or a negative errno with the message. */
+static int replay_setup(struct replay *rp, char *err, size_t errlen)
+{
+    setup_counts(rp);
+    int rc = setup_state(rp);
+    if (rc == 0)
+        rc = setup_engines(rp, err, errlen);
+    if (rc == 0)
+        rc = setup_sessions(rp);
+    if (rc && !err[0])
+        snprintf(err, errlen, "setting up the replay: %s", kvsim_strerror(rc));
+    rp->progress = !rp->cfg->quiet && isatty(STDERR_FILENO);
+    rp->last_progress = base_monotonic_ns();
+    return rc;
+}
+
+/* The replay's worker threads (1 .. num_threads - 1; the coordinator is thread 0). */
+struct replay_threads {
+    pthread_t *threads;
+    struct worker_arg *args;
+};
+
+/* Starts the workers. Returns 0 or a negative errno (the workers started are stopped by
+ * stop_threads). */
+static int start_threads(struct replay *rp, struct replay_threads *th)
+{
+    rp->barrier.parties = rp->num_threads;
     /* Threads > CPUs (KVSIM_REPLAY_OVERSUBSCRIBE): a spinning waiter would hold the CPU the
      * party it waits for needs. Up to one thread per CPU it spins while that pays (a busy
      * machine that preempts a party makes it sleep at once: barrier_wait's backoff). */
-    rp.barrier.spin_ns = cpus && rp.num_threads <= cpus ? BARRIER_SPIN_NS : 0;
-    if (rp.num_threads > 1) {
-        threads = calloc(rp.num_threads, sizeof *threads);
-        args = calloc(rp.num_threads, sizeof *args);
-        if (!threads || !args)
-            rc = -ENOMEM;
-        for (uint32_t w = 1; rc == 0 && w < rp.num_threads; w++) {
-            args[w] = (struct worker_arg){&rp, w};
-            if (pthread_create(&threads[w], NULL, worker_main, &args[w]) != 0) {
-                rp.barrier.parties = w; /* the threads started so far */
-                rc = -EAGAIN;
-            }
+    uint32_t cpus = replay_cpus();
+    rp->barrier.spin_ns = cpus && rp->num_threads <= cpus ? BARRIER_SPIN_NS : 0;
+    if (rp->num_threads <= 1)
+        return 0;
+    th->threads = calloc(rp->num_threads, sizeof *th->threads);
+    th->args = calloc(rp->num_threads, sizeof *th->args);
+    if (!th->threads || !th->args) {
+        rp->barrier.parties = 1;
+        return -ENOMEM;
+    }
+    for (uint32_t w = 1; w < rp->num_threads; w++) {
+        th->args[w] = (struct worker_arg){rp, w};
+        if (pthread_create(&th->threads[w], NULL, worker_main, &th->args[w]) != 0) {
+            rp->barrier.parties = w; /* the threads started so far */
+            return -EAGAIN;
         }
     }
-    rp.b_cur = next_arrival(&rp);
-    rp.wall_start = base_monotonic_ns();
-    rp.end_reason = "finished";
-    rp.stop_ns = cfg->max_sim_time_ns > 0 && rp.b_cur <= INT64_MAX - cfg->max_sim_time_ns
-                     ? rp.b_cur + cfg->max_sim_time_ns
-                     : INT64_MAX;
-    uint64_t coord_reads0 = 0;
-    if (rp.acct.on) {
-        rp.acct.clock_ns = acct_clock_cost();
-        rp.acct.coord_cpu0 = acct_clock();
-        coord_reads0 = acct_reads;
+    return 0;
+}
+
+/* Releases the workers from their barrier and joins them (the coordinator, offline). */
+static void stop_threads(struct replay *rp, struct replay_threads *th)
+{
+    if (rp->num_threads > 1 && th->threads) {
+        rp->finished = true;
+        barrier_wait(&rp->barrier, NULL);
+        for (uint32_t w = 1; w < rp->barrier.parties; w++)
+            pthread_join(th->threads[w], NULL);
     }
+    free(th->threads);
+    free(th->args);
+}
+
+/* The disaggregated epochs, to the end or an early stop. Returns 0 or a negative errno. */
+static int run_disagg_epochs(struct replay *rp, char *err, size_t errlen)
+{
+    int rc = 0;
     bool decode_pending = false; /* pipelined: the last epoch's decode part is still to come */
-    while (rc == 0 && rp.num_prefill && !stop_now(&rp)) {
-        rc = rp.pipelined ? disagg_pipelined(&rp, &decode_pending, err, errlen)
-                          : disagg_epoch(&rp, err, errlen);
-        show_progress(&rp, false);
-        if (rc || rp.b_next == INT64_MAX)
+    while (rc == 0 && !stop_now(rp)) {
+        rc = rp->pipelined ? disagg_pipelined(rp, &decode_pending, err, errlen)
+                           : disagg_epoch(rp, err, errlen);
+        show_progress(rp, false);
+        if (rc || rp->b_next == INT64_MAX)
             break;
-        rp.b_cur = rp.b_next;
+        rp->b_cur = rp->b_next;
     }
-    if (rc == 0 && decode_pending) { /* the last epoch (b_prev to b_next)'s decode part */
-        int64_t moved_on = rp.b_cur; /* stopped early: the loop moved on to b_next */
-        rp.b_cur = rp.b_prev;
-        rc = disagg_pipeline_drain(&rp, err, errlen);
-        rp.b_cur = moved_on;
+    if (rc == 0 && decode_pending) {  /* the last epoch (b_prev to b_next)'s decode part */
+        int64_t moved_on = rp->b_cur; /* stopped early: the loop moved on to b_next */
+        rp->b_cur = rp->b_prev;
+        rc = disagg_pipeline_drain(rp, err, errlen);
+        rp->b_cur = moved_on;
     }
-    while (rc == 0 && !rp.num_prefill && !stop_now(&rp)) {
-        rc = boundary(&rp, err, errlen);
+    return rc;
+}
+
+/* The aggregated epochs, to the end or an early stop. Returns 0 or a negative errno. */
+static int run_epochs(struct replay *rp, char *err, size_t errlen)
+{
+    int rc = 0;
+    while (rc == 0 && !stop_now(rp)) {
+        rc = boundary(rp, err, errlen);
         if (rc)
             break;
         /* Without session turns in flight the next boundary is the next arrival: one parallel
@@ -2149,148 +2118,205 @@ int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report 
          * that allows for any step they could start (next_boundary_admitting), or, when that
          * bound does not look ahead (a follow-up could be due at once; a closed loop, where a
          * finish releases a session at that instant), two phases: admit, then advance. */
-        bool split = rp.parents_in_flight > 0;
+        bool split = rp->parents_in_flight > 0;
         enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
-        if (split && !rp.concurrency && rp.admit_merged) {
-            int64_t nb = next_boundary_admitting(&rp);
-            if (nb > rp.b_cur) {
+        if (split && !rp->concurrency && rp->admit_merged) {
+            int64_t nb = next_boundary_admitting(rp);
+            if (nb > rp->b_cur) {
                 split = false;
-                rp.b_next = nb;
-                clamp_next(&rp);
+                rp->b_next = nb;
+                clamp_next(rp);
             }
         } else if (!split) {
-            rp.b_next = next_boundary(&rp);
-            clamp_next(&rp);
+            rp->b_next = next_boundary(rp);
+            clamp_next(rp);
         }
         if (split)
             phases[0] = PHASE_ADMIT;
         for (int ph = 0; ph < (split ? 2 : 1) && rc == 0; ph++) {
             if (split && ph == 1) {
-                rp.b_next = next_boundary(&rp);
-                clamp_next(&rp);
+                rp->b_next = next_boundary(rp);
+                clamp_next(rp);
             }
-            if (phases[ph] != PHASE_ADMIT && (rc = route_prep_collect(&rp)) != 0)
+            if (phases[ph] != PHASE_ADMIT && (rc = route_prep_collect(rp)) != 0)
                 break;
-            run_work(&rp, phases[ph]);
-            rc = check_engines(&rp, err, errlen);
-            if (rc == 0 && rp.prep_now)
-                rc = atomic_load_explicit(&rp.prep_now->rc, memory_order_relaxed);
-            rp.prep_now = NULL;
+            run_work(rp, phases[ph]);
+            rc = check_engines(rp, err, errlen);
+            if (rc == 0 && rp->prep_now)
+                rc = atomic_load_explicit(&rp->prep_now->rc, memory_order_relaxed);
+            rp->prep_now = NULL;
         }
-        show_progress(&rp, false);
-        if (rc)
+        show_progress(rp, false);
+        if (rc || rp->b_next == INT64_MAX)
             break;
-        if (rp.b_next == INT64_MAX)
-            break;
-        rp.b_cur = rp.b_next;
+        rp->b_cur = rp->b_next;
     }
-    if (rp.acct.on)
-        rp.acct.coord_cpu_ns = acct_net(&rp, rp.acct.coord_cpu0, coord_reads0);
+    return rc;
+}
+
+/* The epochs from the first arrival on the threads, then the end's checks and the shared G3's
+ * last epoch. Returns 0 or a negative errno with the message. */
+static int replay_epochs(struct replay *rp, char *err, size_t errlen)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    struct replay_threads th = {0};
+    int rc = start_threads(rp, &th);
+    rp->b_cur = next_arrival(rp);
+    rp->wall_start = base_monotonic_ns();
+    rp->end_reason = "finished";
+    rp->stop_ns = cfg->max_sim_time_ns > 0 && rp->b_cur <= INT64_MAX - cfg->max_sim_time_ns
+                      ? rp->b_cur + cfg->max_sim_time_ns
+                      : INT64_MAX;
+    uint64_t coord_reads0 = 0;
+    if (rp->acct.on) {
+        rp->acct.clock_ns = acct_clock_cost();
+        rp->acct.coord_cpu0 = acct_clock();
+        coord_reads0 = acct_reads;
+    }
+    if (rc == 0)
+        rc = rp->num_prefill ? run_disagg_epochs(rp, err, errlen) : run_epochs(rp, err, errlen);
+    if (rp->acct.on)
+        rp->acct.coord_cpu_ns = acct_net(rp, rp->acct.coord_cpu0, coord_reads0);
     /* Every session turn routed with a next turn has released it at a boundary (unless the
      * replay ended early). */
-    bool early = strcmp(rp.end_reason, "finished") != 0;
-    if (rc == 0 && rp.parents_in_flight && !early) {
+    bool early = strcmp(rp->end_reason, "finished") != 0;
+    if (rc == 0 && rp->parents_in_flight && !early) {
         snprintf(err, errlen,
                  "internal error: the replay ran out of events with %" PRIu64
                  " session turns whose next turn never came",
-                 (uint64_t)rp.parents_in_flight);
+                 (uint64_t)rp->parents_in_flight);
         rc = KVSIM_EINVARIANT;
     }
     /* The last epoch's G3 writes and hits, for the end residency (the registry is done). */
-    if (rc == 0 && rp.g3 && (rc = kvsim_g3_shared_boundary(rp.g3, INT64_MAX)) != 0)
-        snprintf(err, errlen, "shared G3 at the end of the replay: %s", kvsim_strerror(rc));
-    coord_offline(&rp); /* joins, output files and the table: no registry access until free */
-    if (rp.num_threads > 1 && threads) {
-        rp.finished = true;
-        barrier_wait(&rp.barrier, NULL);
-        for (uint32_t w = 1; w < rp.barrier.parties; w++)
-            pthread_join(threads[w], NULL);
+    int g3rc = rc == 0 ? kvsim_tier_topology_boundary(rp->tiers, INT64_MAX) : 0;
+    if (g3rc) {
+        snprintf(err, errlen, "shared G3 at the end of the replay: %s", kvsim_strerror(g3rc));
+        rc = g3rc;
     }
-    free(threads);
-    free(args);
-    show_progress(&rp, true);
-    int64_t wall = base_monotonic_ns() - wall0;
-    if (rc == 0) {
-        /* A bound reached after everything finished is a complete run. */
-        if (kvsim_metrics_mark_incomplete(rp.metrics) == 0 && early &&
-            strcmp(rp.end_reason, "max-sim-time") == 0)
-            rp.end_reason = "finished";
-        struct kvsim_report_run run = {
-            .trace = cfg->trace_path ? cfg->trace_path
-                     : cfg->requests ? (cfg->trace_label ? cfg->trace_label : "requests")
-                                     : "synthetic",
-            .trace_sha256 = rp.trace.sha256[0] ? rp.trace.sha256 : NULL,
-            .router = kvsim_router_policy_name(cfg->router),
-            .seed = cfg->seed,
-            .num_engines = rp.num_engines,
-            .data_parallel_size = rp.dp,
-            .enable_expert_parallel = cfg->enable_expert_parallel,
-            .num_threads = rp.num_threads,
-            .vllm_contract = cfg->sched.vllm_contract,
-            .engine = cfg->disagg.prefill_engines ? NULL : &cfg->sched,
-            .prefill = cfg->disagg.prefill_engines ? &cfg->disagg.prefill_sched : NULL,
-            .decode = cfg->disagg.prefill_engines ? &cfg->disagg.decode_sched : NULL,
-            .slo = cfg->slo,
-            .config_text = cfg->config_text,
-            .wall_ns = wall,
-            .end_reason = rp.end_reason,
-            .end_ns =
-                (strcmp(rp.end_reason, "finished") != 0 ? rp.b_cur : replay_last_instant(&rp)) -
-                rp.trace.reqs[0].arrival_ns,
-        };
-        if (rp.num_prefill) {
-            run.router = kvsim_router_policy_name(cfg->disagg.prefill_router);
-            rc = replay__disagg_records(&rp); /* the records' handoff fields, for the summary */
-        }
-        if (rc == 0)
-            rc = kvsim_metrics_summarize(rp.metrics, &run, report);
-        if (rc == 0 && rp.num_prefill)
-            rc = replay__disagg_summarize(&rp, report);
-        if (rc == 0)
-            kvsim_engines_timing(&cfg->model, cfg->sched.num_blocks, rp.engines, rp.num_engines,
-                                 &report->timing);
-        if (rc == 0)
-            rc = summarize_engines(&rp, report);
-        if (rc == 0 && rp.acct.on) {
-            struct kvsim_thread_accounting *ac = &report->accounting;
-            ac->enabled = true;
-            ac->threads = rp.num_threads < KVSIM_ACCOUNTING_MAX_THREADS
-                              ? rp.num_threads
-                              : KVSIM_ACCOUNTING_MAX_THREADS;
-            ac->phases = rp.acct.phases;
-            ac->parallel_phases = rp.phases_parallel;
-            const struct acct_thread *c = &rp.acct.thr[0];
-            ac->serial_s =
-                (double)(rp.acct.coord_cpu_ns - c->advance_ns - c->wait_cpu_ns - rp.acct.tally_ns) /
-                1e9;
-            for (uint32_t t = 0; t < ac->threads; t++) {
-                ac->advance_s[t] = (double)rp.acct.thr[t].advance_ns / 1e9;
-                ac->wait_s[t] = (double)rp.acct.thr[t].wait_cpu_ns / 1e9;
-                ac->wait_wall_s[t] = (double)rp.acct.thr[t].wait_wall_ns / 1e9;
-            }
-            for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) {
-                ac->critical_s[i] = (double)rp.acct.critical_ns[i] / 1e9;
-                ac->critical_assigned_s[i] = (double)rp.acct.critical_assigned_ns[i] / 1e9;
-            }
-        }
-        if (rc == 0)
-            rc = unbounded_reuse(&rp.trace, cfg->sched.block_size, report);
-        if (rc == 0 && cfg->offload)
-            summarize_offload(&rp, &report->offload);
-        if (rc == 0 && cfg->disagg.events_path)
-            rc = replay__disagg_write_events(&rp, cfg->disagg.events_path, err, errlen);
-        if (rc == 0 && cfg->requests_path)
-            rc = kvsim_metrics_write_requests(cfg->requests_path, rp.metrics, err, errlen);
-        if (rc == 0 && wants_timeseries(cfg)) {
-            struct kvsim_timeseries ts;
-            rc = collect_timeseries(&rp, &ts);
-            if (rc == 0 && cfg->timeseries_path)
-                rc = kvsim_timeseries_write_csv(cfg->timeseries_path, &ts, err, errlen);
-            if (rc == 0 && cfg->html_path)
-                rc = kvsim_report_write_html(cfg->html_path, report, rp.metrics, &ts, err, errlen);
-            kvsim_timeseries_fini(&ts);
-        }
+    /* joins, output files and the table: no registry access until free */
+    kvsim_tier_topology_coordinator_offline(rp->tiers);
+    stop_threads(rp, &th);
+    show_progress(rp, true);
+    return rc;
+}
+
+/* The report's thread accounting (KVSIM_REPLAY_ACCOUNTING). */
+static void summarize_accounting(const struct replay *rp, struct kvsim_thread_accounting *ac)
+{
+    ac->enabled = true;
+    ac->threads = rp->num_threads < KVSIM_ACCOUNTING_MAX_THREADS ? rp->num_threads
+                                                                 : KVSIM_ACCOUNTING_MAX_THREADS;
+    ac->phases = rp->acct.phases;
+    ac->parallel_phases = rp->phases_parallel;
+    const struct acct_thread *c = &rp->acct.thr[0];
+    ac->serial_s =
+        (double)(rp->acct.coord_cpu_ns - c->advance_ns - c->wait_cpu_ns - rp->acct.tally_ns) / 1e9;
+    for (uint32_t t = 0; t < ac->threads; t++) {
+        ac->advance_s[t] = (double)rp->acct.thr[t].advance_ns / 1e9;
+        ac->wait_s[t] = (double)rp->acct.thr[t].wait_cpu_ns / 1e9;
+        ac->wait_wall_s[t] = (double)rp->acct.thr[t].wait_wall_ns / 1e9;
     }
+    for (int i = 0; i < KVSIM_ACCOUNTING_BOUNDS; i++) {
+        ac->critical_s[i] = (double)rp->acct.critical_ns[i] / 1e9;
+        ac->critical_assigned_s[i] = (double)rp->acct.critical_assigned_ns[i] / 1e9;
+    }
+}
+
+/* The report of the run (wall_ns: its wall time so far). Returns 0 or a negative errno. */
+static int replay_summarize(struct replay *rp, int64_t wall_ns, struct kvsim_report *report)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    bool early = strcmp(rp->end_reason, "finished") != 0;
+    /* A bound reached after everything finished is a complete run. */
+    if (kvsim_metrics_mark_incomplete(rp->metrics) == 0 && early &&
+        strcmp(rp->end_reason, "max-sim-time") == 0)
+        rp->end_reason = "finished";
+    bool disagg = rp->num_prefill > 0;
+    struct kvsim_report_run run = {
+        .trace = cfg->trace_path ? cfg->trace_path
+                 : cfg->requests ? (cfg->trace_label ? cfg->trace_label : "requests")
+                                 : "synthetic",
+        .trace_sha256 = rp->trace.sha256[0] ? rp->trace.sha256 : NULL,
+        .router = kvsim_router_policy_name(disagg ? cfg->disagg.prefill_router : cfg->router),
+        .seed = cfg->seed,
+        .num_engines = rp->num_engines,
+        .data_parallel_size = rp->dp,
+        .enable_expert_parallel = cfg->enable_expert_parallel,
+        .num_threads = rp->num_threads,
+        .vllm_contract = cfg->sched.vllm_contract,
+        .engine = disagg ? NULL : &cfg->sched,
+        .prefill = disagg ? &cfg->disagg.prefill_sched : NULL,
+        .decode = disagg ? &cfg->disagg.decode_sched : NULL,
+        .slo = cfg->slo,
+        .config_text = cfg->config_text,
+        .wall_ns = wall_ns,
+        .end_reason = rp->end_reason,
+        .end_ns = (strcmp(rp->end_reason, "finished") != 0 ? rp->b_cur : replay_last_instant(rp)) -
+                  rp->trace.reqs[0].arrival_ns,
+    };
+    int rc = disagg ? replay__disagg_records(rp) : 0; /* the records' handoff fields */
+    if (rc == 0)
+        rc = kvsim_metrics_summarize(rp->metrics, &run, report);
+    if (rc)
+        return rc;
+    if (disagg)
+        rc = replay__disagg_summarize(rp, report);
+    if (rc == 0)
+        kvsim_engines_timing(&cfg->model, cfg->sched.num_blocks, rp->engines, rp->num_engines,
+                             &report->timing);
+    if (rc == 0)
+        rc = summarize_engines(rp, report);
+    if (rc == 0 && rp->acct.on)
+        summarize_accounting(rp, &report->accounting);
+    if (rc == 0)
+        rc = unbounded_reuse(&rp->trace, cfg->sched.block_size, report);
+    if (rc == 0 && rp->tiers)
+        kvsim_tier_topology_summarize(rp->tiers, rp->engines, rp->num_engines, &report->offload);
+    if (rc)
+        kvsim_report_fini(report);
+    return rc;
+}
+
+/* Every file the run writes, through the output stage (kvsim_outputs_write). Returns 0 or a
+ * negative errno with the message. */
+static int replay_write(struct replay *rp, const struct kvsim_report *report, char *err,
+                        size_t errlen)
+{
+    const struct kvsim_outputs *o = &rp->cfg->outputs;
+    struct kvsim_timeseries ts = {0};
+    struct kvsim_handoff_event *events = NULL;
+    size_t num_events = 0;
+    int rc = 0;
+    if (kvsim_outputs_want_timeseries(o))
+        rc = collect_timeseries(rp, &ts);
+    if (rc == 0 && o->handoff_events_path && rp->num_prefill)
+        rc = replay__disagg_handoff_events(rp, &events, &num_events);
+    struct kvsim_output_data data = {rp->metrics, &ts, events, num_events};
+    if (rc == 0)
+        rc = kvsim_outputs_write(o, report, &data, err, errlen);
+    free(events);
+    kvsim_timeseries_fini(&ts);
+    return rc;
+}
+
+int kvsim_replay_run(const struct kvsim_replay_config *cfg, struct kvsim_report *report, char *err,
+                     size_t errlen)
+{
+    struct replay rp = {.cfg = cfg};
+    err[0] = 0;
+    int rc = replay_validate(cfg, err, errlen);
+    if (rc)
+        return rc;
+    int64_t wall0 = base_monotonic_ns();
+    if ((rc = replay_load(&rp, err, errlen)))
+        return rc;
+    rc = replay_setup(&rp, err, errlen);
+    if (rc == 0)
+        rc = replay_epochs(&rp, err, errlen);
+    if (rc == 0)
+        rc = replay_summarize(&rp, base_monotonic_ns() - wall0, report);
+    if (rc == 0 && (rc = replay_write(&rp, report, err, errlen)))
+        kvsim_report_fini(report);
     if (rc && !err[0])
         snprintf(err, errlen, "replay failed: %s", kvsim_strerror(rc));
     replay_free(&rp);

@@ -163,7 +163,6 @@ struct kvsim_disagg_config {
     struct kvsim_transfer_model transfer; /* its kv_bytes_per_token: the replay's */
     int64_t abort_timeout_ns;             /* from the pin; <= 0: never (default 480 s) */
     bool release_immediately;             /* --handoff-release immediate (a what-if) */
-    const char *events_path;              /* the handoff event log (JSONL), or NULL */
 };
 
 struct kvsim_replay_config {
@@ -189,8 +188,7 @@ struct kvsim_replay_config {
     double overlap_weight; /* kv policy */
     bool kv_index_events;  /* kv policy: event-fed indexer instead of pool queries */
     uint64_t seed;
-    const char *requests_path; /* per-request JSONL, or NULL */
-    bool quiet;                /* no progress bar */
+    bool quiet; /* no progress bar */
     /* offload tiers (docs/offload.md) */
     bool offload;                    /* G2 (and G3) behind every engine's G1 */
     struct kvsim_tiers_config tiers; /* per engine; its pool is set by the replay */
@@ -206,11 +204,11 @@ struct kvsim_replay_config {
      * next one when a session's last turn finishes, in trace order; first turns' timestamps
      * are not used, later turns keep their think times (docs/replay.md). */
     uint32_t replay_concurrency;
-    /* The time series (engines sampled every timeseries_interval_ns from the first arrival),
-     * written as CSV to timeseries_path; kept only when an output needs it. */
-    const char *timeseries_path;
+    /* The files the run writes at its end (kvsim_outputs_write): the report, the records, the
+     * time series (engines sampled every timeseries_interval_ns from the first arrival, kept
+     * only when an output needs it), the HTML report, the handoff event log. */
+    struct kvsim_outputs outputs;
     int64_t timeseries_interval_ns; /* > 0 (default 1 s) */
-    const char *html_path;          /* the HTML report (kvsim_report_write_html), or NULL */
     /* An early end (the report then says so: complete false, run.end): virtual time past the
      * first arrival after which nothing is processed (0: none), and a flag another context (a
      * signal handler) may set to end the replay at the next epoch boundary (NULL: none). */

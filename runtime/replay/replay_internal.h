@@ -134,9 +134,7 @@ struct replay_acct {
 struct replay {
     const struct kvsim_replay_config *cfg;
     struct replay_acct acct;
-    struct offload_pool *offload_pool; /* shared by every engine's pipeline, or NULL */
-    struct kvsim_g3_shared *g3;        /* a G3 shared by every engine, or NULL */
-    bool rcu_registered, rcu_online;   /* the coordinator's registry (QSBR) state */
+    struct kvsim_tier_topology *tiers; /* the offload tiers' pool and shared G3, or NULL */
     struct kvsim_trace trace;
     struct kvsim_metrics *metrics;
     struct kvsim_router *router;
@@ -277,8 +275,9 @@ bool replay__disagg_stuck(const struct replay *rp, char *err, size_t errlen);
  * (after), and the handoff event log. */
 int replay__disagg_records(struct replay *rp);
 int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report);
-int replay__disagg_write_events(const struct replay *rp, const char *path, char *err,
-                                size_t errlen);
+/* The handoff event log in time order (malloc'd, *num events). Returns 0 or -ENOMEM. */
+int replay__disagg_handoff_events(const struct replay *rp, struct kvsim_handoff_event **out,
+                                  size_t *num);
 void replay__disagg_free(struct replay *rp);
 
 #endif /* KVSIM_REPLAY_INTERNAL_H */

@@ -677,6 +677,65 @@ KVSIM_EXTERN int kvsim_report_write_html(const char *path, const struct kvsim_re
                                          const struct kvsim_timeseries *ts, char *err,
                                          size_t errlen);
 
+/* ---- the run's outputs (outputs.c) ------------------------------------------------------------
+ */
+
+/* One instant of a disaggregated request's KV handoff (--handoff-events), in the order of
+ * enum kvsim_handoff_event_kind at one instant. */
+enum kvsim_handoff_event_kind {
+    KVSIM_HANDOFF_EV_PIN_START = 0, /* the prefill engine pinned the prompt's KV */
+    KVSIM_HANDOFF_EV_WAIT_START,    /* the decode engine started waiting for it */
+    KVSIM_HANDOFF_EV_RESERVED,      /* the decode engine reserved its destination blocks */
+    KVSIM_HANDOFF_EV_TRANSFER_START,
+    KVSIM_HANDOFF_EV_TRANSFER_END,
+    KVSIM_HANDOFF_EV_PIN_END, /* the source's blocks went back to the prefill pool */
+};
+struct kvsim_handoff_event {
+    int64_t t_ns;
+    enum kvsim_handoff_event_kind kind;
+    uint64_t handoff; /* the handoff's id */
+    uint32_t req;
+    int32_t prefill_engine, decode_engine; /* decode_engine -1: not known yet */
+    uint32_t pinned_blocks;                /* PIN_START */
+    uint64_t pinned_tokens;                /* PIN_START */
+    uint64_t missing_tokens;               /* RESERVED: what the destination lacked */
+    uint64_t bytes;                        /* TRANSFER_START */
+    bool completed;                        /* PIN_END: completed, else aborted */
+    int64_t pinned_ns;                     /* PIN_END: how long the source was pinned */
+};
+
+/* The files a run writes, each NULL when not asked for ("-": standard output). */
+struct kvsim_outputs {
+    const char *report_path;         /* the JSON report (kvsim_report_write_json) */
+    const char *requests_path;       /* per-request records (kvsim_metrics_write_requests) */
+    const char *timeseries_path;     /* the time series (kvsim_timeseries_write_csv) */
+    const char *html_path;           /* the HTML report (kvsim_report_write_html) */
+    const char *handoff_events_path; /* the handoff event log (JSONL) */
+};
+/* Whether the outputs need the run's time series (the CSV or the HTML report). */
+static inline bool kvsim_outputs_want_timeseries(const struct kvsim_outputs *o)
+{
+    return o->timeseries_path != NULL || o->html_path != NULL;
+}
+
+/* What a run leaves for its outputs besides the report. */
+struct kvsim_output_data {
+    const struct kvsim_metrics *metrics;
+    const struct kvsim_timeseries *timeseries;        /* needed with timeseries_path or html_path */
+    const struct kvsim_handoff_event *handoff_events; /* in time order; with handoff_events_path */
+    size_t num_handoff_events;
+};
+
+/*
+ * kvsim_outputs_write - every file of a run, each through kvsim_output_open/commit (atomic):
+ * the handoff events, the records, the time series, the HTML report, then the JSON report. The
+ * replay calls it once at its end, so the command line and the API write the same files the
+ * same way. Returns 0, or the first failure's negative errno with a message naming its file
+ * (-EINVAL when data lacks what a path needs). After the workers; any one thread.
+ */
+KVSIM_EXTERN int kvsim_outputs_write(const struct kvsim_outputs *o, const struct kvsim_report *r,
+                                     const struct kvsim_output_data *d, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,7 +38,7 @@ struct kvsim_report replay_run(const struct kvsim_replay_config *base, uint32_t 
     struct kvsim_replay_config cfg = *base;
     cfg.num_threads = threads;
     cfg.quiet = true;
-    cfg.requests_path = req_path;
+    cfg.outputs.requests_path = req_path;
     struct kvsim_report r;
     int rc = kvsim_replay_run(&cfg, &r, err, sizeof err);
     cr_assert_eq(rc, 0, "replay %s failed: %s", tag, err);

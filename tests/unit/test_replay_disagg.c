@@ -46,8 +46,8 @@ static struct kvsim_report run(const struct kvsim_replay_config *base, uint32_t 
     path_of(ev, sizeof ev, tag, "events");
     struct kvsim_replay_config c = *base;
     c.num_threads = threads;
-    c.requests_path = rec;
-    c.disagg.events_path = ev;
+    c.outputs.requests_path = rec;
+    c.outputs.handoff_events_path = ev;
     struct kvsim_report r;
     int rc = kvsim_replay_run(&c, &r, err, sizeof err);
     cr_assert_eq(rc, 0, "%s: %s", tag, err);

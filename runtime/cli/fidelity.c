@@ -132,15 +132,8 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     if (!rc && epv && !json_is_null(epv) && !json_is_boolean(epv))
         rc = cli_error(p, "%s: field 'engine_kwargs.enable_expert_parallel' must be a boolean",
                        path);
-    /* Dense data parallelism is kvsim's dp-lb deployment; one MoE engine is timed with or
-     * without expert parallelism; MoE ranks over data parallelism step in lockstep, which is
-     * not modelled yet. */
-    if (!rc && ep && dp > 1)
-        rc = cli_error(p,
-                       "%s: field 'engine_kwargs.enable_expert_parallel' is true with "
-                       "data_parallel_size %u: a mixture-of-experts run whose ranks step in "
-                       "lockstep, which kvsim does not model yet",
-                       path, dp);
+    /* Data parallelism is kvsim's dp-lb deployment (a mixture-of-experts model's ranks in
+     * lockstep); expert parallelism shards the experts over the ranks. */
     ri->ep = ep;
     ri->dp = dp;
     if (!rc) {
@@ -458,6 +451,7 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     t->o.model = NULL;
     t->o.tp = ri.tp;
     t->o.enable_expert_parallel = ri.ep;
+    t->o.data_parallel_size = ri.dp; /* a MoE profile prices the DP ranks' exchange; capacity */
     if (!t->o.hardware)
         t->o.hardware = ri.hardware;
     t->o.tp_link_gbps = ri.link_gbps > 0 ? ri.link_gbps : t->o.tp_link_gbps;

@@ -122,8 +122,11 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
             printf("scheduling   %s\n", run.scheduling);
             if (run.cfg.data_parallel_size > 1)
                 printf("data parallel %u ranks behind vLLM's DP load balancer "
-                       "(docs/fidelity/data-parallel.md)\n",
-                       run.cfg.data_parallel_size);
+                       "(docs/fidelity/data-parallel.md)%s\n",
+                       run.cfg.data_parallel_size,
+                       t->r.profile && kvsim_profile_arch(t->r.profile)->num_experts
+                           ? ", in lockstep (docs/fidelity/dp-lockstep.md)"
+                           : "");
             printf("KV blocks    %u%s\n", run.cfg.sched.num_blocks,
                    t->o.blocks_given              ? " (the run's or --num-gpu-blocks)"
                    : t->r.capacity.num_gpu_blocks ? " (derived from the model and the GPU)"

@@ -1126,3 +1126,164 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
     engine__publish(e);
     return 0;
 }
+
+/* ---- data-parallel ranks in lockstep (engine.h, "struct kvsim_lockstep") ----------------------
+ */
+
+int kvsim_lockstep_init(struct kvsim_lockstep *ls, struct kvsim_engine *const *ranks,
+                        uint32_t num_ranks)
+{
+    memset(ls, 0, sizeof *ls);
+    if (!num_ranks)
+        return -EINVAL;
+    for (uint32_t r = 0; r < num_ranks; r++)
+        if (ranks[r]->tiers || ranks[r]->cfg.role != KVSIM_ENGINE_AGGREGATED ||
+            !ranks[r]->cfg.model.profile)
+            return -EINVAL;
+    ls->ranks = ranks;
+    ls->num_ranks = num_ranks;
+    ls->now = INT64_MIN;
+    ls->step_end = INT64_MAX;
+    ls->tail_end = INT64_MIN;
+    for (uint32_t r = 0; r < num_ranks; r++)
+        ranks[r]->decode_fast_path = false; /* a rank's steps are the group's */
+    /* vLLM's dummy batch: one token of a request with no context (when every rank is dummy,
+     * nothing pads it). */
+    uint64_t context = 0;
+    struct kvsim_step_batch b = {.num_decode_reqs = 1, .decode_context = &context};
+    ls->dummy_ns = kvsim_step_model_cost_ns(&ranks[0]->cfg.model, &b, NULL);
+    return 0;
+}
+
+int64_t kvsim_lockstep_next_event(const struct kvsim_lockstep *ls) { return ls->step_end; }
+
+/* The end of the lockstep step at ls->now on rank e: its step's output applied (as
+ * kvsim_engine_advance at a step's end), the step scheduled ahead promoted. */
+static int lockstep_complete(struct kvsim_engine *e, int64_t t)
+{
+    int rc = engine__sample_to(e, t);
+    if (rc)
+        return rc;
+    e->now = t;
+    if (!e->step)
+        return 0;
+    if ((rc = complete_step(e)) != 0 || (e->num_aborts && (rc = apply_aborts(e)) != 0) ||
+        (e->ahead && (rc = promote_ahead(e)) != 0))
+        return rc;
+    return 0;
+}
+
+/* Starts the next lockstep step at t: each rank's own (or none: a dummy step), then one end for
+ * all, the slowest rank's. Returns 0 or a negative errno. */
+static int lockstep_start(struct kvsim_lockstep *ls, int64_t t)
+{
+    int64_t d = 0;
+    uint32_t dummies = 0;
+    for (uint32_t r = 0; r < ls->num_ranks; r++) {
+        struct kvsim_engine *e = ls->ranks[r];
+        int rc = engine__sample_to(e, t);
+        if (rc)
+            return rc;
+        e->now = t;
+        if (!e->step && e->unfinished && (rc = start_step(e)) != 0)
+            return rc;
+        if (!e->step && e->unfinished)
+            return dead_end(e); /* nothing of another rank can change what this one holds */
+        if (!e->step)
+            dummies++;
+        else if (e->step_end - t > d)
+            d = e->step_end - t;
+    }
+    if (dummies == ls->num_ranks)
+        d = ls->dummy_ns;
+    int64_t end;
+    if (!kvsim_clock_add(t, d, &end))
+        return engine__clock_overflow(ls->ranks[0], "lockstep step", d);
+    for (uint32_t r = 0; r < ls->num_ranks; r++) {
+        struct kvsim_engine *e = ls->ranks[r];
+        /* A rank waiting for the slowest one, or stepping a dummy batch, is busy too. */
+        e->busy_ns += e->step ? end - e->step_end : d;
+        if (e->step)
+            e->step_end = end;
+    }
+    ls->dummy_rank_steps += dummies;
+    ls->steps++;
+    ls->step_end = end;
+    return 0;
+}
+
+/* Whether any rank holds unfinished requests (vLLM's all-reduce at a synchronization point). */
+static bool lockstep_unfinished(const struct kvsim_lockstep *ls)
+{
+    for (uint32_t r = 0; r < ls->num_ranks; r++)
+        if (ls->ranks[r]->unfinished)
+            return true;
+    return false;
+}
+
+int kvsim_lockstep_advance(struct kvsim_lockstep *ls, int64_t until)
+{
+    int rc = 0;
+    if (ls->step_end == INT64_MAX) /* an admission moves an idle rank's clock */
+        for (uint32_t r = 0; r < ls->num_ranks; r++)
+            if (ls->ranks[r]->now > ls->now)
+                ls->now = ls->ranks[r]->now;
+    for (;;) {
+        if (ls->step_end != INT64_MAX) {
+            if (ls->step_end > until)
+                break;
+            int64_t t = ls->step_end;
+            for (uint32_t r = 0; r < ls->num_ranks && rc == 0; r++)
+                rc = lockstep_complete(ls->ranks[r], t);
+            if (rc)
+                return rc;
+            ls->now = t;
+            ls->step_end = INT64_MAX;
+            ls->since_sync++;
+            if (!lockstep_unfinished(ls)) {
+                /* Nothing left anywhere: the ranks step dummy batches to the wave's next
+                 * synchronization point, where it ends. Those steps change nothing, so they are
+                 * not run: a rank that gets work meanwhile waits for the one under way. */
+                ls->tail_origin = t;
+                ls->tail_since = ls->since_sync % KVSIM_LOCKSTEP_SYNC_STEPS;
+                ls->tail_end =
+                    ls->tail_since
+                        ? t + (int64_t)(KVSIM_LOCKSTEP_SYNC_STEPS - ls->tail_since) * ls->dummy_ns
+                        : INT64_MIN;
+                ls->running = false;
+            } else if (ls->since_sync == KVSIM_LOCKSTEP_SYNC_STEPS) {
+                ls->since_sync = 0; /* the all-reduce sees work: the wave goes on */
+            }
+        }
+        if (!ls->running) {
+            if (!lockstep_unfinished(ls))
+                break;
+            /* A rank got work at ls->now: a new wave starts then, or, during the last wave's
+             * dummy tail, the next dummy step's end. */
+            int64_t start = ls->now;
+            uint32_t since = 0;
+            if (start < ls->tail_end) {
+                int64_t k = (start - ls->tail_origin + ls->dummy_ns - 1) / ls->dummy_ns;
+                start = ls->tail_origin + k * ls->dummy_ns;
+                since = (uint32_t)((ls->tail_since + (uint64_t)k) % KVSIM_LOCKSTEP_SYNC_STEPS);
+                ls->steps += (uint64_t)k;
+                ls->dummy_rank_steps += (uint64_t)k * ls->num_ranks;
+            }
+            if (start > until)
+                break;
+            ls->tail_end = INT64_MIN;
+            ls->now = start;
+            ls->since_sync = since;
+            ls->running = true;
+        }
+        if ((rc = lockstep_start(ls, ls->now)) != 0)
+            return rc;
+    }
+    for (uint32_t r = 0; r < ls->num_ranks; r++) {
+        struct kvsim_engine *e = ls->ranks[r];
+        if (until > e->advanced_to)
+            e->advanced_to = until;
+        engine__publish(e);
+    }
+    return 0;
+}

@@ -706,6 +706,50 @@ KVSIM_EXTERN int kvsim_engine_abort_req(struct kvsim_engine *e, uint32_t req);
  * make progress on: kvsim_engine_error says which).
  */
 KVSIM_EXTERN int kvsim_engine_advance(struct kvsim_engine *e, int64_t until);
+/*
+ * The data-parallel ranks of a mixture-of-experts deployment step in lockstep, as vLLM's
+ * (docs/fidelity/dp-lockstep.md): the experts' collectives need every rank, so each step starts
+ * on all ranks at once and lasts as long as the slowest rank's; a rank with nothing to run takes
+ * a dummy step meanwhile. A wave starts when a rank gets work while all are idle; it ends at a
+ * synchronization point (every KVSIM_LOCKSTEP_SYNC_STEPS steps, vLLM's all-reduce of "anything
+ * unfinished") when no rank has anything unfinished, so up to that many - 1 dummy steps follow
+ * the last request. Each rank keeps its own scheduler, pool and step model; a rank's step is
+ * priced at its own batch, the lockstep step at the largest of them (kvsim does not pad the
+ * smaller batches as vLLM's DP padding does), a dummy step alone at one token.
+ * The ranks belong to the group: advance them only through kvsim_lockstep_advance, on one
+ * thread at a time (the thread that owns the deployment in the phase). No offload tiers, no
+ * disaggregated roles.
+ */
+#define KVSIM_LOCKSTEP_SYNC_STEPS 32u
+struct kvsim_lockstep {
+    struct kvsim_engine *const *ranks;
+    uint32_t num_ranks;
+    int64_t dummy_ns;    /* a step of dummy ranks only */
+    int64_t now;         /* the group's clock: the last step's end, or an admission instant */
+    int64_t step_end;    /* the running lockstep step's end, or INT64_MAX */
+    bool running;        /* a wave is under way: the ranks step */
+    uint32_t since_sync; /* steps since the wave's last synchronization point */
+    /* The last wave's dummy tail (not run: it changes nothing): dummy steps from tail_origin,
+     * tail_since steps after a synchronization point, to tail_end (INT64_MIN: none). */
+    int64_t tail_origin, tail_end;
+    uint32_t tail_since;
+    uint64_t steps, dummy_rank_steps; /* lockstep steps; ranks' dummy steps among them */
+};
+/* Binds the ranks (their clocks start together; the decode fast path is off for them). Returns
+ * 0, or -EINVAL (no ranks, a rank with tiers, a disaggregated role, or no profile model). */
+KVSIM_EXTERN int kvsim_lockstep_init(struct kvsim_lockstep *ls, struct kvsim_engine *const *ranks,
+                                     uint32_t num_ranks);
+/*
+ * kvsim_lockstep_advance - as kvsim_engine_advance for every rank at once: every lockstep step
+ * that ends at or before until is applied on each rank, and the next one started at its end
+ * (or at until when a rank got work while the group was idle). Returns 0 or a negative errno
+ * (a rank's, kvsim_engine_error of that rank says why; KVSIM_EDEADEND when unfinished requests
+ * can never run: every rank dummy with nothing else to wait for).
+ */
+KVSIM_EXTERN int kvsim_lockstep_advance(struct kvsim_lockstep *ls, int64_t until);
+/* The running lockstep step's end, or INT64_MAX (idle). */
+KVSIM_EXTERN int64_t kvsim_lockstep_next_event(const struct kvsim_lockstep *ls);
+
 /* What engine e did over the run: preemptions, steps, busy time, KV usage (the request counts
  * of out stay 0: the records have them). */
 KVSIM_EXTERN void kvsim_engine_usage(const struct kvsim_engine *e,

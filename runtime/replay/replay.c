@@ -899,6 +899,55 @@ static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
     }
 }
 
+/* Admits the arrivals routed to engine e (its inbox, in routing order). Context: the thread that
+ * owns e in the phase. Returns 0 or a negative errno. */
+static int admit_inbox(struct replay *rp, uint32_t e)
+{
+    int rc = 0;
+    /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
+    struct cds_wfcq_node *n;
+    while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
+        uint32_t req = (uint32_t)(n - rp->nodes);
+        cds_wfcq_node_init(n);
+        struct routed_hashes *q = &rp->routed_hashes[e];
+        struct kvsim_engine_admit_opts o = {0};
+        if (q->next_ent < q->num_ent && q->ent[q->next_ent].req == req) {
+            const struct routed_entry *en = &q->ent[q->next_ent++];
+            o.prompt_hashes = en->prepared ? en->prepared : q->hashes + en->off;
+            o.num_prompt_hashes = en->num;
+            o.hashes_block_size = rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size
+                                                  : rp->cfg->sched.block_size;
+        }
+        if (rc == 0)
+            rc = kvsim_engine_admit_ext(rp->engines[e], req, rp->b_cur, &o);
+    }
+    return rc;
+}
+
+/* A lockstep deployment's part of a phase: the thread that owns its first rank, engine e, admits
+ * every rank's arrivals and advances the group (the other ranks' turns do nothing). */
+static void work_lockstep(struct replay *rp, uint32_t e, bool admit, int64_t until)
+{
+    if (e % rp->dp)
+        return;
+    int rc = 0;
+    for (uint32_t r = e; admit && r < e + rp->dp; r++)
+        if ((rc = admit_inbox(rp, r)) != 0)
+            break;
+    if (rc == 0)
+        rc = kvsim_lockstep_advance(&rp->lockstep[e / rp->dp], until);
+    if (rc) { /* the rank that failed says why */
+        uint32_t bad = e;
+        for (uint32_t r = e; r < e + rp->dp; r++)
+            if (kvsim_engine_error(rp->engines[r])[0]) {
+                bad = r;
+                break;
+            }
+        if (!rp->engine_rc[bad])
+            rp->engine_rc[bad] = rc;
+    }
+}
+
 /* Engine e's part of a phase (the thread that owns e in this phase). */
 static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
 {
@@ -907,26 +956,11 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
                  phase == PHASE_PREFILL_ADMIT || phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
     bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT ||
                   phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
-    int rc = 0;
-    if (admit) {
-        /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
-        struct cds_wfcq_node *n;
-        while ((n = __cds_wfcq_dequeue_blocking(&rp->inbox_head[e], &rp->inbox_tail[e]))) {
-            uint32_t req = (uint32_t)(n - rp->nodes);
-            cds_wfcq_node_init(n);
-            struct routed_hashes *q = &rp->routed_hashes[e];
-            struct kvsim_engine_admit_opts o = {0};
-            if (q->next_ent < q->num_ent && q->ent[q->next_ent].req == req) {
-                const struct routed_entry *en = &q->ent[q->next_ent++];
-                o.prompt_hashes = en->prepared ? en->prepared : q->hashes + en->off;
-                o.num_prompt_hashes = en->num;
-                o.hashes_block_size = rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size
-                                                      : rp->cfg->sched.block_size;
-            }
-            if (rc == 0)
-                rc = kvsim_engine_admit_ext(eng, req, rp->b_cur, &o);
-        }
+    if (rp->lockstep) {
+        work_lockstep(rp, e, admit, to_cur ? rp->b_cur : rp->b_next);
+        return;
     }
+    int rc = admit ? admit_inbox(rp, e) : 0;
     if (rc == 0)
         rc = kvsim_engine_advance(eng, to_cur ? rp->b_cur : rp->b_next);
     if (rc == 0 && rp->drain_events) {
@@ -953,9 +987,18 @@ static bool engine_has_work(const struct replay *rp, uint32_t e, enum phase phas
                  phase == PHASE_PREFILL_ADMIT || phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
     bool to_cur = phase == PHASE_ADMIT || phase == PHASE_PREFILL_ADMIT ||
                   phase == PHASE_PREFILL_ADMIT_DECODE_LAST;
+    int64_t until = to_cur ? rp->b_cur : rp->b_next;
+    if (rp->lockstep) { /* the group's turn is its first rank's */
+        if (e % rp->dp)
+            return false;
+        for (uint32_t r = e; admit && r < e + rp->dp; r++)
+            if (!cds_wfcq_empty(&rp->inbox_head[r], &rp->inbox_tail[r]))
+                return true;
+        return kvsim_lockstep_next_event(&rp->lockstep[e / rp->dp]) <= until;
+    }
     return works_in(rp, e, phase) &&
            ((admit && !cds_wfcq_empty(&rp->inbox_head[e], &rp->inbox_tail[e])) ||
-            kvsim_engine_next_event(rp->engines[e]) <= (to_cur ? rp->b_cur : rp->b_next));
+            kvsim_engine_next_event(rp->engines[e]) <= until);
 }
 
 /* work_engine, its CPU time accounted to e when the accounting is on and e has work (e is the
@@ -1366,6 +1409,7 @@ static void replay_free(struct replay *rp)
     free(rp->lb);
     free(rp->dep_pub);
     free(rp->dep_pubs);
+    free(rp->lockstep);
     replay__disagg_free(rp);
     kvsim_metrics_destroy(rp->metrics);
     kvsim_trace_free(&rp->trace);
@@ -1787,17 +1831,17 @@ static int replay_validate(const struct kvsim_replay_config *cfg, char *err, siz
     }
     if (cfg->data_parallel_size <= 1)
         return 0;
-    why = cfg->disagg.prefill_engines
-              ? "data parallelism and disaggregated serving do not combine yet"
-          : (uint64_t)cfg->num_engines * cfg->data_parallel_size > 4096
-              ? "deployments x ranks is above 4,096 engines"
-          : cfg->model.profile && kvsim_profile_arch(cfg->model.profile)->num_experts
-              ? "a mixture-of-experts model's data-parallel ranks step in lockstep (each step "
-                "waits for the slowest rank; idle ranks take dummy steps), which kvsim does not "
-                "model yet"
-          : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
-              ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
-              : NULL;
+    why =
+        cfg->disagg.prefill_engines
+            ? "data parallelism and disaggregated serving do not combine yet"
+        : (uint64_t)cfg->num_engines * cfg->data_parallel_size > 4096
+            ? "deployments x ranks is above 4,096 engines"
+        : cfg->offload && cfg->model.profile && kvsim_profile_arch(cfg->model.profile)->num_experts
+            ? "a mixture-of-experts model's ranks step in lockstep, which kvsim does not "
+              "model with offload tiers yet"
+        : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
+            ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
+            : NULL;
     if (why) {
         snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);
         return -EINVAL;
@@ -1974,6 +2018,13 @@ static int setup_engines(struct replay *rp, char *err, size_t errlen)
     }
     if (rc == 0 && !rp->drain_events)
         kvsim_router_use_pool_groups(rp->router, rp->pools, rp->dp);
+    if (rc == 0 && rp->dp > 1 && cfg->model.profile &&
+        kvsim_profile_arch(cfg->model.profile)->num_experts) {
+        if (!(rp->lockstep = calloc(rp->num_deployments, sizeof *rp->lockstep)))
+            rc = -ENOMEM;
+        for (uint32_t d = 0; rc == 0 && d < rp->num_deployments; d++)
+            rc = kvsim_lockstep_init(&rp->lockstep[d], rp->engines + d * rp->dp, rp->dp);
+    }
     if (rc == 0 && rp->num_prefill) /* after the engines: the decode router reads their pools */
         rc = replay__disagg_setup(rp);
     return rc;
@@ -2266,6 +2317,11 @@ static int replay_summarize(struct replay *rp, int64_t wall_ns, struct kvsim_rep
                              &report->timing);
     if (rc == 0)
         rc = summarize_engines(rp, report);
+    for (uint32_t d = 0; rc == 0 && rp->lockstep && d < rp->num_deployments; d++) {
+        report->timing.lockstep = true;
+        report->timing.lockstep_steps += rp->lockstep[d].steps;
+        report->timing.lockstep_dummy_rank_steps += rp->lockstep[d].dummy_rank_steps;
+    }
     if (rc == 0 && rp->acct.on)
         summarize_accounting(rp, &report->accounting);
     if (rc == 0)

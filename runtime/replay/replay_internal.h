@@ -151,6 +151,9 @@ struct replay {
     struct kvsim_router **lb;
     struct kvsim_engine_pub *dep_pub;
     const struct kvsim_engine_pub **dep_pubs;
+    /* A mixture-of-experts model's deployments: their ranks step in lockstep (engine.h), each
+     * group advanced as one by the thread that owns its first rank. NULL: ranks independent. */
+    struct kvsim_lockstep *lockstep;
     /*
      * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
      * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,

@@ -869,8 +869,9 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
     else if (r->data_parallel_size > 1)
         fprintf(f,
                 "<b>%" PRIu32 "</b> engines (%" PRIu32 " &times; data parallel %" PRIu32
-                ", vLLM's DP load balancer)",
-                r->num_engines, r->num_engines / r->data_parallel_size, r->data_parallel_size);
+                ", vLLM's DP load balancer%s)",
+                r->num_engines, r->num_engines / r->data_parallel_size, r->data_parallel_size,
+                r->timing.lockstep ? ", ranks in lockstep" : "");
     else
         fprintf(f, "<b>%" PRIu32 "</b> engines", r->num_engines);
     fputs(" &middot; router <b>", f);

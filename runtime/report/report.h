@@ -297,6 +297,11 @@ struct kvsim_timing_summary {
     /* of steps, those the decode fast path applied in bulk: how the run ran, not what it
      * simulated (the JSON has it under "wall") */
     uint64_t fast_path_steps;
+    /* A mixture-of-experts model's data-parallel ranks in lockstep (docs/fidelity/
+     * dp-lockstep.md): the deployments' lockstep steps, and of the ranks' steps in them the
+     * dummy ones (a rank with nothing to run). */
+    bool lockstep;
+    uint64_t lockstep_steps, lockstep_dummy_rank_steps;
 };
 
 /* Service-level objectives, per request (0: not set): TTFT, AIPerf's ITL (per request: (last

@@ -78,9 +78,10 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     if (r->data_parallel_size > 1)
         fprintf(f,
                 ROW "%" PRIu32 " engines (%" PRIu32 " x data parallel %" PRIu32
-                    ", vLLM's DP load balancer), %" PRIu32 " threads\n",
+                    ", vLLM's DP load balancer%s), %" PRIu32 " threads\n",
                 "topology", r->num_engines, r->num_engines / r->data_parallel_size,
-                r->data_parallel_size, r->num_threads);
+                r->data_parallel_size, r->timing.lockstep ? ", ranks in lockstep" : "",
+                r->num_threads);
     else
         fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
                 r->num_threads);
@@ -513,6 +514,12 @@ static json_t *report_json(const struct kvsim_report *r)
         ok = put(tj, "outside_by_axis", ax) && ok;
     }
     ok = put(tj, "steps", json_u64(tm->steps)) && ok;
+    if (tm->lockstep) {
+        json_t *ls = json_object();
+        ok = put(ls, "steps", json_u64(tm->lockstep_steps)) && ok;
+        ok = put(ls, "dummy_rank_steps", json_u64(tm->lockstep_dummy_rank_steps)) && ok;
+        ok = put(tj, "lockstep", ls) && ok;
+    }
     ok = put(tj, "num_gpu_blocks", json_u64(tm->num_gpu_blocks)) && ok;
     ok = put(root, "timing", tj) && ok;
 

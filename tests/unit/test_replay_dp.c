@@ -9,10 +9,13 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/replay/replay.h"
 
+#include "common.h"
 #include "replay_util.h"
 
 #define MS 1000000LL
@@ -227,4 +230,226 @@ Test(replay_dp, refused_with_disaggregation)
     cr_assert_eq(kvsim_replay_run(&c, &r, err, sizeof err), -EINVAL);
     cr_assert(strstr(err, "--data-parallel-size 2: data parallelism and disaggregated serving"),
               "%s", err);
+}
+
+/* ---- a mixture-of-experts deployment's ranks in lockstep (engine.h, struct kvsim_lockstep) ----
+ *
+ * Two ranks of the tiny MoE profile (tests/inputs/profiles/tiny, test/tiny-moe) with expert
+ * parallelism, driven directly: each rank's step durations come from the step model (its
+ * composition is checked by hand in test_profile.c, profile_moe); what is checked here is how the
+ * ranks' steps combine: together, as long as the slowest, dummy steps for an idle rank, and the
+ * dummy tail to the wave's synchronization point. */
+
+#define TINY KVSIM_SOURCE_DIR "/tests/inputs/profiles/tiny"
+
+struct lockstep_rig {
+    struct kvsim_profile *profile;
+    struct kvsim_step_model model;
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_engine *ranks[2];
+    struct kvsim_lockstep ls;
+};
+
+/* Requests 0 and 1: 16-token prompts (one 16-token block each, distinct), 3 and 2 outputs. */
+static void lockstep_rig_init(struct lockstep_rig *g)
+{
+    memset(g, 0, sizeof *g);
+    char err[512], path[4096];
+    struct kvsim_profile_config pc = {.root = TINY,
+                                      .hardware = "TESTHW",
+                                      .model = "test/tiny-moe",
+                                      .tp = 1,
+                                      .tp_link_gbps = 1,
+                                      .tp_link_latency_ns = 1000,
+                                      .data_parallel_size = 2,
+                                      .enable_expert_parallel = true};
+    cr_assert_eq(kvsim_profile_load(&pc, &g->profile, err, sizeof err), 0, "%s", err);
+    kvsim_step_model_default(&g->model);
+    g->model.profile = g->profile;
+    kvsim_test_tmp_path(path, sizeof path, "lockstep.jsonl");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"timestamp\": 0, \"input_length\": 16, \"output_length\": 3, \"hash_ids\": [1]}\n"
+          "{\"timestamp\": 0, \"input_length\": 16, \"output_length\": 2, \"hash_ids\": [2]}\n",
+          f);
+    fclose(f);
+    struct kvsim_trace_opts to = {.trace_block_size = 16, .arrival_speedup = 1};
+    cr_assert_eq(kvsim_trace_load(path, &to, &g->trace, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_metrics_create(2, 2, &g->metrics), 0);
+    for (uint32_t r = 0; r < 2; r++) {
+        struct kvsim_engine_config c = {
+            .id = r, .thread = r, .trace = &g->trace, .metrics = g->metrics, .model = g->model};
+        sched_config_default(&c.sched);
+        c.sched.num_blocks = 64;
+        c.sched.check_invariants = true;
+        cr_assert_eq(kvsim_engine_create(&c, &g->ranks[r]), 0);
+    }
+    cr_assert_eq(kvsim_lockstep_init(&g->ls, g->ranks, 2), 0);
+}
+
+static void lockstep_rig_fini(struct lockstep_rig *g)
+{
+    for (uint32_t r = 0; r < 2; r++)
+        kvsim_engine_destroy(g->ranks[r]);
+    kvsim_metrics_destroy(g->metrics);
+    kvsim_trace_free(&g->trace);
+    kvsim_profile_free(g->profile);
+}
+
+/* One rank's step: a 16-token prefill of a new prompt, or a decode at context ctx. */
+static int64_t prefill16_ns(const struct lockstep_rig *g)
+{
+    uint32_t chunk[] = {16};
+    uint64_t prefix[] = {0};
+    struct kvsim_step_batch b = {.prefill_tokens = 16,
+                                 .num_prefill_reqs = 1,
+                                 .prefill_chunk = chunk,
+                                 .prefill_prefix = prefix};
+    return kvsim_step_model_cost_ns(&g->model, &b, NULL);
+}
+
+static int64_t decode_ns(const struct lockstep_rig *g, uint64_t ctx)
+{
+    struct kvsim_step_batch b = {.num_decode_reqs = 1, .decode_context = &ctx};
+    return kvsim_step_model_cost_ns(&g->model, &b, NULL);
+}
+
+static const struct kvsim_req_record *rec(const struct lockstep_rig *g, uint32_t req)
+{
+    return kvsim_metrics_record(g->metrics, req);
+}
+
+/* A rank with nothing to run takes a dummy step beside the busy one and does not slow it:
+ * request 0 alone on rank 0 takes its prefill P then decodes at contexts 16 and 17, three
+ * lockstep steps with rank 1 dummy in each; the dummy step alone is a 1-token decode with no
+ * context. */
+Test(replay_lockstep, an_idle_rank_steps_dummy_batches_beside_the_busy_one)
+{
+    struct lockstep_rig g;
+    lockstep_rig_init(&g);
+    int64_t p = prefill16_ns(&g), d16 = decode_ns(&g, 16), d17 = decode_ns(&g, 17);
+    cr_assert_eq(g.ls.dummy_ns, decode_ns(&g, 0));
+    cr_assert_eq(kvsim_engine_admit(g.ranks[0], 0, 0), 0);
+    cr_assert_eq(kvsim_lockstep_advance(&g.ls, INT64_MAX), 0);
+    cr_assert_eq(rec(&g, 0)->first_token_ns, p);
+    cr_assert_eq(rec(&g, 0)->finish_ns, p + d16 + d17);
+    cr_assert_eq(g.ls.steps, 3);
+    cr_assert_eq(g.ls.dummy_rank_steps, 3);
+    lockstep_rig_fini(&g);
+}
+
+/* A rank that gets work during a lockstep step waits for its end, and a slower rank sets the
+ * pace of the others: request 1 arrives on rank 1 halfway through request 0's prefill P; it is
+ * scheduled at P, and its own prefill makes rank 0's first decode step last P too. Then both
+ * decode (contexts 17 and 16) in one step as long as the slower: both end there (request 0's
+ * third output, request 1's second). */
+Test(replay_lockstep, a_rank_waits_for_the_step_under_way_and_the_slowest_sets_the_pace)
+{
+    struct lockstep_rig g;
+    lockstep_rig_init(&g);
+    int64_t p = prefill16_ns(&g), d16 = decode_ns(&g, 16), d17 = decode_ns(&g, 17);
+    cr_assert_gt(p, d16, "the prefill is the slower step");
+    int64_t both = d17 > d16 ? d17 : d16;
+    cr_assert_eq(kvsim_engine_admit(g.ranks[0], 0, 0), 0);
+    cr_assert_eq(kvsim_lockstep_advance(&g.ls, p / 2), 0);
+    cr_assert_eq(kvsim_engine_admit(g.ranks[1], 1, p / 2), 0);
+    cr_assert_eq(kvsim_lockstep_advance(&g.ls, INT64_MAX), 0);
+    cr_assert_eq(rec(&g, 1)->first_sched_ns, p, "scheduled at the step's end, not on arrival");
+    cr_assert_eq(rec(&g, 1)->first_token_ns, 2 * p);
+    cr_assert_eq(rec(&g, 0)->second_token_ns, 2 * p, "rank 0's decode waited for rank 1's prefill");
+    cr_assert_eq(rec(&g, 1)->finish_ns, 2 * p + both);
+    cr_assert_eq(rec(&g, 0)->finish_ns, 2 * p + both);
+    cr_assert_eq(g.ls.dummy_rank_steps, 1, "rank 1 was dummy in the first step only");
+    lockstep_rig_fini(&g);
+}
+
+/* After the last request the ranks step dummy batches to the wave's synchronization point
+ * (every 32 steps): request 0 took 3 steps, so 29 dummy steps of D follow its finish F. Request
+ * 1 arriving at F + 2.5 D waits for the third of them (F + 3 D); one arriving after the tail
+ * (F + 40 D) starts at once. */
+Test(replay_lockstep, the_wave_ends_at_a_synchronization_point)
+{
+    for (int late = 0; late < 2; late++) {
+        struct lockstep_rig g;
+        lockstep_rig_init(&g);
+        int64_t p = prefill16_ns(&g), d = g.ls.dummy_ns;
+        cr_assert_eq(kvsim_engine_admit(g.ranks[0], 0, 0), 0);
+        cr_assert_eq(kvsim_lockstep_advance(&g.ls, INT64_MAX), 0);
+        int64_t f = rec(&g, 0)->finish_ns;
+        int64_t at = late ? f + 40 * d : f + 5 * d / 2;
+        cr_assert_eq(kvsim_engine_admit(g.ranks[1], 1, at), 0);
+        cr_assert_eq(kvsim_lockstep_advance(&g.ls, INT64_MAX), 0);
+        int64_t start = late ? at : f + 3 * d;
+        cr_assert_eq(rec(&g, 1)->first_sched_ns, start, "late %d", late);
+        cr_assert_eq(rec(&g, 1)->first_token_ns, start + p, "late %d", late);
+        lockstep_rig_fini(&g);
+    }
+}
+
+/* A MoE model's deployments replay identically on 1, 2 and 8 threads (4 deployments of 2
+ * ranks in lockstep), and the report says the ranks were in lockstep. */
+Test(replay_lockstep, deployments_identical_for_1_2_8_threads, .timeout = 300)
+{
+    struct lockstep_rig g;
+    lockstep_rig_init(&g);
+    struct kvsim_replay_config c;
+    replay_base_config(&c, NULL);
+    c.model = g.model;
+    c.sched.max_num_batched_tokens = 64; /* the tiny profile's grid */
+    c.sched.max_num_seqs = 16;
+    c.num_engines = 4;
+    c.data_parallel_size = 2;
+    c.enable_expert_parallel = true;
+    struct kvsim_report r = replay_run(&c, 1, "ls-t1");
+    cr_assert_eq(r.num_engines, 8);
+    cr_assert(r.timing.lockstep);
+    cr_assert_gt(r.timing.lockstep_dummy_rank_steps, 0);
+    cr_assert_eq(r.completed, r.num_requests);
+    kvsim_report_fini(&r);
+    r = replay_run(&c, 2, "ls-t2");
+    kvsim_report_fini(&r);
+    r = replay_run(&c, 8, "ls-t8");
+    kvsim_report_fini(&r);
+    static const char *const tags[] = {"ls-t2", "ls-t8"};
+    replay_assert_same_as(tags, 2, "ls-t1");
+    lockstep_rig_fini(&g);
+}
+
+/* The shared DP2 x EP2 configuration (Qwen3-30B-A3B on RTX PRO 6000, the profile alone) replays
+ * the Mooncake 1000 trace identically on 1, 2 and 8 threads. */
+Test(replay_lockstep, mooncake_1000_dp2_ep2_identical_for_1_2_8_threads, .timeout = 300)
+{
+    char trace[4096], err[512];
+    kvsim_test_trace_path(trace, sizeof trace, "mooncake_trace_1000.jsonl");
+    struct kvsim_profile_config pc = {.root = KVSIM_SOURCE_DIR "/../shared/profiles/llmservingsim",
+                                      .hardware = "RTXPRO6000",
+                                      .model = "Qwen/Qwen3-30B-A3B-Instruct-2507",
+                                      .tp = 1,
+                                      .tp_link_gbps = 16,
+                                      .tp_link_latency_ns = 20000,
+                                      .data_parallel_size = 2,
+                                      .enable_expert_parallel = true};
+    struct kvsim_profile *p = NULL;
+    int rc = kvsim_profile_load(&pc, &p, err, sizeof err);
+    if (rc == -ENOENT && !getenv("KVSIM_REQUIRE_TRACES"))
+        cr_skip_test("the shared profiles are not there: %s", err);
+    cr_assert_eq(rc, 0, "%s", err);
+    struct kvsim_replay_config c;
+    replay_base_config(&c, trace);
+    c.model.profile = p;
+    c.sched.num_blocks = 37904;
+    c.num_engines = 1;
+    c.data_parallel_size = 2;
+    c.enable_expert_parallel = true;
+    struct kvsim_report r = replay_run(&c, 1, "moon-t1");
+    cr_assert(r.timing.lockstep);
+    kvsim_report_fini(&r);
+    r = replay_run(&c, 2, "moon-t2");
+    kvsim_report_fini(&r);
+    r = replay_run(&c, 8, "moon-t8");
+    kvsim_report_fini(&r);
+    static const char *const tags[] = {"moon-t2", "moon-t8"};
+    replay_assert_same_as(tags, 2, "moon-t1");
+    kvsim_profile_free(p);
 }

@@ -150,8 +150,13 @@ static const char *add_refusal(const struct sched_request_params *p, const struc
         return "key 'max_tokens' must be at least 1";
     if (p->min_tokens > p->max_tokens)
         return "key 'min_tokens' must be at most max_tokens";
-    if ((uint64_t)p->num_prompt_tokens + p->min_tokens > mml)
-        return "its prompt and min_tokens exceed max_model_len (vLLM's frontend refuses it)";
+    /* vLLM's InputProcessor._validate_prompt_len: the prompt plus the requested output tokens,
+     * at least one, must fit (a prompt of exactly max_model_len is refused). Without a
+     * max_model_len in the scenario the token budget stands in, and a prompt may fill it. */
+    uint32_t outputs = p->min_tokens ? p->min_tokens : sc->max_model_len ? 1 : 0;
+    if ((uint64_t)p->num_prompt_tokens + outputs > mml)
+        return "its prompt and min_tokens (at least 1 output token) exceed max_model_len "
+               "(vLLM's frontend refuses it)";
     return NULL;
 }
 

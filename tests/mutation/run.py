@@ -15,6 +15,7 @@ and the run time; writes the same as JSON (--json). Exit 0 when the score is at 
 """
 import argparse
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -92,6 +93,18 @@ def label_targets(build, labels):
             if arg.startswith(build + os.sep) and os.path.isfile(arg) and os.access(arg, os.X_OK):
                 targets.add(os.path.basename(arg))
     return sorted(targets)
+
+
+def first_failed(build):
+    """The name of a test the last ctest run saw fail (ctest's LastTestsFailed.log), or None."""
+    try:
+        with open(os.path.join(build, "Testing", "Temporary", "LastTestsFailed.log")) as f:
+            for line in f:
+                if ":" in line:
+                    return line.strip().split(":", 1)[1]
+    except OSError:
+        pass
+    return None
 
 
 def sync_tree(work):
@@ -175,6 +188,13 @@ def main():
     # the first to fail) before the command-line ones, instead of the longest first.
     cost_data = os.path.join(build, "Testing", "Temporary", "CTestCostData.txt")
 
+    killers_path = os.path.join(a.work, "killers.json")
+    try:
+        with open(killers_path) as f:
+            killers = json.load(f)
+    except (OSError, ValueError):
+        killers = {}
+
     results = []
     for m in mutants:
         path = os.path.join(src, m["file"])
@@ -192,9 +212,21 @@ def main():
                 return 2
             if os.path.exists(cost_data):
                 os.remove(cost_data)
-            rc = run(["ctest", "--test-dir", build, "-L", labels_of(m["file"]),
-                      "--stop-on-failure", f"-j{a.jobs}", "--timeout", "300"], log=log,
-                     timeout=1800)
+            # The test that killed this mutant last time runs first, alone: a mutant still
+            # killed costs its build and one test.
+            rc = 0
+            if killers.get(m["id"]):
+                rc = run(["ctest", "--test-dir", build, "-R", f"^{re.escape(killers[m['id']])}$",
+                          "--timeout", "300"], log=log, timeout=600)
+            if rc == 0:
+                rc = run(["ctest", "--test-dir", build, "-L", labels_of(m["file"]),
+                          "--stop-on-failure", f"-j{a.jobs}", "--timeout", "300"], log=log,
+                         timeout=1800)
+            killer = first_failed(build) if rc else None
+            if killer:
+                killers[m["id"]] = killer
+            elif rc == 0:
+                killers.pop(m["id"], None)
         finally:
             with open(path, "w") as f:
                 f.write(original)
@@ -206,6 +238,8 @@ def main():
         print(f"  {m['id']:<28} {m['file']:<30} {'killed' if killed else 'SURVIVED'} "
               f"({secs:.0f} s)", flush=True)
     run(["cmake", "--build", build, f"-j{a.jobs}"], log=log)  # the tree as it is, for next time
+    with open(killers_path, "w") as f:
+        json.dump(killers, f, indent=1, sort_keys=True)
 
     files = sorted({r["file"] for r in results})
     print("\nscore per file:")

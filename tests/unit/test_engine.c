@@ -260,3 +260,78 @@ Test(engine, async_scheduling_abort_while_a_step_ahead_lists_the_request)
     cr_assert_eq(kvsim_engine_unfinished(g.e), 0);
     rig_fini(&g);
 }
+
+/* Writes a Mooncake trace of rows "input output" (one hash id each, 512 tokens a hash) to the
+ * test's directory; path receives its name. */
+static void write_trace(char *path, size_t len, const char *name, const uint32_t (*rows)[2], int n)
+{
+    kvsim_test_tmp_path(path, len, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < n; i++)
+        fprintf(f,
+                "{\"timestamp\": 0, \"input_length\": %u, \"output_length\": %u, "
+                "\"hash_ids\": [%d]}\n",
+                rows[i][0], rows[i][1], i + 1);
+    fclose(f);
+}
+
+/* vLLM's front door refuses a prompt that leaves no room for one output token: at max_model_len
+ * 64 a 64-token prompt is rejected as prompt_too_long when it arrives, a 63-token one is served
+ * (and ends by length after one token). */
+Test(engine, a_prompt_of_exactly_max_model_len_is_rejected)
+{
+    static const uint32_t rows[][2] = {{64, 8}, {63, 8}};
+    char path[4096];
+    write_trace(path, sizeof path, "mml.jsonl", rows, 2);
+    struct rig g;
+    rig_init(&g, path, 100, 64, NULL);
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    cr_assert_eq(kvsim_engine_admit(g.e, 1, 0), 0);
+    cr_assert_eq(kvsim_engine_advance(g.e, INT64_MAX), 0);
+    const struct kvsim_req_record *r0 = kvsim_metrics_record(g.metrics, 0);
+    const struct kvsim_req_record *r1 = kvsim_metrics_record(g.metrics, 1);
+    cr_assert_eq(r0->status, KVSIM_REQ_REJECTED);
+    cr_assert_str_eq(r0->reject_reason, "prompt_too_long");
+    cr_assert_eq(r1->status, KVSIM_REQ_COMPLETED);
+    cr_assert_eq(r1->num_output_tokens, 1);
+    rig_fini(&g);
+}
+
+/* An empty step that preempted someone changes the state, so the engine schedules again at once
+ * (conformance SC-13a inside an engine): PRIORITY, 4 usable blocks of 16; Y (priority 5, 31
+ * tokens) runs, W (priority 0, 32 tokens) joins its second step and fills the pool; in the third
+ * Y needs a block, is the largest (priority, arrival) and preempts itself: an empty step, after
+ * which W runs at the same instant. The run ends with both served. */
+Test(engine, an_empty_step_that_preempted_schedules_again_at_once)
+{
+    static const uint32_t rows[][2] = {{31, 4}, {32, 4}};
+    char path[4096], err[512];
+    write_trace(path, sizeof path, "own-victim.jsonl", rows, 2);
+    struct rig g;
+    memset(&g, 0, sizeof g);
+    cr_assert_eq(kvsim_trace_load(path, NULL, &g.trace, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(kvsim_metrics_create(2, 1, &g.metrics), 0);
+    struct kvsim_engine_config c = {.id = 0, .trace = &g.trace, .metrics = g.metrics};
+    sched_config_default(&c.sched);
+    c.sched.policy = SCHED_POLICY_PRIORITY;
+    c.sched.block_size = 16;
+    c.sched.num_blocks = 5;
+    c.sched.max_num_batched_tokens = 256;
+    c.sched.max_model_len = 256;
+    c.sched.enable_prefix_caching = false;
+    c.sched.check_invariants = true;
+    kvsim_step_model_default(&c.model);
+    cr_assert_eq(kvsim_engine_create(&c, &g.e), 0);
+    struct kvsim_engine_admit_opts y = {.priority = 5}, w = {.priority = 0};
+    cr_assert_eq(kvsim_engine_admit_ext(g.e, 0, 0, &y), 0);
+    cr_assert_eq(kvsim_engine_advance(g.e, 0), 0);
+    int64_t t1 = kvsim_engine_step_end(g.e);
+    cr_assert_eq(kvsim_engine_admit_ext(g.e, 1, t1, &w), 0);
+    int rc = kvsim_engine_advance(g.e, INT64_MAX);
+    cr_assert_eq(rc, 0, "%s", kvsim_engine_error(g.e));
+    cr_assert_geq(kvsim_engine_preemptions(g.e), 1, "Y preempted itself");
+    cr_assert_eq(kvsim_metrics_record(g.metrics, 0)->status, KVSIM_REQ_COMPLETED);
+    cr_assert_eq(kvsim_metrics_record(g.metrics, 1)->status, KVSIM_REQ_COMPLETED);
+    rig_fini(&g);
+}

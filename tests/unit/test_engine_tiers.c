@@ -174,6 +174,7 @@ Test(tiers, onboarding_from_g2_reserves_destination_then_loads_instead_of_recomp
     step(&g, a);
     advance(&g, 10 * MS);
     evict_g1(&g, 2, 0);
+    uint64_t g1g2_before = stats(&g).lanes[OFFLOAD_LANE_G1_G2].enqueued;
     struct sched_request *b =
         kvsim_test_add_request(g.s, 2, 100, 18, 3); /* a's 4 blocks + 2 tokens */
     cr_assert_eq(step(&g, b), 0, "b waits for its load");
@@ -192,6 +193,10 @@ Test(tiers, onboarding_from_g2_reserves_destination_then_loads_instead_of_recomp
     s = stats(&g);
     cr_assert_eq(s.loads, 1, "one load");
     cr_assert_eq(s.onboard_wait_ns, 4 * MS, "waited 4 ms");
+    /* The 4 blocks loaded back into G1's cache are stored there again: G2 holds them, so the
+     * write-through filters them instead of copying them to G2 a second time. */
+    cr_assert_eq(s.filtered, 4, "the onboarded blocks are filtered");
+    cr_assert_eq(s.lanes[OFFLOAD_LANE_G1_G2].enqueued, g1g2_before, "and not copied again");
     rig_fini(&g);
 }
 

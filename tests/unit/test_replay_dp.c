@@ -78,6 +78,26 @@ Test(replay_dp_lb, ties_rotate_and_picks_count_at_once)
     kvsim_router_destroy(r);
 }
 
+/* The scan's start advances after every pick, whatever was picked: after one pick (rank 0) the
+ * scan starts at rank 1, so a tie between ranks 0 and 1 goes to rank 1 (from rank 0 it would go
+ * to rank 0). Rank 0 has its pick in flight and in the waiting increment, rank 1 one request
+ * in flight, rank 2 five: scores 1, 1, 5. */
+Test(replay_dp_lb, the_scan_start_advances_after_each_pick)
+{
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_DP_LB, 3, 1.0, &r), 0);
+    struct ranks k;
+    ranks_init(&k);
+    kvsim_router_boundary(r, k.pubs, 0);
+    cr_assert_eq(pick(r, &k), 0);
+    k.pub[0].num_unfinished = 1;
+    k.pub[1].num_unfinished = 1;
+    k.pub[2].num_unfinished = 5;
+    kvsim_router_boundary(r, k.pubs, 10 * MS); /* no tick: the snapshot of t=0 stays */
+    cr_assert_eq(pick(r, &k), 1, "ranks 0 and 1 tie at 1; the scan starts at rank 1");
+    kvsim_router_destroy(r);
+}
+
 /* The in-flight floor is exact while the snapshot is stale: a rank the snapshot shows empty but
  * that holds requests routed since is not chosen. */
 Test(replay_dp_lb, in_flight_floor_beats_a_stale_snapshot)
@@ -157,6 +177,25 @@ Test(replay_dp_lb, increments_last_until_the_5_s_refresh)
     cr_assert_eq(pick(r, &k), 1, "4.99 s: rank 0 scores 3 (waiting added), rank 1 scores 2");
     kvsim_router_boundary(r, k.pubs, 5000 * MS); /* rejected too; the 5 s refresh */
     cr_assert_eq(pick(r, &k), 0, "5 s: the refresh dropped the increments: 0 against 2");
+    kvsim_router_destroy(r);
+}
+
+/* The refresh comes at exactly 5 s after the last publish, not a tick later: three picks to
+ * rank 0 (rank 1 runs 3) leave it 3 waiting increments and the scan start at rank 1; at 5 s the
+ * refresh drops them (0 against 3: rank 0); without it the two would tie at 3 and the scan from
+ * rank 1 would pick rank 1. */
+Test(replay_dp_lb, the_refresh_comes_at_exactly_5_s)
+{
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_DP_LB, 2, 1.0, &r), 0);
+    struct ranks k;
+    ranks_init(&k);
+    rank_set(&k, 1, 0, 3, 0.0);
+    kvsim_router_boundary(r, k.pubs, 0);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(pick(r, &k), 0, "pick %d: %d against 3", i, i);
+    kvsim_router_boundary(r, k.pubs, 5000 * MS); /* nothing changed: only the refresh */
+    cr_assert_eq(pick(r, &k), 0, "refreshed at 5 s: 0 against 3");
     kvsim_router_destroy(r);
 }
 

@@ -1104,6 +1104,7 @@ static int resolve_run(const struct kvsim_options *o, struct kvsim_run *run, cha
     struct kvsim_timing_opts topt = o->timing;
     topt.data_parallel_size = cfg->data_parallel_size;
     cfg->enable_expert_parallel = o->timing.enable_expert_parallel;
+    cfg->tensor_parallel_size = o->timing.tp ? o->timing.tp : 1;
     int rc = kvsim_timing_resolve(&topt, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token,
                                   &run->timing, err, errlen);
     if (rc)

@@ -242,13 +242,21 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
                     .max_trials = a->max_trials};
     f.dims = f.profile ? 2 : 4;
     f.train = (size_t)llround(a->fraction * (double)run.real.n);
-    int status = CLI_EXIT_OK;
+    int status = CLI_EXIT_OK, rc;
+    char train[96], held[64];
+    snprintf(train, sizeof train, " over the training requests (the first %zu by arrival)",
+             f.train);
+    snprintf(held, sizeof held, " over the held-out requests (the other %zu)",
+             run.real.n - f.train);
     if (f.train < 2 || f.train + 2 > run.real.n) {
         cli_error(p,
                   "--train-fraction %g leaves %zu training and %zu held-out requests (at "
                   "least 2 each)",
                   a->fraction, f.train, run.real.n - f.train);
         status = CLI_EXIT_USAGE;
+    } else if ((rc = fid_check_real(p, &run, 0, f.train, train, true)) ||
+               (rc = fid_check_real(p, &run, f.train, run.real.n, held, false))) {
+        status = cli_status_of(rc); /* a zero of either side would be fitted or compared */
     } else if (fid_rows(&run.real, 0, f.train, f.real)) {
         cli_error(p, "out of memory");
         status = CLI_EXIT_FAILED;

@@ -44,26 +44,43 @@ static json_t *load_json(const struct cli_parser *p, const char *path)
     return j;
 }
 
-/* A positive integer field of o (absent: *out unchanged unless required). */
+/* An integer field of o (the key `name` of o, `shown` in the message) in [lo, hi], the range of
+ * its kvsim option (api/config.c). Absent or null (vLLM's "not set"): *out unchanged, the
+ * default; a value present is used as it is or refused, never replaced by the default. */
 static int get_uint(const struct cli_parser *p, const char *path, json_t *o, const char *name,
-                    bool required, uint32_t *out)
+                    const char *shown, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     json_t *v = json_object_get(o, name);
     if (!v || json_is_null(v))
-        return required ? cli_error(p, "%s: field '%s' is missing", path, name) : 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
-        return cli_error(p, "%s: field '%s' must be a positive integer", path, name);
-    *out = (uint32_t)json_integer_value(v);
+        return 0;
+    if (!json_is_integer(v))
+        return cli_error(p, "%s: field '%s' must be an integer in [%u, %u]", path, shown, lo, hi);
+    json_int_t x = json_integer_value(v);
+    if (x < (json_int_t)lo || x > (json_int_t)hi)
+        return cli_error(p, "%s: field '%s' is %lld: must be an integer in [%u, %u]", path, shown,
+                         (long long)x, lo, hi);
+    *out = (uint32_t)x;
     return 0;
 }
 
+/* A required number field of o (the key `name` of o, `shown` in the message) in [lo, hi], or
+ * (lo, hi] when lo_open (unit follows the range in the message): a value present is used as it
+ * is, never replaced by a default. */
 static int get_num(const struct cli_parser *p, const char *path, json_t *o, const char *name,
+                   const char *shown, double lo, bool lo_open, double hi, const char *unit,
                    double *out)
 {
     json_t *v = json_object_get(o, name);
-    if (!json_is_number(v) || !(json_number_value(v) >= 0) || !isfinite(json_number_value(v)))
-        return cli_error(p, "%s: field '%s' must be a number >= 0", path, name);
-    *out = json_number_value(v);
+    double x = json_number_value(v);
+    if (!v)
+        return cli_error(p, "%s: field '%s' is missing", path, shown);
+    if (!json_is_number(v))
+        return cli_error(p, "%s: field '%s' must be a number in %c%g, %g]%s", path, shown,
+                         lo_open ? '(' : '[', lo, hi, unit);
+    if (!isfinite(x) || (lo_open ? !(x > lo) : !(x >= lo)) || !(x <= hi))
+        return cli_error(p, "%s: field '%s' is %g: must be in %c%g, %g]%s", path, shown, x,
+                         lo_open ? '(' : '[', lo, hi, unit);
+    *out = x;
     return 0;
 }
 
@@ -121,13 +138,12 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
         rc = cli_error(p, "%s: field 'engine_kwargs' must be an object", path);
     if (!rc) {
         snprintf(ri->model, sizeof ri->model, "%s", json_string_value(model));
-        rc = get_uint(p, path, kw, "tensor_parallel_size", false, &ri->tp);
+        rc = get_uint(p, path, kw, "tensor_parallel_size", "engine_kwargs.tensor_parallel_size", 1,
+                      64, &ri->tp);
     }
     if (!rc)
-        rc = get_uint(p, path, kw, "data_parallel_size", false, &dp);
-    if (!rc && (dp == 0 || dp > 4096))
-        rc =
-            cli_error(p, "%s: field 'engine_kwargs.data_parallel_size' must be in [1, 4096]", path);
+        rc = get_uint(p, path, kw, "data_parallel_size", "engine_kwargs.data_parallel_size", 1,
+                      4096, &dp);
     json_t *epv = json_object_get(kw, "enable_expert_parallel");
     if (!rc && epv && !json_is_null(epv) && !json_is_boolean(epv))
         rc = cli_error(p, "%s: field 'engine_kwargs.enable_expert_parallel' must be a boolean",
@@ -145,13 +161,17 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
                            path);
     }
     if (!rc)
-        rc = get_uint(p, path, kw, "max_num_seqs", false, &ri->max_num_seqs);
+        rc = get_uint(p, path, kw, "max_num_seqs", "engine_kwargs.max_num_seqs", 1, 1 << 20,
+                      &ri->max_num_seqs);
     if (!rc)
-        rc = get_uint(p, path, kw, "max_num_batched_tokens", false, &ri->max_num_batched_tokens);
+        rc = get_uint(p, path, kw, "max_num_batched_tokens", "engine_kwargs.max_num_batched_tokens",
+                      1, INT32_MAX, &ri->max_num_batched_tokens);
     if (!rc)
-        rc = get_uint(p, path, kw, "max_model_len", false, &ri->max_model_len);
+        rc = get_uint(p, path, kw, "max_model_len", "engine_kwargs.max_model_len", 2, INT32_MAX,
+                      &ri->max_model_len);
     if (!rc)
-        rc = get_uint(p, path, kw, "block_size", false, &ri->block_size);
+        rc = get_uint(p, path, kw, "block_size", "engine_kwargs.block_size", 1, 65536,
+                      &ri->block_size);
     json_t *pc = json_object_get(kw, "enable_prefix_caching");
     if (!rc && pc && !json_is_null(pc)) {
         if (!json_is_boolean(pc))
@@ -162,9 +182,11 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     if (!rc)
         rc = read_async_scheduling(p, path, m, kw, ri);
     json_t *kv = json_object_get(m, "kv_cache");
-    if (!rc && kv) {
+    if (!rc && kv && !json_is_null(kv) && !json_is_object(kv))
+        rc = cli_error(p, "%s: field 'kv_cache' must be an object", path);
+    if (!rc && json_is_object(kv)) {
         uint32_t b = 0;
-        rc = get_uint(p, path, kv, "num_gpu_blocks", false, &b);
+        rc = get_uint(p, path, kv, "num_gpu_blocks", "kv_cache.num_gpu_blocks", 2, 2147483645u, &b);
         ri->num_gpu_blocks = b;
     }
     json_decref(m);
@@ -178,9 +200,11 @@ static int read_cluster(const struct cli_parser *p, const char *dir, struct run_
     json_t *c = load_json(p, path);
     if (!c)
         return -EINVAL;
-    int rc = get_num(p, path, c, "link_bw", &ri->link_gbps);
+    /* the ranges of --tp-link-gbps and --tp-link-latency-us (api/config.c) */
+    int rc = get_num(p, path, c, "link_bw", "link_bw", 1e-3, false, 1e6, " GiB/s", &ri->link_gbps);
     if (!rc)
-        rc = get_num(p, path, c, "link_latency", &ri->link_latency_ns);
+        rc = get_num(p, path, c, "link_latency", "link_latency", 0, false, 1e12, " ns",
+                     &ri->link_latency_ns);
     json_t *nodes = json_object_get(c, "nodes");
     json_t *inst = NULL;
     size_t count = 0, i, k;
@@ -219,16 +243,21 @@ static int read_cluster(const struct cli_parser *p, const char *dir, struct run_
     json_t *hw = json_object_get(inst, "hardware");
     json_t *mem = json_object_get(inst, "npu_mem");
     uint32_t tp = 1;
-    if (!rc && !json_is_string(hw))
-        rc = cli_error(p, "%s: field 'instances[0].hardware' must be a string", path);
+    if (!rc && (!json_is_string(hw) || !*json_string_value(hw)))
+        rc = cli_error(p, "%s: field 'instances[0].hardware' must be a non-empty string", path);
+    if (!rc && !json_is_object(mem))
+        rc = cli_error(p, "%s: field 'instances[0].npu_mem' must be an object", path);
+    /* the ranges of --gpu-memory-gib (0 there: not given) and --gpu-memory-utilization */
     if (!rc) {
         snprintf(ri->hardware, sizeof ri->hardware, "%s", json_string_value(hw));
-        rc = get_num(p, path, mem, "mem_size", &ri->mem_gib);
+        rc = get_num(p, path, mem, "mem_size", "instances[0].npu_mem.mem_size", 0, true, 1e6,
+                     " GiB", &ri->mem_gib);
     }
     if (!rc)
-        rc = get_num(p, path, mem, "mem_util", &ri->mem_util);
+        rc = get_num(p, path, mem, "mem_util", "instances[0].npu_mem.mem_util", 0, true, 1,
+                     " (vLLM's gpu_memory_utilization)", &ri->mem_util);
     if (!rc)
-        rc = get_uint(p, path, inst, "tp_size", false, &tp);
+        rc = get_uint(p, path, inst, "tp_size", "instances[0].tp_size", 1, 64, &tp);
     if (!rc && tp != ri->tp)
         rc = cli_error(p,
                        "%s: field 'instances[0].tp_size' is %u but meta.json's "
@@ -415,6 +444,60 @@ int fid_rows(const struct fid_side *s, size_t lo, size_t hi, double out[FID_NUM_
     return 0;
 }
 
+/* Why row `row` of the real requests [lo, hi) is 0: how many requests hold a zero of its kind
+ * and the first line of one, into why ("" when none does: a value past the doubles). */
+static void zero_cause(const struct fid_side *s, size_t lo, size_t hi, int row, char *why,
+                       size_t len)
+{
+    size_t zeros = 0, of = 0, line = 0;
+    for (size_t i = lo; i < hi; i++) {
+        const struct fid_req *r = &s->r[i];
+        bool zero;
+        if (row < 5) {
+            zero = !(r->first > r->start);
+        } else if (row < 10) {
+            if (!(r->out > 1))
+                continue;
+            zero = !(r->last > r->first);
+        } else {
+            zero = !(r->last > r->start);
+        }
+        of++;
+        if (zero && (!zeros++ || r->line < line))
+            line = r->line;
+    }
+    static const char *const what[3] = {"first_token_ts equals queued_ts",
+                                        "last_token_ts equals first_token_ts",
+                                        "last_token_ts equals queued_ts"};
+    why[0] = 0;
+    if (row >= 5 && row < 10 && !of)
+        snprintf(why, len, " (no request has more than one output token: no TPOT recorded)");
+    else if (row < 15 && zeros)
+        snprintf(why, len, " (%s on %zu of %s%zu requests%s, the first on line %zu)", what[row / 5],
+                 zeros, row < 5 || row >= 10 ? "" : "the ", of,
+                 row < 5 || row >= 10 ? "" : " with more than one output token", line);
+}
+
+int fid_check_real(const struct cli_parser *p, const struct fid_run *run, size_t lo, size_t hi,
+                   const char *over, bool fitted)
+{
+    double v[FID_NUM_ROWS];
+    if (fid_rows(&run->real, lo, hi, v)) {
+        cli_error(p, "out of memory");
+        return -ENOMEM;
+    }
+    for (int i = 0; i < FID_NUM_ROWS; i++) {
+        if (v[i] > 0 && isfinite(v[i]))
+            continue;
+        char why[192];
+        zero_cause(&run->real, lo, hi, i, why, sizeof why);
+        return cli_error(p, "%s: metric '%s'%s is %g%s: a broken recording, not %s", run->trace,
+                         fid_row_names[i], over ? over : "", v[i], why,
+                         fitted ? "fitted" : "compared");
+    }
+    return 0;
+}
+
 double fid_diff_pct(double real, double sim) { return real != 0 ? (sim / real - 1) * 100 : 0; }
 
 double fid_print(FILE *f, const double *real, const double *sim)
@@ -454,10 +537,10 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     t->o.data_parallel_size = ri.dp; /* a MoE profile prices the DP ranks' exchange; capacity */
     if (!t->o.hardware)
         t->o.hardware = ri.hardware;
-    t->o.tp_link_gbps = ri.link_gbps > 0 ? ri.link_gbps : t->o.tp_link_gbps;
+    t->o.tp_link_gbps = ri.link_gbps; /* each in its range (read_cluster), none defaulted */
     t->o.tp_link_latency_us = ri.link_latency_ns / 1e3;
     t->o.gpu_memory_gib = ri.mem_gib;
-    t->o.gpu_memory_utilization = ri.mem_util > 0 ? ri.mem_util : 0.9;
+    t->o.gpu_memory_utilization = ri.mem_util;
     char err[768];
     /* --config alone: its polynomial; with --profiles, the profile and the config's speedup */
     if (o->config_path && kvsim_step_model_load(o->config_path, &cfg->model, err, sizeof err))
@@ -520,7 +603,7 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
         return -EINVAL;
     /* the replay's records are in arrival order (ties in file order): so are these */
     qsort(run->real.r, run->real.n, sizeof *run->real.r, cmp_start);
-    return 0;
+    return fid_check_real(p, run, 0, run->real.n, NULL, false);
 }
 
 int fid_replay(struct cli_parser *p, struct fid_run *run, const struct kvsim_step_model *m,

@@ -44,7 +44,9 @@ struct fid_run {
     bool records_temporary;
 };
 /* Reads RUN_DIR and applies the timing options (t: its profile is loaded into run->cfg.model).
- * Returns 0 or a negative errno (reported, naming the file and the field). */
+ * A value of config.json or meta.json present is used or refused, never replaced by a default;
+ * the run's rows over all its requests go through fid_check_real. Returns 0 or a negative errno
+ * (reported, naming the file and the field). */
 int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, struct cli_timing *t,
              struct fid_run *run);
 /* Replays the run timed by m into *sim (and the report into *rep, if not NULL: the caller
@@ -55,6 +57,13 @@ void fid_close(struct fid_run *run);
 
 /* The rows of requests [lo, hi) of s into out. Returns 0 or -ENOMEM. */
 int fid_rows(const struct fid_side *s, size_t lo, size_t hi, double out[FID_NUM_ROWS]);
+/* Refuses the run's requests [lo, hi) (over: how the message names them, or NULL for all; fitted:
+ * calibrate fits them, else they are compared) when one of their rows is 0, negative or not
+ * finite: a broken recording, which a Diff% against it would hide (+0.0 %) and a fit would chase.
+ * Returns 0, -EINVAL (reported, naming requests.jsonl, the row, and the first line holding such a
+ * zero) or -ENOMEM (reported). */
+int fid_check_real(const struct cli_parser *p, const struct fid_run *run, size_t lo, size_t hi,
+                   const char *over, bool fitted);
 /* (sim / real - 1) in percent (0 when real is 0). */
 double fid_diff_pct(double real, double sim);
 /* Prints the rows side by side with their Diff% (f NULL: prints nothing); returns the worst

@@ -27,6 +27,61 @@ void cli_begin(struct cli_parser *p, const char *prog, int argc, char **argv,
     opterr = 0; /* our own messages, naming the option */
 }
 
+/* The long options that begin with name[0..len) as "--a, --b" in list (truncated to size).
+ * Returns how many there are. */
+static int cli_prefix_matches(const struct cli_parser *p, const char *name, size_t len, char *list,
+                              size_t size)
+{
+    size_t used = 0;
+    int n = 0;
+    list[0] = 0;
+    for (const struct option *c = p->opts; c->name; c++) {
+        if (strncmp(c->name, name, len) != 0)
+            continue;
+        if (used < size)
+            used += (size_t)snprintf(list + used, size - used, "%s--%s", n ? ", " : "", c->name);
+        n++;
+    }
+    return n;
+}
+
+/* Prints that --name[0..len) begins n options (list) and returns -EINVAL. */
+static int cli_ambiguous(const struct cli_parser *p, const char *name, size_t len, int n,
+                         const char *list)
+{
+    fprintf(stderr,
+            "%s: option '--%.*s' is ambiguous: it begins %d options (%s); give one in full\n",
+            p->prog, (int)len, name, n, list);
+    return -EINVAL;
+}
+
+/*
+ * glibc's getopt_long takes an abbreviation that several long options share as the first of
+ * them when they have the same flag and value (most of kvsim's options go through one value),
+ * so "--max-num 8" would set max-num-batched-tokens or max-num-seqs by table order. After
+ * getopt_long returned long option idx, this looks at the word it came from: an exact name
+ * passes, and so does a prefix of that one option; a prefix of more than one is refused,
+ * naming them. Returns 0 or -EINVAL (printed).
+ */
+static int cli_refuse_ambiguous(const struct cli_parser *p, int idx)
+{
+    const struct option *o = &p->opts[idx];
+    /* the option's word: argv[optind - 1], or the one before when its value was the next word */
+    int at = optind - 1;
+    if (o->has_arg != no_argument && optarg && at >= 1 && optarg == p->argv[at])
+        at--;
+    const char *word = at >= 1 && at < p->argc ? p->argv[at] : NULL;
+    if (!word || strncmp(word, "--", 2) != 0)
+        return 0; /* a short option */
+    const char *name = word + 2;
+    size_t len = strcspn(name, "=");
+    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0)
+        return 0; /* the exact name */
+    char list[512];
+    int n = cli_prefix_matches(p, name, len, list, sizeof list);
+    return n > 1 ? cli_ambiguous(p, name, len, n, list) : 0;
+}
+
 int cli_next(struct cli_parser *p)
 {
     char spec[64]; /* ':' first for our messages ("+:" when the parse stops at a positional) */
@@ -44,10 +99,22 @@ int cli_next(struct cli_parser *p)
     if (c == '?') {
         if (optopt) /* a short option, maybe inside a cluster */
             fprintf(stderr, "%s: unknown option '-%c'\n", p->prog, optopt);
-        else
-            fprintf(stderr, "%s: unknown option '%s'\n", p->prog, p->argv[optind - 1]);
+        else {
+            /* glibc refuses an abbreviation of options with different values itself */
+            const char *word = p->argv[optind - 1], *name = word + 2;
+            size_t len = strcspn(name, "=");
+            char list[512];
+            int n = strncmp(word, "--", 2) == 0
+                        ? cli_prefix_matches(p, name, len, list, sizeof list)
+                        : 0;
+            if (n > 1)
+                return cli_ambiguous(p, name, len, n, list);
+            fprintf(stderr, "%s: unknown option '%s'\n", p->prog, word);
+        }
         return -EINVAL;
     }
+    if (idx >= 0 && cli_refuse_ambiguous(p, idx))
+        return -EINVAL;
     p->long_name = idx >= 0 ? p->opts[idx].name : NULL;
     if (idx >= 0)
         snprintf(p->name, sizeof p->name, "--%s", p->opts[idx].name);

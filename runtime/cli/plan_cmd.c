@@ -45,7 +45,7 @@ static void plan_usage(FILE *out)
         "Searches for the smallest cluster that meets the SLOs, or the most load a\n"
         "configuration serves at them, by replaying the trace (docs/plan.md).\n"
         "\n"
-        "  --attainment P   the share of requests, in percent (0, 100], that must meet\n"
+        "  --attainment P   the share of requests, in percent [1, 100], that must meet\n"
         "                   every SLO given (--slo-ttft-ms, --slo-itl-ms, --slo-e2e-ms:\n"
         "                   at least one); a request that does not finish does not meet\n"
         "  --min OPTION=LO..HI  the smallest value in LO..HI that meets: OPTION is engines,\n"
@@ -56,7 +56,8 @@ static void plan_usage(FILE *out)
         "                   least 0.01 (default 2: the answer L meets, L x 1.02 does\n"
         "                   not; each candidate rounded to six significant digits)\n"
         "  --cost-per-gpu-hour C  the answer's cost per hour and per million output\n"
-        "                   tokens (GPUs: engines x --tp)\n"
+        "                   tokens (GPUs: engines x --data-parallel-size x --tp, or\n"
+        "                   prefill + decode engines x --tp)\n"
         "  --out DIR        where the plan writes: plan.json (the answer, the SLOs, every\n"
         "                   probe, the neighbour check), plan.svg, and every probe as a\n"
         "                   sweep writes its points (rows.jsonl, rows.csv, reports/<id>.json)\n"
@@ -169,6 +170,14 @@ static void plan_pct(const struct plan *pl, size_t k, char *buf, size_t len)
 
 static bool plan_probed(const struct plan *pl, size_t k) { return pl->sw.points[k].row != NULL; }
 
+/* Whether candidate k's replay ended early (--max-sim-time-s): its attainment is then over the
+ * requests that arrived, those cut off counted as misses. */
+static bool plan_cut_short(const struct plan *pl, size_t k)
+{
+    const struct sweep_point *pt = &pl->sw.points[k];
+    return pt->state == POINT_OK && json_is_false(json_object_get(pt->row, "complete"));
+}
+
 /* Runs candidate k (or keeps its report) and says whether it meets. Returns a probe_result;
  * PROBE_ERROR with the message in pl->error. */
 static enum probe_result plan_probe(struct plan *pl, size_t k)
@@ -199,10 +208,15 @@ static enum probe_result plan_probe(struct plan *pl, size_t k)
             char att[32], ttft[32];
             plan_pct(pl, k, att, sizeof att);
             sweep_short_number(plan_metric(pl, k, "ttft_p99_ms"), ttft, sizeof ttft);
+            char cut[160] = "";
+            if (plan_cut_short(pl, k))
+                snprintf(cut, sizeof cut,
+                         "; ended at --max-sim-time-s: %.0f arrived, %.0f cut off (misses)",
+                         plan_metric(pl, k, "arrived"), plan_metric(pl, k, "cut_off"));
             if (pt->state == POINT_OK)
-                printf("plan: probe %zu: %s=%s: attainment %s %% (%s), ttft p99 %s ms%s\n",
+                printf("plan: probe %zu: %s=%s: attainment %s %% (%s), ttft p99 %s ms%s%s\n",
                        pl->nprobes, sw->axes[0].name, plan_value(pl, k), att,
-                       plan_meets(pl, k) ? "meets" : "does not meet", ttft,
+                       plan_meets(pl, k) ? "meets" : "does not meet", ttft, cut,
                        pt->reused ? " (kept)" : "");
             fflush(stdout);
         }
@@ -456,6 +470,11 @@ static int plan_parse_args(struct plan *pl, int argc, char **argv)
         case O_ATTAIN:
             if (cli_double(&p, 0, true, 100, &pl->attainment))
                 return -EINVAL;
+            if (pl->attainment < 1) /* 0.95 is a fraction, not 0.95 % */
+                return cli_error(&p,
+                                 "option --attainment: '%s' is a percentage in [1, 100]: did "
+                                 "you mean %g?",
+                                 p.arg, pl->attainment * 100);
             break;
         case O_RES:
             if (cli_double(&p, 0.01, false, 100, &pl->resolution_pct))
@@ -557,13 +576,23 @@ static json_t *plan_probe_json(const struct plan *pl, size_t k)
                                     json_string(pt->state == POINT_OK        ? "ok"
                                                 : pt->state == POINT_INVALID ? "invalid"
                                                                              : "failed"));
-    static const char *const metrics[] = {"slo_attainment_pct", "ttft_p99_ms",
-                                          "itl_p99_ms",         "e2e_p99_ms",
-                                          "requests_per_s",     "output_tokens_per_s"};
+    static const char *const metrics[] = {
+        "slo_attainment_pct", "ttft_p99_ms",         "itl_p99_ms", "e2e_p99_ms",
+        "requests_per_s",     "output_tokens_per_s", "arrived",    "cut_off"};
     for (size_t m = 0; m < sizeof metrics / sizeof metrics[0] && ok; m++) {
         double x = pt->state == POINT_OK ? plan_metric(pl, k, metrics[m]) : NAN;
         ok = !json_object_set_new(o, metrics[m], isnan(x) ? json_null() : json_real(x));
     }
+    struct sweep_topology t;
+    if (ok && !sweep_point_topology(&pl->sw, k, &t)) { /* what the searched value deploys */
+        ok = !json_object_set_new(o, "data_parallel_size", json_integer(t.data_parallel_size));
+        ok = ok &&
+             !json_object_set_new(o, "tensor_parallel_size", json_integer(t.tensor_parallel_size));
+        ok = ok && !json_object_set_new(o, "gpus", json_integer((json_int_t)t.gpus));
+    }
+    ok = ok && !json_object_set_new(o, "complete",
+                                    pt->state == POINT_OK ? json_boolean(!plan_cut_short(pl, k))
+                                                          : json_null());
     ok = ok && !json_object_set_new(o, "meets", json_boolean(plan_meets(pl, k)));
     ok = ok && !json_object_set_new(o, "kept", json_boolean(pt->reused));
     if (ok && pt->error)
@@ -595,11 +624,40 @@ static bool plan_offered(const struct plan *pl, size_t k, double *rps, double *o
     return true;
 }
 
-/* The GPUs of candidate k: engines (or prefill + decode engines) x tensor-parallel size. */
+/* The GPUs of candidate k: engines (every data-parallel rank; or prefill + decode engines) x
+ * tensor-parallel size (0: not a valid configuration). */
 static uint64_t plan_gpus(const struct plan *pl, size_t k)
 {
-    uint32_t engines, tp;
-    return sweep_point_engines(&pl->sw, k, &engines, &tp) ? 0 : (uint64_t)engines * tp;
+    struct sweep_topology t;
+    return sweep_point_topology(&pl->sw, k, &t) ? 0 : t.gpus;
+}
+
+/* What candidate k deploys, for people: "6 engines", "2 deployments of 2 ranks",
+ * "3 prefill + 2 decode engines", each "x tensor parallel T" when T > 1; with gpus, followed
+ * by " = N GPUs" where that is not the engines' count. */
+static const char *plan_what(const struct plan *pl, size_t k, bool gpus, char *buf, size_t len)
+{
+    struct sweep_topology t;
+    if (sweep_point_topology(&pl->sw, k, &t)) {
+        snprintf(buf, len, "%s %s", plan_value(pl, k), plan_unit(pl, k));
+        return buf;
+    }
+    int n;
+    if (t.prefill_engines)
+        n = snprintf(buf, len, "%" PRIu32 " prefill + %" PRIu32 " decode engines",
+                     t.prefill_engines, t.decode_engines);
+    else if (t.data_parallel_size > 1)
+        n = snprintf(buf, len, "%" PRIu32 " deployment%s of %" PRIu32 " ranks", t.deployments,
+                     t.deployments == 1 ? "" : "s", t.data_parallel_size);
+    else
+        n = snprintf(buf, len, "%" PRIu32 " engine%s", t.deployments,
+                     t.deployments == 1 ? "" : "s");
+    if (t.tensor_parallel_size > 1 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, " x tensor parallel %" PRIu32,
+                      t.tensor_parallel_size);
+    if (gpus && t.gpus != t.deployments && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " = %" PRIu64 " GPUs", t.gpus);
+    return buf;
 }
 
 static const char *plan_outcome_name(enum plan_outcome o)
@@ -642,6 +700,12 @@ static int plan_write_json(const struct plan *pl)
                         : json_integer(strtoll(plan_value(pl, (size_t)pl->answer), NULL, 10));
         answer = json_object();
         ok = answer && !json_object_set_new(answer, name, v);
+        char what[128];
+        ok = ok && !json_object_set_new(
+                       answer, "deploys",
+                       json_string(plan_what(pl, (size_t)pl->answer, false, what, sizeof what)));
+        ok = ok && !json_object_set_new(
+                       answer, "gpus", json_integer((json_int_t)plan_gpus(pl, (size_t)pl->answer)));
     }
     ok = ok && !json_object_set_new(root, "answer", answer);
     json_t *at = pl->answer >= 0 ? plan_probe_json(pl, (size_t)pl->answer) : json_null();
@@ -887,6 +951,7 @@ static void plan_print_answer(const struct plan *pl)
         return;
     size_t k = (size_t)pl->answer;
     plan_pct(pl, k, a, sizeof a);
+    char what[128];
     double rps, otps;
     char offered[160] = "";
     if (pl->maximize && plan_offered(pl, k, &rps, &otps))
@@ -895,7 +960,7 @@ static void plan_print_answer(const struct plan *pl)
     if (pl->maximize)
         printf("plan: %s %s%s: attainment %s %%", name, plan_value(pl, k), offered, a);
     else
-        printf("plan: %s %s: attainment %s %%", plan_value(pl, k), plan_unit(pl, k), a);
+        printf("plan: %s: attainment %s %%", plan_what(pl, k, true, what, sizeof what), a);
     if (pl->neighbour >= 0) {
         plan_pct(pl, (size_t)pl->neighbour, b, sizeof b);
         if (pl->maximize)
@@ -906,8 +971,7 @@ static void plan_print_answer(const struct plan *pl)
                        100,
                    b);
         else
-            printf("; %s %s: %s %%", plan_value(pl, (size_t)pl->neighbour),
-                   plan_unit(pl, (size_t)pl->neighbour), b);
+            printf("; %s: %s %%", plan_what(pl, (size_t)pl->neighbour, true, what, sizeof what), b);
     }
     if (pl->outcome == PLAN_HARDEST)
         printf(pl->maximize ? " (the top of the range already meets: raise HI to find the limit)"
@@ -925,12 +989,21 @@ static void plan_print_answer(const struct plan *pl)
             printf("no candidate harder than the answer lies between them: the answer "
                    "stands\n");
     }
+    size_t cut = 0;
+    for (size_t i = 0; i < pl->nprobes; i++)
+        cut += plan_cut_short(pl, pl->probes[i]);
+    if (cut)
+        printf("plan: --max-sim-time-s ended %zu of the %zu probes early: their attainment is "
+               "over the requests that arrived before the end, those unfinished counted as "
+               "misses\n",
+               cut, pl->nprobes);
     if (pl->cost_per_gpu_hour > 0) {
         uint64_t gpus = plan_gpus(pl, k);
         double per_hour = (double)gpus * pl->cost_per_gpu_hour;
         double out_tps = plan_metric(pl, k, "output_tokens_per_s");
-        printf("plan: %" PRIu64 " GPUs at %g an hour: %.4g an hour", gpus, pl->cost_per_gpu_hour,
-               per_hour);
+        printf("plan: %" PRIu64 " GPU%s (%s) at %g an hour: %.4g an hour", gpus,
+               gpus == 1 ? "" : "s", plan_what(pl, k, false, what, sizeof what),
+               pl->cost_per_gpu_hour, per_hour);
         if (out_tps > 0)
             printf(", %.4g per million output tokens", per_hour / (out_tps * 3600.0) * 1e6);
         printf("\n");

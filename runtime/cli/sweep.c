@@ -414,6 +414,9 @@ static const struct {
     {"completed", "requests.completed"},
     {"rejected", "requests.rejected"},
     {"incomplete", "requests.incomplete"},
+    {"arrived", "requests.arrived"},
+    {"cut_off", "requests.cut_off"},
+    {"gpus", "run.gpus"},
     {"ttft_mean_ms", "ttft_ms.avg"},
     {"ttft_p50_ms", "ttft_ms.p50"},
     {"ttft_p90_ms", "ttft_ms.p90"},
@@ -453,7 +456,8 @@ bool sweep_metric_lower(const char *name, bool *known)
     static const char *const costs[] = {"engines",    "prefill-engines", "decode-engines",
                                         "tp",         "gpu-memory-gib",  "num-gpu-blocks",
                                         "g2-blocks",  "g3-blocks",       "rejected",
-                                        "incomplete", "preemptions"};
+                                        "incomplete", "preemptions",     "cut_off",
+                                        "gpus"};
     *known = true;
     for (size_t i = 0; i < sizeof higher / sizeof higher[0]; i++)
         if (!strcmp(name, higher[i]))
@@ -1040,7 +1044,7 @@ int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows)
     return rc ? rc : 1;
 }
 
-int sweep_point_engines(const struct sweep *sw, size_t index, uint32_t *engines, uint32_t *tp)
+int sweep_point_topology(const struct sweep *sw, size_t index, struct sweep_topology *out)
 {
     struct kvsim_options o;
     struct kvsim_run run;
@@ -1052,9 +1056,16 @@ int sweep_point_engines(const struct sweep *sw, size_t index, uint32_t *engines,
         return -EINVAL;
     }
     const struct kvsim_replay_config *r = &run.replay;
-    *engines = r->disagg.prefill_engines ? r->disagg.prefill_engines + r->disagg.decode_engines
-                                         : r->num_engines;
-    *tp = o.timing.tp ? o.timing.tp : 1;
+    bool disagg = r->disagg.prefill_engines > 0;
+    *out = (struct sweep_topology){
+        .deployments = disagg ? 0 : r->num_engines,
+        .data_parallel_size = r->data_parallel_size > 1 ? r->data_parallel_size : 1,
+        .prefill_engines = r->disagg.prefill_engines,
+        .decode_engines = disagg ? r->disagg.decode_engines : 0,
+        .tensor_parallel_size = r->tensor_parallel_size > 1 ? r->tensor_parallel_size : 1,
+        .gpus = kvsim_replay_gpus(r),
+    };
+    out->engines = out->gpus / out->tensor_parallel_size;
     kvsim_run_fini(&run);
     kvsim_options_fini(&o);
     return 0;

@@ -218,9 +218,18 @@ int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
  * ended by its own bounds, of the same trace bytes: its group's, loaded). Returns 1 (kept: the
  * point has its row), 0 (run it) or -ENOMEM. */
 int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows);
-/* The engines of point index (prefill + decode ones when disaggregated) and its tensor-parallel
- * size. Returns 0, or -EINVAL when it is not a valid configuration. */
-int sweep_point_engines(const struct sweep *sw, size_t index, uint32_t *engines, uint32_t *tp);
+/* What point index deploys: the GPUs are engines x tensor_parallel_size, the engines the ranks
+ * of every deployment (num_engines x data_parallel_size) or the prefill + decode ones. */
+struct sweep_topology {
+    uint32_t deployments;        /* --engines (0 when disaggregated) */
+    uint32_t data_parallel_size; /* ranks per deployment (1: none) */
+    uint32_t prefill_engines, decode_engines;
+    uint64_t engines; /* every engine (rank) */
+    uint32_t tensor_parallel_size;
+    uint64_t gpus; /* kvsim_replay_gpus */
+};
+/* The topology of point index. Returns 0, or -EINVAL when it is not a valid configuration. */
+int sweep_point_topology(const struct sweep *sw, size_t index, struct sweep_topology *out);
 /* Ends point pt after its replay: ran (its report is in DIR/reports/<id>.json, read back for
  * the row) or failed (why). Returns 0 or -ENOMEM. */
 int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool ran,

@@ -149,9 +149,9 @@ static double point_cost(const struct sweep *sw, const struct sweep_point *pt)
 {
     const struct sweep_group *g = &sw->groups[pt->group];
     double requests = g->trace_path && g->loaded && !g->load_rc ? (double)g->trace.num_reqs : 1;
-    uint32_t engines = 1, tp;
-    sweep_point_engines(sw, pt->index, &engines, &tp); /* pending points are valid */
-    return requests * engines;
+    struct sweep_topology topo = {.engines = 1};
+    sweep_point_topology(sw, pt->index, &topo); /* pending points are valid */
+    return requests * (double)topo.engines;
 }
 
 static void sleep_briefly(void)

@@ -2273,6 +2273,16 @@ static void summarize_accounting(const struct replay *rp, struct kvsim_thread_ac
     }
 }
 
+uint64_t kvsim_replay_gpus(const struct kvsim_replay_config *cfg)
+{
+    const struct kvsim_disagg_config *d = &cfg->disagg;
+    uint64_t engines = d->prefill_engines
+                           ? (uint64_t)d->prefill_engines + d->decode_engines
+                           : (uint64_t)cfg->num_engines *
+                                 (cfg->data_parallel_size > 1 ? cfg->data_parallel_size : 1);
+    return engines * (cfg->tensor_parallel_size > 1 ? cfg->tensor_parallel_size : 1);
+}
+
 /* The report of the run (wall_ns: its wall time so far). Returns 0 or a negative errno. */
 static int replay_summarize(struct replay *rp, int64_t wall_ns, struct kvsim_report *report)
 {
@@ -2292,6 +2302,7 @@ static int replay_summarize(struct replay *rp, int64_t wall_ns, struct kvsim_rep
         .seed = cfg->seed,
         .num_engines = rp->num_engines,
         .data_parallel_size = rp->dp,
+        .tensor_parallel_size = cfg->tensor_parallel_size,
         .enable_expert_parallel = cfg->enable_expert_parallel,
         .num_threads = rp->num_threads,
         .vllm_contract = cfg->sched.vllm_contract,

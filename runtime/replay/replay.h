@@ -183,6 +183,8 @@ struct kvsim_replay_config {
     /* A mixture-of-experts model's experts split over the ranks (the step model and capacity
      * have it: kvsim_profile_config, kvsim_gpu_config); here for the report. */
     bool enable_expert_parallel;
+    /* GPUs per engine (rank): the tensor-parallel degree (0 or 1: one); the report's run.gpus */
+    uint32_t tensor_parallel_size;
     uint32_t num_threads; /* capped at the engines */
     enum kvsim_router_policy router;
     double overlap_weight; /* kv policy */
@@ -239,6 +241,13 @@ KVSIM_EXTERN void kvsim_replay_config_default(struct kvsim_replay_config *c);
  */
 KVSIM_EXTERN int kvsim_replay_run(const struct kvsim_replay_config *cfg,
                                   struct kvsim_report *report, char *err, size_t errlen);
+
+/*
+ * kvsim_replay_gpus - the GPUs the run cfg describes: its engines (the prefill and decode ones
+ * of a disaggregated run; num_engines deployments x data_parallel_size ranks with data
+ * parallelism) x tensor_parallel_size. What plan prices and the report's run.gpus. Pure.
+ */
+KVSIM_EXTERN uint64_t kvsim_replay_gpus(const struct kvsim_replay_config *cfg);
 
 #ifdef __cplusplus
 }

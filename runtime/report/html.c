@@ -87,6 +87,7 @@ static void summary_table(FILE *f, const struct kvsim_report *r)
 {
     fputs("<table id=\"table-summary\" class=\"kv\">\n<tbody>\n", f);
     row_u64(f, "Requests", r->num_requests);
+    row_u64(f, "Arrived", r->arrived);
     row_u64(f, "Completed", r->completed);
     row_u64(f, "Rejected", r->rejected);
     for (uint32_t i = 0; i < r->num_reject_reasons; i++) {
@@ -95,6 +96,16 @@ static void summary_table(FILE *f, const struct kvsim_report *r)
         fprintf(f, "</th><td>%" PRIu64 "</td></tr>\n", r->rejects[i].count);
     }
     row_u64(f, "Incomplete", r->incomplete);
+    if (r->incomplete > 0) {
+        fprintf(f,
+                "<tr class=\"sub\"><th scope=\"row\">cut off (arrived, unfinished at the end)"
+                "</th><td>%" PRIu64 "</td></tr>\n",
+                r->cut_off);
+        fprintf(f,
+                "<tr class=\"sub\"><th scope=\"row\">not arrived (after the end)"
+                "</th><td>%" PRIu64 "</td></tr>\n",
+                r->incomplete - r->cut_off);
+    }
     row_u64(f, "Aborted", r->aborted);
     row_num(f, "Duration", "%.3f s", (double)r->duration_ns / 1e9);
     row_num(f, "Throughput", "%.3f req/s", r->requests_per_s);
@@ -195,6 +206,10 @@ static void slo_table(FILE *f, const struct kvsim_report *r)
             "<tr class=\"total\"><th scope=\"row\">All set SLOs</th><td></td><td>%" PRIu64
             " good</td><td>%.2f %%</td></tr>\n",
             s->good, fin(s->attainment_all));
+    fprintf(f,
+            "<tr><th scope=\"row\">Scored</th><td colspan=\"3\">the %" PRIu64
+            " requests that arrived%s</td></tr>\n",
+            r->arrived, r->cut_off ? " (those cut off at the end count as misses)" : "");
     fprintf(f,
             "<tr><th scope=\"row\">Goodput</th><td colspan=\"3\">%.3f req/s, %.1f output "
             "tokens/s (%" PRIu64 " good output tokens)</td></tr>\n",
@@ -874,6 +889,9 @@ static int render(FILE *f, const struct kvsim_report *r, const struct kvsim_metr
                 r->timing.lockstep ? ", ranks in lockstep" : "");
     else
         fprintf(f, "<b>%" PRIu32 "</b> engines", r->num_engines);
+    fprintf(f, " &middot; <b>%" PRIu64 "</b> GPU%s", r->gpus, r->gpus == 1 ? "" : "s");
+    if (r->tensor_parallel_size > 1)
+        fprintf(f, " (tensor parallel %" PRIu32 ")", r->tensor_parallel_size);
     fputs(" &middot; router <b>", f);
     esc(f, r->router[0] ? r->router : "-");
     fprintf(f, "</b> &middot; seed %" PRIu64, r->seed);

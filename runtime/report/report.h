@@ -311,28 +311,31 @@ struct kvsim_slo {
 };
 
 /* How the requests met the SLOs (enabled: at least one is set). A request meets an SLO when it
- * completed within it (a request with one token meets any ITL); rejected, aborted and
- * incomplete requests meet none. Attainment is over every request of the run. */
+ * completed within it (a request with one token meets any ITL); rejected, aborted and cut-off
+ * requests (arrived, unfinished when the run ended early) meet none. Attainment is over the
+ * requests that arrived: a run cut short (--max-sim-time-s) is not scored on requests it never
+ * saw, and those it saw but did not finish count as misses. */
 struct kvsim_slo_summary {
     bool enabled;
     struct kvsim_slo slo;
     uint64_t met_ttft, met_itl, met_e2e; /* requests within each set SLO */
     uint64_t good;                       /* within every set SLO */
     uint64_t good_output_tokens;
-    double attainment_ttft, attainment_itl, attainment_e2e, attainment_all; /* % of requests */
+    double attainment_ttft, attainment_itl, attainment_e2e, attainment_all; /* % of arrived */
     double goodput_requests_per_s, goodput_output_tokens_per_s;             /* over duration */
 };
 
 struct kvsim_report_run {
-    const char *trace;           /* trace name or path ("synthetic", ...) */
-    const char *trace_sha256;    /* the trace file's sha256 (hex), or NULL (not from a file) */
-    const char *router;          /* router name ("round_robin", "kv_aware", ...) */
-    uint64_t seed;               /* workload / replay seed */
-    uint32_t num_engines;        /* engines in the replay */
-    uint32_t data_parallel_size; /* ranks per deployment (0 or 1: no data parallelism) */
-    bool enable_expert_parallel; /* a MoE model's experts split over the ranks */
-    uint32_t num_threads;        /* worker threads; 0 = the collector's thread count */
-    uint32_t vllm_contract;      /* the fidelity contract the engines followed (0: unknown) */
+    const char *trace;             /* trace name or path ("synthetic", ...) */
+    const char *trace_sha256;      /* the trace file's sha256 (hex), or NULL (not from a file) */
+    const char *router;            /* router name ("round_robin", "kv_aware", ...) */
+    uint64_t seed;                 /* workload / replay seed */
+    uint32_t num_engines;          /* engines in the replay */
+    uint32_t data_parallel_size;   /* ranks per deployment (0 or 1: no data parallelism) */
+    uint32_t tensor_parallel_size; /* GPUs per engine (0 or 1: one) */
+    bool enable_expert_parallel;   /* a MoE model's experts split over the ranks */
+    uint32_t num_threads;          /* worker threads; 0 = the collector's thread count */
+    uint32_t vllm_contract;        /* the fidelity contract the engines followed (0: unknown) */
     /* The engines' arguments (NULL: not recorded): every engine's, or with prefill set the
      * two pools' of a disaggregated run (engine then NULL). Copied into the report. */
     const struct sched_config *engine, *prefill, *decode;
@@ -461,6 +464,8 @@ struct kvsim_report {
     uint64_t seed;                      /* from the run */
     uint32_t num_engines;               /* from the run */
     uint32_t data_parallel_size;        /* from the run (1: none) */
+    uint32_t tensor_parallel_size;      /* from the run (1: one GPU per engine) */
+    uint64_t gpus;                      /* num_engines x tensor_parallel_size */
     bool enable_expert_parallel;        /* from the run */
     uint32_t vllm_contract;             /* from the run: the fidelity contract (vllm.md) */
     /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
@@ -477,6 +482,8 @@ struct kvsim_report {
     uint64_t completed;
     uint64_t rejected;
     uint64_t incomplete; /* neither completed, rejected nor aborted (includes never arrived) */
+    uint64_t arrived;    /* reached the router before the end (the SLOs' denominator) */
+    uint64_t cut_off;    /* of the incomplete, those that arrived (unfinished at the end) */
     uint64_t aborted;    /* started, then dropped (an aborted disaggregated handoff) */
     /* the most requests in flight at once (arrived, not yet finished: what the engines and the
      * router held together) */

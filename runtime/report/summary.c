@@ -316,6 +316,8 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     out->seed = run->seed;
     out->num_engines = run->num_engines;
     out->data_parallel_size = run->data_parallel_size > 1 ? run->data_parallel_size : 1;
+    out->tensor_parallel_size = run->tensor_parallel_size > 1 ? run->tensor_parallel_size : 1;
+    out->gpus = (uint64_t)out->num_engines * out->tensor_parallel_size;
     out->enable_expert_parallel = run->enable_expert_parallel;
     out->vllm_contract = run->vllm_contract;
     if (run->config_text && !(out->config_text = strdup(run->config_text)))
@@ -335,6 +337,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     for (uint32_t i = 0; i < m->num_requests; i++) {
         const struct kvsim_req_record *r = &m->recs[i];
         out->preemptions += r->num_preemptions;
+        out->arrived += r->arrival_ns != KVSIM_TIME_NONE;
         if (r->arrival_ns != KVSIM_TIME_NONE && r->arrival_ns < first_arrival)
             first_arrival = r->arrival_ns;
         switch ((enum kvsim_req_status)r->status) {
@@ -352,7 +355,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
             break;
         case KVSIM_REQ_ABORTED: out->aborted++; break;
         case KVSIM_REQ_PENDING:
-        case KVSIM_REQ_INCOMPLETE: out->incomplete++; break;
+        case KVSIM_REQ_INCOMPLETE:
+            out->incomplete++;
+            out->cut_off += r->arrival_ns != KVSIM_TIME_NONE;
+            break;
         }
     }
     qsort(out->rejects, out->num_reject_reasons, sizeof out->rejects[0], cmp_reject);
@@ -374,7 +380,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
         out->total_tokens_per_s = (double)(out->input_tokens + out->output_tokens) / secs;
     }
 
-    /* SLOs: every request, in index order. */
+    /* SLOs: every request that arrived, in index order (the others are not scored). */
     const struct kvsim_slo *slo = &run->slo;
     out->slo.enabled = slo->ttft_ns > 0 || slo->itl_ns > 0 || slo->e2e_ns > 0;
     if (out->slo.enabled) {
@@ -398,7 +404,7 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
                 s->good_output_tokens += r->num_output_tokens;
             }
         }
-        double n = m->num_requests ? (double)m->num_requests : 1.0;
+        double n = out->arrived ? (double)out->arrived : 1.0;
         s->attainment_ttft = slo->ttft_ns > 0 ? 100.0 * (double)s->met_ttft / n : 0;
         s->attainment_itl = slo->itl_ns > 0 ? 100.0 * (double)s->met_itl / n : 0;
         s->attainment_e2e = slo->e2e_ns > 0 ? 100.0 * (double)s->met_e2e / n : 0;

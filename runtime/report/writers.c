@@ -85,6 +85,8 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     else
         fprintf(f, ROW "%" PRIu32 " engines, %" PRIu32 " threads\n", "topology", r->num_engines,
                 r->num_threads);
+    fprintf(f, ROW "%" PRIu64 " (%" PRIu32 " engines x tensor parallel %" PRIu32 ")\n", "GPUs",
+            r->gpus, r->num_engines, r->tensor_parallel_size);
     fprintf(f, ROW "%" PRIu64 "\n", "seed", r->seed);
     if (r->vllm_contract)
         fprintf(f, ROW "%" PRIu32 " (docs/fidelity/vllm.md)\n", "vllm contract", r->vllm_contract);
@@ -94,6 +96,7 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
                 (double)r->end_ns / 1e9);
 
     fprintf(f, "\n" ROW "%" PRIu64 "\n", "requests", r->num_requests);
+    fprintf(f, ROW "%" PRIu64 "\n", "  arrived", r->arrived);
     fprintf(f, ROW "%" PRIu64 "\n", "  completed", r->completed);
     fprintf(f, ROW "%" PRIu64 "\n", "  rejected", r->rejected);
     for (uint32_t i = 0; i < r->num_reject_reasons; i++)
@@ -101,6 +104,11 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     if (r->disagg.enabled)
         fprintf(f, ROW "%" PRIu64 "\n", "  aborted", r->aborted);
     fprintf(f, ROW "%" PRIu64 "\n", "  incomplete", r->incomplete);
+    if (r->incomplete > 0) {
+        fprintf(f, ROW "%" PRIu64 " (arrived, unfinished at the end)\n", "    cut off", r->cut_off);
+        fprintf(f, ROW "%" PRIu64 " (after the end)\n", "    not arrived",
+                r->incomplete - r->cut_off);
+    }
     fprintf(f, ROW "%" PRIu64 "\n", "  peak in flight", r->peak_in_flight);
     fprintf(f, ROW "%" PRIu64 "\n", "preemptions", r->preemptions);
 
@@ -135,8 +143,14 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%.1f\n", "total tokens/s", r->total_tokens_per_s);
     if (r->slo.enabled) {
         const struct kvsim_slo_summary *s = &r->slo;
-        fprintf(f, "\n" ROW "%.2f %% of %" PRIu64 " requests within every SLO\n", "SLO attainment",
-                s->attainment_all, r->num_requests);
+        if (r->arrived == r->num_requests)
+            fprintf(f, "\n" ROW "%.2f %% of %" PRIu64 " requests within every SLO\n",
+                    "SLO attainment", s->attainment_all, r->arrived);
+        else /* ended early: the requests it never saw are not scored */
+            fprintf(f,
+                    "\n" ROW "%.2f %% of the %" PRIu64 " requests that arrived within every SLO "
+                    "(%" PRIu64 " cut off at the end count as misses)\n",
+                    "SLO attainment", s->attainment_all, r->arrived, r->cut_off);
         const struct {
             const char *name;
             int64_t ns;
@@ -453,6 +467,8 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(run, "router", json_string(r->router)) && ok;
     ok = put(run, "seed", json_u64(r->seed)) && ok;
     ok = put(run, "engines", json_integer(r->num_engines)) && ok;
+    ok = put(run, "tensor_parallel_size", json_integer(r->tensor_parallel_size)) && ok;
+    ok = put(run, "gpus", json_u64(r->gpus)) && ok;
     ok = put(run, "vllm_contract", json_integer(r->vllm_contract)) && ok;
     if (r->has_engine)
         ok = put(run, "engine_args",
@@ -475,6 +491,8 @@ static json_t *report_json(const struct kvsim_report *r)
     ok = put(req, "total", json_u64(r->num_requests)) && ok;
     ok = put(req, "completed", json_u64(r->completed)) && ok;
     ok = put(req, "rejected", json_u64(r->rejected)) && ok;
+    ok = put(req, "arrived", json_u64(r->arrived)) && ok;
+    ok = put(req, "cut_off", json_u64(r->cut_off)) && ok;
     json_t *reasons = json_object();
     for (uint32_t i = 0; i < r->num_reject_reasons; i++)
         ok = put(reasons, r->rejects[i].reason, json_u64(r->rejects[i].count)) && ok;

@@ -110,6 +110,8 @@ enum opt_omit {
     OMIT_ZERO,    /* when 0, false or NULL: the option is off */
     OMIT_DISAGG,  /* in a disaggregated run (the pools' options say it) */
     OMIT_DERIVED, /* when derived from --gpu-memory-gib and not given (its mark is false) */
+    OMIT_UNGIVEN, /* when not given (its mark is false): derived from the other options (the
+                   * default capacity is tokens at the block size, or --gpu-memory-gib) */
     OMIT_ALWAYS,  /* aliases, negations, how a run shows: not part of the run's configuration */
     OMIT_OUTPUT,  /* an output file (F_STR): left out too, and checked before the run
                    * (kvsim_options_check_outputs) */
@@ -280,8 +282,8 @@ static const struct opt opts[] = {
     {"block-size", O_GENERIC, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
      "tokens per KV block (16)", AT(replay.sched.block_size)},
     {"num-gpu-blocks", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
-     "KV blocks per engine, null block included (16384)", AT(replay.sched.num_blocks),
-     MARK(timing.blocks_given), .omit = OMIT_DERIVED},
+     "KV blocks per engine, null block included (default: 262144 tokens' worth, 16384 of 16)",
+     AT(replay.sched.num_blocks), MARK(timing.blocks_given), .omit = OMIT_UNGIVEN},
     {"max-num-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "running-set cap (256)", AT(replay.sched.max_num_seqs)},
     {"max-num-batched-tokens", O_GENERIC, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
@@ -811,6 +813,12 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
                  t->model);
         return -EINVAL;
     }
+    /* with or without a memory size: the profile's MoE layers need whole experts per rank too */
+    if (kvsim_expert_parallel_check(&arch, t->tp, t->data_parallel_size, t->enable_expert_parallel,
+                                    why, sizeof why)) {
+        snprintf(err, errlen, "--enable-expert-parallel: %s", why);
+        return -EINVAL;
+    }
     if (t->hardware) {
         struct kvsim_profile_config pc = {
             .root = t->profiles,
@@ -1031,15 +1039,20 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
     }
     d->prefill_sched = d->decode_sched = cfg->sched;
     char e[512];
-    if (o->prefill_args &&
-        kvsim_engine_args_load(o->prefill_args, &d->prefill_sched, NULL, e, sizeof e)) {
-        snprintf(err, errlen, "--prefill-engine-args %s", e);
-        return -EINVAL;
-    }
-    if (o->decode_args &&
-        kvsim_engine_args_load(o->decode_args, &d->decode_sched, NULL, e, sizeof e)) {
-        snprintf(err, errlen, "--decode-engine-args %s", e);
-        return -EINVAL;
+    for (int k = 0; k < 2; k++) { /* a pool file's block count wins; else the run's capacity */
+        struct sched_config *sc = k ? &d->decode_sched : &d->prefill_sched;
+        const char *file = k ? o->decode_args : o->prefill_args;
+        if (!file)
+            continue;
+        sc->num_blocks = UINT32_MAX; /* no file gives it (at most INT32_MAX - 2) */
+        if (kvsim_engine_args_load(file, sc, NULL, e, sizeof e)) {
+            snprintf(err, errlen, "%s %s", k ? "--decode-engine-args" : "--prefill-engine-args", e);
+            return -EINVAL;
+        }
+        if (sc->num_blocks == UINT32_MAX)
+            sc->num_blocks = cfg->kv_capacity == KVSIM_KV_CAPACITY_DEFAULT_TOKENS
+                                 ? kvsim_default_kv_blocks(sc->block_size)
+                                 : cfg->sched.num_blocks;
     }
     for (int k = 0; k < 2; k++) {
         const struct sched_config *sc = k ? &d->decode_sched : &d->prefill_sched;
@@ -1109,6 +1122,13 @@ static int resolve_run(const struct kvsim_options *o, struct kvsim_run *run, cha
                                   &run->timing, err, errlen);
     if (rc)
         return rc;
+    /* The default capacity is tokens: --block-size 32 halves the blocks, not doubles the memory */
+    if (o->timing.blocks_given)
+        cfg->kv_capacity = KVSIM_KV_CAPACITY_BLOCKS;
+    else if (o->timing.gpu_memory_gib > 0)
+        cfg->kv_capacity = KVSIM_KV_CAPACITY_GPU_MEMORY;
+    else
+        cfg->sched.num_blocks = kvsim_default_kv_blocks(cfg->sched.block_size);
     const char *why = NULL;
     if (cfg->sched.max_num_active_seqs && cfg->sched.vllm_contract < 2)
         why = "option --max-num-active-seqs needs --vllm-contract 2 (vLLM #56758)";
@@ -1296,8 +1316,9 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
     if (option_idle(o, d->id) || d->omit >= OMIT_ALWAYS || (d->omit == OMIT_DISAGG && disagg) ||
         (d->group == G_OFFLOAD && !cfg->offload) || (d->group == G_DISAGG && !disagg))
         return false;
-    if (d->omit == OMIT_DERIVED && o->timing.gpu_memory_gib > 0 &&
-        !*(const bool *)((const char *)o + d->mark - 1))
+    bool given = d->mark && *(const bool *)((const char *)o + d->mark - 1);
+    if ((d->omit == OMIT_DERIVED && o->timing.gpu_memory_gib > 0 && !given) ||
+        (d->omit == OMIT_UNGIVEN && !given))
         return false; /* a capacity the run derives */
     if (d->group == G_SYNTH && (cfg->trace_path || (d->id == O_SY_SESS && cfg->synth.num_requests)))
         return false; /* a trace's run, or the count --synthetic-requests gives */

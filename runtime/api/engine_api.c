@@ -784,6 +784,7 @@ char *kvsim_engine_report_json(const kvsim_engine_t *e)
         return NULL;
     kvsim_engines_timing(&e->run.replay.model, e->run.replay.sched.num_blocks, &e->core, 1,
                          &rep.timing);
+    kvsim_replay_capacity_summary(&e->run.replay, &rep.timing);
     char *text = kvsim_report_json_text(&rep);
     kvsim_report_fini(&rep);
     return text;

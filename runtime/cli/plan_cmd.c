@@ -913,8 +913,8 @@ static int plan_write_svg(const struct plan *pl)
 static void plan_print_table(const struct plan *pl)
 {
     const char *name = pl->sw.axes[0].name;
-    printf("\n%16s %12s %12s %12s %14s  %s\n", name, "attainment", "ttft_p99_ms", "itl_p99_ms",
-           "requests_per_s", "meets");
+    printf("\n%16s %6s %12s %12s %12s %14s  %s\n", name, "gpus", "attainment", "ttft_p99_ms",
+           "itl_p99_ms", "requests_per_s", "meets");
     for (size_t k = 0; k < pl->ncand; k++) {
         const struct sweep_point *pt = &pl->sw.points[k];
         if (!pt->row)
@@ -924,7 +924,11 @@ static void plan_print_table(const struct plan *pl)
         sweep_short_number(plan_metric(pl, k, "ttft_p99_ms"), t, sizeof t);
         sweep_short_number(plan_metric(pl, k, "itl_p99_ms"), i, sizeof i);
         sweep_short_number(plan_metric(pl, k, "requests_per_s"), r, sizeof r);
-        printf("%16s %12s %12s %12s %14s  %s%s\n", plan_value(pl, k), a, t, i, r,
+        char g[32] = "-";
+        uint64_t gpus = plan_gpus(pl, k);
+        if (gpus)
+            snprintf(g, sizeof g, "%" PRIu64, gpus);
+        printf("%16s %6s %12s %12s %12s %14s  %s%s\n", plan_value(pl, k), g, a, t, i, r,
                pt->state != POINT_OK ? pt->state == POINT_INVALID ? "invalid" : "failed"
                : plan_meets(pl, k)   ? "yes"
                                      : "no",

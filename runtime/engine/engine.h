@@ -484,6 +484,15 @@ struct kvsim_gpu_capacity {
  * one block left for KV: the message says how many GiB are missing); *out is written only on
  * success. Pure: any thread.
  */
+/*
+ * kvsim_expert_parallel_check - whether expert parallelism can split a's experts over its
+ * tp x data_parallel_size ranks (each rank holds whole experts: the ranks must divide the
+ * experts). Returns 0 (a dense model, no expert parallelism, or they divide) or -EINVAL with a
+ * message naming the model, the ranks and the experts. Pure: any thread.
+ */
+KVSIM_EXTERN int kvsim_expert_parallel_check(const struct kvsim_model_arch *a, uint32_t tp,
+                                             uint32_t data_parallel_size,
+                                             bool enable_expert_parallel, char *err, size_t errlen);
 KVSIM_EXTERN int kvsim_gpu_capacity_derive(const struct kvsim_model_arch *a,
                                            const struct kvsim_gpu_config *g,
                                            struct kvsim_gpu_capacity *out, char *err,

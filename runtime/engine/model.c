@@ -548,13 +548,9 @@ static int check_gpu(const struct kvsim_model_arch *a, const struct kvsim_gpu_co
                  a->name, g->tp, a->num_heads);
         return -EINVAL;
     }
-    if (a->num_experts && g->enable_expert_parallel && a->num_experts % moe_ranks(g) != 0) {
-        snprintf(err, errlen,
-                 "model '%s': expert parallelism over %" PRIu32
-                 " ranks (tp x dp) does not divide its %" PRIu32 " experts",
-                 a->name, moe_ranks(g), a->num_experts);
+    if (kvsim_expert_parallel_check(a, g->tp, g->data_parallel_size, g->enable_expert_parallel, err,
+                                    errlen))
         return -EINVAL;
-    }
     if (a->num_experts && !g->enable_expert_parallel &&
         a->moe_intermediate_size % moe_ranks(g) != 0) {
         snprintf(err, errlen,
@@ -578,6 +574,20 @@ static int check_gpu(const struct kvsim_model_arch *a, const struct kvsim_gpu_co
         return -EINVAL;
     }
     return 0;
+}
+
+int kvsim_expert_parallel_check(const struct kvsim_model_arch *a, uint32_t tp,
+                                uint32_t data_parallel_size, bool enable_expert_parallel, char *err,
+                                size_t errlen)
+{
+    struct kvsim_gpu_config g = {.tp = tp ? tp : 1, .data_parallel_size = data_parallel_size};
+    if (!a->num_experts || !enable_expert_parallel || a->num_experts % moe_ranks(&g) == 0)
+        return 0;
+    snprintf(err, errlen,
+             "model '%s': expert parallelism over %" PRIu32 " ranks (tp x dp) does not divide its "
+             "%" PRIu32 " experts (each rank holds whole experts)",
+             a->name, moe_ranks(&g), a->num_experts);
+    return -EINVAL;
 }
 
 int kvsim_gpu_capacity_derive(const struct kvsim_model_arch *a, const struct kvsim_gpu_config *g,

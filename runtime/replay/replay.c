@@ -1628,7 +1628,7 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     kvsim_trace_opts_default(&c->trace_opts);
     kvsim_synth_opts_default(&c->synth);
     sched_config_default(&c->sched);
-    c->sched.num_blocks = 16384;
+    c->sched.num_blocks = kvsim_default_kv_blocks(c->sched.block_size);
     c->sched.max_num_seqs = 256;
     c->sched.max_num_batched_tokens = 8192;
     c->sched.max_model_len = 262144;
@@ -2273,6 +2273,16 @@ static void summarize_accounting(const struct replay *rp, struct kvsim_thread_ac
     }
 }
 
+void kvsim_replay_capacity_summary(const struct kvsim_replay_config *cfg,
+                                   struct kvsim_timing_summary *t)
+{
+    static const char *const sources[] = {[KVSIM_KV_CAPACITY_DEFAULT_TOKENS] = "default_tokens",
+                                          [KVSIM_KV_CAPACITY_BLOCKS] = "num_gpu_blocks",
+                                          [KVSIM_KV_CAPACITY_GPU_MEMORY] = "gpu_memory"};
+    snprintf(t->kv_capacity, sizeof t->kv_capacity, "%s", sources[cfg->kv_capacity]);
+    t->kv_capacity_tokens = (uint64_t)cfg->sched.num_blocks * cfg->sched.block_size;
+}
+
 uint64_t kvsim_replay_gpus(const struct kvsim_replay_config *cfg)
 {
     const struct kvsim_disagg_config *d = &cfg->disagg;
@@ -2323,9 +2333,11 @@ static int replay_summarize(struct replay *rp, int64_t wall_ns, struct kvsim_rep
         return rc;
     if (disagg)
         rc = replay__disagg_summarize(rp, report);
-    if (rc == 0)
+    if (rc == 0) {
         kvsim_engines_timing(&cfg->model, cfg->sched.num_blocks, rp->engines, rp->num_engines,
                              &report->timing);
+        kvsim_replay_capacity_summary(cfg, &report->timing);
+    }
     if (rc == 0)
         rc = summarize_engines(rp, report);
     for (uint32_t d = 0; rc == 0 && rp->lockstep && d < rp->num_deployments; d++) {

@@ -165,6 +165,23 @@ struct kvsim_disagg_config {
     bool release_immediately;             /* --handoff-release immediate (a what-if) */
 };
 
+/* A replay's KV capacity per engine: the default, a token count (KVSIM_DEFAULT_KV_TOKENS at any
+ * block size, so that a larger block is not more memory); a block count given
+ * (--num-gpu-blocks, num_gpu_blocks_override); or derived from a model and a GPU's memory. */
+enum kvsim_kv_capacity {
+    KVSIM_KV_CAPACITY_DEFAULT_TOKENS = 0,
+    KVSIM_KV_CAPACITY_BLOCKS,
+    KVSIM_KV_CAPACITY_GPU_MEMORY,
+};
+#define KVSIM_DEFAULT_KV_TOKENS 262144u /* 16,384 blocks of 16 tokens, the null block included */
+/* The default capacity's blocks at block_size: KVSIM_DEFAULT_KV_TOKENS / block_size, at least
+ * 2 (the null block and one). */
+static inline uint32_t kvsim_default_kv_blocks(uint32_t block_size)
+{
+    uint32_t n = block_size ? KVSIM_DEFAULT_KV_TOKENS / block_size : 2;
+    return n > 2 ? n : 2;
+}
+
 struct kvsim_replay_config {
     const char *trace_path; /* NULL: the built-in synthetic workload (or `requests`) */
     /* Requests given in memory instead of a file (kvsim_replay_requests): copied at the start;
@@ -185,6 +202,8 @@ struct kvsim_replay_config {
     bool enable_expert_parallel;
     /* GPUs per engine (rank): the tensor-parallel degree (0 or 1: one); the report's run.gpus */
     uint32_t tensor_parallel_size;
+    /* Where sched.num_blocks came from, for the report (kvsim_options_resolve sets it). */
+    enum kvsim_kv_capacity kv_capacity;
     uint32_t num_threads; /* capped at the engines */
     enum kvsim_router_policy router;
     double overlap_weight; /* kv policy */
@@ -248,6 +267,10 @@ KVSIM_EXTERN int kvsim_replay_run(const struct kvsim_replay_config *cfg,
  * parallelism) x tensor_parallel_size. What plan prices and the report's run.gpus. Pure.
  */
 KVSIM_EXTERN uint64_t kvsim_replay_gpus(const struct kvsim_replay_config *cfg);
+/* The report's kv_capacity and kv_capacity_tokens of t from cfg (sched.num_blocks, block_size
+ * and kv_capacity). Pure. */
+KVSIM_EXTERN void kvsim_replay_capacity_summary(const struct kvsim_replay_config *cfg,
+                                                struct kvsim_timing_summary *t);
 
 #ifdef __cplusplus
 }

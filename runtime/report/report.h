@@ -291,8 +291,12 @@ struct kvsim_timing_summary {
     char hardware[64];       /* the profile's hardware label */
     uint32_t tp;             /* tensor parallel degree of the profile (0 for the polynomial) */
     uint64_t num_gpu_blocks; /* one engine's KV blocks (vLLM's count, the null block included) */
-    uint64_t steps;          /* steps over all engines */
-    uint64_t steps_outside;  /* steps the profile clamped to its grid */
+    /* where they came from: "default_tokens" (the default capacity, kept in tokens at any block
+     * size), "num_gpu_blocks" (given), "gpu_memory" (derived); "" unknown */
+    char kv_capacity[16];
+    uint64_t kv_capacity_tokens; /* num_gpu_blocks x block_size */
+    uint64_t steps;              /* steps over all engines */
+    uint64_t steps_outside;      /* steps the profile clamped to its grid */
     uint64_t outside_tokens, outside_sequences, outside_attention; /* per axis */
     /* of steps, those the decode fast path applied in bulk: how the run ran, not what it
      * simulated (the JSON has it under "wall") */

@@ -134,7 +134,17 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
         fprintf(f, "\n" ROW "%s, %" PRIu64 " steps\n", "step model",
                 tm->step_model[0] ? tm->step_model : "polynomial", tm->steps);
     }
-    fprintf(f, ROW "%" PRIu64 " per engine\n", "KV blocks", tm->num_gpu_blocks);
+    if (!strcmp(tm->kv_capacity, "default_tokens"))
+        fprintf(f,
+                ROW "%" PRIu64 " per engine (%" PRIu64
+                    " tokens: the default capacity, the same tokens at any --block-size)\n",
+                "KV blocks", tm->num_gpu_blocks, tm->kv_capacity_tokens);
+    else if (tm->kv_capacity[0])
+        fprintf(f, ROW "%" PRIu64 " per engine (%" PRIu64 " tokens, %s)\n", "KV blocks",
+                tm->num_gpu_blocks, tm->kv_capacity_tokens,
+                strcmp(tm->kv_capacity, "gpu_memory") ? "as given" : "from --gpu-memory-gib");
+    else
+        fprintf(f, ROW "%" PRIu64 " per engine\n", "KV blocks", tm->num_gpu_blocks);
 
     fprintf(f, "\n" ROW "%.6f s\n", "simulated duration", (double)r->duration_ns / 1e9);
     fprintf(f, ROW "%.3f\n", "requests/s", r->requests_per_s);
@@ -539,6 +549,10 @@ static json_t *report_json(const struct kvsim_report *r)
         ok = put(tj, "lockstep", ls) && ok;
     }
     ok = put(tj, "num_gpu_blocks", json_u64(tm->num_gpu_blocks)) && ok;
+    if (tm->kv_capacity[0]) {
+        ok = put(tj, "kv_capacity", json_string(tm->kv_capacity)) && ok;
+        ok = put(tj, "kv_capacity_tokens", json_u64(tm->kv_capacity_tokens)) && ok;
+    }
     ok = put(root, "timing", tj) && ok;
 
     ok = put(root, "duration_ms", json_ns_as_ms((double)r->duration_ns)) && ok;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "runtime/api/api.h" /* kvsim_replay_config_default */
 #include "runtime/runtime.h"
 
 /* Creates every missing directory of path's directory part (mkdir -p of dirname).

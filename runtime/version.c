@@ -1,5 +1,5 @@
 /* version.c - build identity and kvsim's error messages (kvsim.h). */
-#include "runtime/runtime.h"
+#include "runtime/kvsim.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>

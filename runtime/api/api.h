@@ -22,6 +22,18 @@
 extern "C" {
 #endif
 
+/*
+ * kvsim_replay_config_default - the defaults of every option of a run (`kvsim replay`, the C API,
+ * sweep and plan): the option layer's one place for them; each option's help ends with its
+ * default in parentheses, which a test checks against this (options/every_help_default_is_the_
+ * default). 4 engines, kv router, 16-token blocks, a KV capacity of 262,144 tokens per engine
+ * (kvsim_default_kv_blocks), max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and
+ * chunked prefill on, one thread per CPU; a 1 s time series interval; disaggregated serving off
+ * (when turned on: kv routers, 25 GB/s links with no fixed latency, a 480 s abort timeout as
+ * VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
+ */
+void kvsim_replay_config_default(struct kvsim_replay_config *c);
+
 /* Where the step model's timing and the KV capacity come from (--profiles ... --gpu-memory-*). */
 struct kvsim_timing_opts {
     const char *profiles, *hardware, *model; /* ROOT, HW, ORG/NAME */
@@ -116,6 +128,15 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
 bool kvsim_options_known(const char *name, bool *is_flag);
 /* The i-th option's long name (table order), NULL past the last: for the documentation test. */
 const char *kvsim_options_name(size_t i);
+/* The i-th option's help text (its default last in parentheses, where it has one), NULL past the
+ * last. */
+const char *kvsim_options_help(size_t i);
+/* The i-th option's value as --help shows it ("N", "FILE", "a|b|c"), NULL for a flag. */
+const char *kvsim_options_arg(size_t i);
+/* The default value of option i (kvsim_options_default) as --config-out writes a value: a
+ * number in the option's unit, true/false, a choice's name. False when it has none to show (a
+ * string, a file, an alias read specially). */
+bool kvsim_options_default_text(size_t i, char *buf, size_t len);
 /* Whether row i is a command-line option of `kvsim replay` (some rows are set through the C API
  * and --config files only). */
 bool kvsim_options_on_command_line(size_t i);

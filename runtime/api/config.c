@@ -282,7 +282,8 @@ static const struct opt opts[] = {
     {"block-size", O_GENERIC, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
      "tokens per KV block (16)", AT(replay.sched.block_size)},
     {"num-gpu-blocks", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
-     "KV blocks per engine, null block included (default: 262144 tokens' worth, 16384 of 16)",
+     "KV blocks per engine, null block included (16384; the default capacity is 262144 tokens "
+     "at any --block-size: 8192 blocks of 32)",
      AT(replay.sched.num_blocks), MARK(timing.blocks_given), .omit = OMIT_UNGIVEN},
     {"max-num-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "running-set cap (256)", AT(replay.sched.max_num_seqs)},
@@ -376,7 +377,7 @@ static const struct opt opts[] = {
      "engine sees the others' writes from the next boundary on)",
      AT(replay.g3_shared)},
     {"g3-write-through", O_GENERIC, K_FLAG, G_OFFLOAD, 0, 0, false, NULL, S_OFFLOAD, NULL,
-     "copy every block G2 receives on to G3 (default: only blocks G2 evicts)",
+     "copy every block G2 receives on to G3 (off: only blocks G2 evicts)",
      AT(replay.tiers.g3_write_through)},
     {"offload-executor", O_GENERIC, K_CHOICE, G_OFFLOAD, 0, 0, false, executors, S_OFFLOAD,
      "inline|pool",
@@ -388,7 +389,7 @@ static const struct opt opts[] = {
     {"offload-fail-rate", O_GENERIC, K_DBL, G_OFFLOAD, 0, 1, false, NULL, S_OFFLOAD, "F",
      "probability in [0, 1] that a copy batch fails (0)", AT(replay.tiers.pipe.fail_rate)},
     {"offload-seed", O_OSEED, K_U64, G_OFFLOAD, 0, U64_ALL, false, NULL, S_OFFLOAD, "S",
-     "seed of the failure injection (1)", AT(replay.tiers.pipe.seed)},
+     "seed of the failure injection (0)", AT(replay.tiers.pipe.seed)},
     {"kv-bytes-per-token", O_KVBYTES, K_U64, G_NONE, 1, 1099511627776.0, false, NULL, S_OFFLOAD,
      "N", "KV bytes per token, all layers (131072)", AT(replay.kv_bytes_per_token),
      MARK(timing.kv_bytes_given), .omit = OMIT_DERIVED},
@@ -524,6 +525,25 @@ bool kvsim_options_known(const char *name, bool *is_flag)
 
 const char *kvsim_options_name(size_t i) { return i < NUM_OPTS ? opts[i].name : NULL; }
 
+const char *kvsim_options_help(size_t i) { return i < NUM_OPTS ? opts[i].help : NULL; }
+
+const char *kvsim_options_arg(size_t i) { return i < NUM_OPTS ? opts[i].arg : NULL; }
+
+/* field_value, defined below with the rest of --config-out. */
+static bool field_value(const struct kvsim_options *o, const struct opt *d, char *buf, size_t len,
+                        bool keep_zero);
+
+bool kvsim_options_default_text(size_t i, char *buf, size_t len)
+{
+    if (i >= NUM_OPTS || opts[i].field == F_STR)
+        return false;
+    struct kvsim_options o;
+    kvsim_options_default(&o);
+    bool ok = field_value(&o, &opts[i], buf, len, true);
+    kvsim_options_fini(&o);
+    return ok;
+}
+
 const char *kvsim_options_canonical(const char *name, char *buf, size_t len)
 {
     while (*name == '-')
@@ -541,6 +561,34 @@ void kvsim_options_fini(struct kvsim_options *o)
 {
     json_decref(o->config_doc);
     o->config_doc = NULL;
+}
+
+void kvsim_replay_config_default(struct kvsim_replay_config *c)
+{
+    memset(c, 0, sizeof *c);
+    kvsim_trace_opts_default(&c->trace_opts);
+    kvsim_synth_opts_default(&c->synth);
+    sched_config_default(&c->sched);
+    c->sched.num_blocks = kvsim_default_kv_blocks(c->sched.block_size);
+    c->sched.max_num_seqs = 256;
+    c->sched.max_num_batched_tokens = 8192;
+    c->sched.max_model_len = 262144;
+    kvsim_step_model_default(&c->model);
+    c->num_engines = 4;
+    c->data_parallel_size = 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->num_threads = n > 0 ? (uint32_t)n : 1;
+    c->router = KVSIM_ROUTER_KV;
+    c->overlap_weight = 1.0;
+    c->seed = 1;
+    kvsim_tiers_config_default(&c->tiers);
+    c->offload_threads = 2;
+    c->kv_bytes_per_token = 131072; /* Llama-3.1-8B in bf16 */
+    c->disagg.prefill_sched = c->disagg.decode_sched = c->sched;
+    c->disagg.prefill_router = c->disagg.decode_router = KVSIM_ROUTER_KV;
+    c->disagg.transfer.gbps = 25.0;                         /* a 200 Gb/s RDMA NIC */
+    c->disagg.abort_timeout_ns = INT64_C(480) * 1000000000; /* VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
+    c->timeseries_interval_ns = 1000000000;
 }
 
 void kvsim_options_default(struct kvsim_options *o)
@@ -1248,8 +1296,9 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
 }
 
 /* The generic part of effective_value: the row's member as --config reads it, false when
- * OMIT_ZERO and it is 0, false or NULL. */
-static bool field_value(const struct kvsim_options *o, const struct opt *d, char *buf, size_t len)
+ * OMIT_ZERO and it is 0, false or NULL (unless keep_zero). */
+static bool field_value(const struct kvsim_options *o, const struct opt *d, char *buf, size_t len,
+                        bool keep_zero)
 {
     const char *at = (const char *)o + d->off;
     uint64_t u = 0;
@@ -1294,7 +1343,7 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
         break;
     default: return false; /* F_SPECIAL, F_NOT_BOOL */
     }
-    if ((d->omit == OMIT_ZERO && off) || (d->field == F_STR && !s))
+    if ((d->omit == OMIT_ZERO && off && !keep_zero) || (d->field == F_STR && !s))
         return false;
     if (s)
         snprintf(buf, len, "%s", s);
@@ -1322,7 +1371,7 @@ static bool effective_value(const struct kvsim_options *o, const struct opt *d, 
         return false; /* a capacity the run derives */
     if (d->group == G_SYNTH && (cfg->trace_path || (d->id == O_SY_SESS && cfg->synth.num_requests)))
         return false; /* a trace's run, or the count --synthetic-requests gives */
-    return field_value(o, d, buf, len);
+    return field_value(o, d, buf, len, false);
 }
 
 char *kvsim_options_config_text(const struct kvsim_options *o, const struct kvsim_run *run)

@@ -230,6 +230,17 @@ KVSIM_EXTERN int kvsim_workload_synthetic(const struct kvsim_synth_opts *o, stru
 KVSIM_EXTERN uint32_t kvsim_prompt_runs(const struct kvsim_trace *t, uint32_t req,
                                         struct kvpool_token_run *runs, uint32_t cap);
 
+/*
+ * kvsim_trace_unbounded_reuse - the prefix-cache reuse an unbounded cache shared by every engine
+ * would give on t (reuse.c): requests in arrival order, each hitting its leading hash ids seen
+ * before (a trace's ids name their whole prefix, as Mooncake's do), as whole blocks of
+ * block_size tokens and never the last prompt token (vLLM's lookup); a request without hash ids
+ * is unique. *out is the hit tokens over the prompt tokens (0 without any). O(hash ids) time;
+ * memory a bitmap over the ids or a hash table of them. Returns 0 or -ENOMEM. Pure.
+ */
+KVSIM_EXTERN int kvsim_trace_unbounded_reuse(const struct kvsim_trace *t, uint32_t block_size,
+                                             double *out);
+
 /* ---- bounded reads (read.c): the tree's readers of lines and of JSON files ------------------ */
 
 /*

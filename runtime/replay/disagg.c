@@ -41,12 +41,12 @@ int replay__disagg_setup(struct replay *rp)
 {
     const struct kvsim_disagg_config *dc = &rp->cfg->disagg;
     size_t R = rp->trace.num_reqs;
-    rp->handoffs = calloc(R ? R : 1, sizeof *rp->handoffs); /* all KVSIM_HANDOFF_NONE */
-    rp->links = calloc(rp->num_prefill, sizeof *rp->links);
-    if (!rp->handoffs || !rp->links)
+    rp->dis.handoffs = calloc(R ? R : 1, sizeof *rp->dis.handoffs); /* all KVSIM_HANDOFF_NONE */
+    rp->dis.links = calloc(rp->num_prefill, sizeof *rp->dis.links);
+    if (!rp->dis.handoffs || !rp->dis.links)
         return -ENOMEM;
-    rp->disagg = (struct kvsim_engine_disagg){
-        .handoffs = rp->handoffs,
+    rp->dis.disagg = (struct kvsim_engine_disagg){
+        .handoffs = rp->dis.handoffs,
         .abort_timeout_ns = dc->abort_timeout_ns,
         .release_immediately = dc->release_immediately,
         .decode_max_model_len = dc->decode_sched.max_model_len,
@@ -54,22 +54,22 @@ int replay__disagg_setup(struct replay *rp)
         .decode_num_blocks = dc->decode_sched.num_blocks,
     };
     int rc = kvsim_router_create(dc->decode_router, rp->num_decode, rp->cfg->overlap_weight,
-                                 &rp->decode_router);
-    if (rc == 0 && !rp->drain_events)
-        kvsim_router_use_pools(rp->decode_router, rp->pools + rp->num_prefill);
+                                 &rp->dis.decode_router);
+    if (rc == 0 && !rp->rt.drain_events)
+        kvsim_router_use_pools(rp->dis.decode_router, rp->pools + rp->num_prefill);
     return rc;
 }
 
 void replay__disagg_free(struct replay *rp)
 {
-    kvsim_router_destroy(rp->decode_router);
-    free(rp->handoffs);
-    for (uint32_t p = 0; rp->links && p < rp->num_prefill; p++)
-        free(rp->links[p].queue);
-    free(rp->links);
-    free(rp->msgs);
-    free(rp->msg_engine);
-    free(rp->pfacts);
+    kvsim_router_destroy(rp->dis.decode_router);
+    free(rp->dis.handoffs);
+    for (uint32_t p = 0; rp->dis.links && p < rp->num_prefill; p++)
+        free(rp->dis.links[p].queue);
+    free(rp->dis.links);
+    free(rp->dis.msgs);
+    free(rp->dis.msg_engine);
+    free(rp->dis.pfacts);
 }
 
 static struct kvsim_transfer_model transfer_model(const struct replay *rp)
@@ -95,10 +95,10 @@ int64_t replay__disagg_bound(const struct replay *rp)
     int64_t bound = first == INT64_MAX ? INT64_MAX : add_sat(first, kvsim_transfer_min_ns(&m) - 1);
     /* A transfer queued on a busy link starts no earlier than the link's last end. */
     for (uint32_t p = 0; p < rp->num_prefill; p++) {
-        const struct replay_link *l = &rp->links[p];
+        const struct replay_link *l = &rp->dis.links[p];
         int64_t shortest = INT64_MAX;
         for (uint32_t i = 0; i < l->len; i++) {
-            const struct kvsim_handoff *h = &rp->handoffs[l->queue[(l->head + i) % l->cap]];
+            const struct kvsim_handoff *h = &rp->dis.handoffs[l->queue[(l->head + i) % l->cap]];
             int64_t d = kvsim_transfer_duration_ns(&m, h->transfer_tokens);
             if (!kvsim_handoff_is_final(h) && d < shortest)
                 shortest = d;
@@ -109,8 +109,8 @@ int64_t replay__disagg_bound(const struct replay *rp)
     /* A session turn that arrives on a decode engine in this epoch finishes no earlier than its
      * pin (one decode step later, or at once when an abort cancels it), and its follow-up comes
      * min_delay after that. */
-    if (rp->parents_in_flight && first_pin != INT64_MAX) {
-        int64_t follow = add_sat(first_pin, rp->min_delay);
+    if (rp->arr.parents_in_flight && first_pin != INT64_MAX) {
+        int64_t follow = add_sat(first_pin, rp->arr.min_delay);
         if (follow < bound)
             bound = follow;
     }
@@ -123,49 +123,49 @@ static int msg_cmp(const void *a, const void *b, void *ctx)
 {
     const struct replay *sort_rp = ctx;
     size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    const struct kvsim_engine_msg *x = &sort_rp->msgs[i], *y = &sort_rp->msgs[j];
+    const struct kvsim_engine_msg *x = &sort_rp->dis.msgs[i], *y = &sort_rp->dis.msgs[j];
     if (x->t != y->t)
         return x->t < y->t ? -1 : 1;
-    if (sort_rp->msg_engine[i] != sort_rp->msg_engine[j])
-        return sort_rp->msg_engine[i] < sort_rp->msg_engine[j] ? -1 : 1;
+    if (sort_rp->dis.msg_engine[i] != sort_rp->dis.msg_engine[j])
+        return sort_rp->dis.msg_engine[i] < sort_rp->dis.msg_engine[j] ? -1 : 1;
     return (i > j) - (i < j); /* an engine's own order */
 }
 
 /* Collects the outboxes of engines [lo, hi) and returns their messages' order in *order
- * (indexes into rp->msgs), by (instant, engine, the engine's order). Returns the count or a
+ * (indexes into rp->dis.msgs), by (instant, engine, the engine's order). Returns the count or a
  * negative errno. */
 static int64_t merge_outboxes(struct replay *rp, uint32_t lo, uint32_t hi, size_t **order)
 {
-    rp->num_msgs = 0;
+    rp->dis.num_msgs = 0;
     for (uint32_t e = lo; e < hi; e++) {
         uint32_t n;
         const struct kvsim_engine_msg *m = kvsim_engine_take_outbox(rp->engines[e], &n);
-        if (rp->num_msgs + n > rp->cap_msgs) {
-            size_t nc = rp->cap_msgs ? rp->cap_msgs : 64;
-            while (nc < rp->num_msgs + n)
+        if (rp->dis.num_msgs + n > rp->dis.cap_msgs) {
+            size_t nc = rp->dis.cap_msgs ? rp->dis.cap_msgs : 64;
+            while (nc < rp->dis.num_msgs + n)
                 nc *= 2;
-            struct kvsim_engine_msg *nm = realloc(rp->msgs, nc * sizeof *nm);
+            struct kvsim_engine_msg *nm = realloc(rp->dis.msgs, nc * sizeof *nm);
             if (nm)
-                rp->msgs = nm;
-            uint32_t *ne = realloc(rp->msg_engine, nc * sizeof *ne);
+                rp->dis.msgs = nm;
+            uint32_t *ne = realloc(rp->dis.msg_engine, nc * sizeof *ne);
             if (ne)
-                rp->msg_engine = ne;
+                rp->dis.msg_engine = ne;
             if (!nm || !ne)
                 return -ENOMEM;
-            rp->cap_msgs = nc;
+            rp->dis.cap_msgs = nc;
         }
         for (uint32_t i = 0; i < n; i++) {
-            rp->msgs[rp->num_msgs] = m[i];
-            rp->msg_engine[rp->num_msgs++] = e;
+            rp->dis.msgs[rp->dis.num_msgs] = m[i];
+            rp->dis.msg_engine[rp->dis.num_msgs++] = e;
         }
     }
-    *order = malloc((rp->num_msgs ? rp->num_msgs : 1) * sizeof **order);
+    *order = malloc((rp->dis.num_msgs ? rp->dis.num_msgs : 1) * sizeof **order);
     if (!*order)
         return -ENOMEM;
-    for (size_t i = 0; i < rp->num_msgs; i++)
+    for (size_t i = 0; i < rp->dis.num_msgs; i++)
         (*order)[i] = i;
-    qsort_r(*order, rp->num_msgs, sizeof **order, msg_cmp, rp);
-    return (int64_t)rp->num_msgs;
+    qsort_r(*order, rp->dis.num_msgs, sizeof **order, msg_cmp, rp);
+    return (int64_t)rp->dis.num_msgs;
 }
 
 static int post(struct replay *rp, uint32_t engine, int64_t t, enum kvsim_engine_msg_kind kind,
@@ -178,15 +178,15 @@ static int post(struct replay *rp, uint32_t engine, int64_t t, enum kvsim_engine
 /* Keeps a prefill fact for after_decode. Returns 0 or -ENOMEM. */
 static int keep_fact(struct replay *rp, const struct kvsim_engine_msg *m)
 {
-    if (rp->num_pfacts == rp->cap_pfacts) {
-        size_t nc = rp->cap_pfacts ? rp->cap_pfacts * 2 : 64;
-        struct kvsim_engine_msg *np = realloc(rp->pfacts, nc * sizeof *np);
+    if (rp->dis.num_pfacts == rp->dis.cap_pfacts) {
+        size_t nc = rp->dis.cap_pfacts ? rp->dis.cap_pfacts * 2 : 64;
+        struct kvsim_engine_msg *np = realloc(rp->dis.pfacts, nc * sizeof *np);
         if (!np)
             return -ENOMEM;
-        rp->pfacts = np;
-        rp->cap_pfacts = nc;
+        rp->dis.pfacts = np;
+        rp->dis.cap_pfacts = nc;
     }
-    rp->pfacts[rp->num_pfacts++] = *m;
+    rp->dis.pfacts[rp->dis.num_pfacts++] = *m;
     return 0;
 }
 
@@ -204,14 +204,14 @@ int replay__disagg_after_prefill(struct replay *rp)
     int64_t n = merge_outboxes(rp, 0, rp->num_prefill, &order);
     if (n < 0)
         return (int)n;
-    kvsim_router_new_boundary(rp->decode_router);
-    rp->num_pfacts = 0;
+    kvsim_router_new_boundary(rp->dis.decode_router);
+    rp->dis.num_pfacts = 0;
     int rc = 0;
     for (int64_t k = 0; k < n && rc == 0; k++) {
-        struct kvsim_engine_msg *m = &rp->msgs[order[k]];
-        struct kvsim_handoff *h = &rp->handoffs[m->req];
+        struct kvsim_engine_msg *m = &rp->dis.msgs[order[k]];
+        struct kvsim_handoff *h = &rp->dis.handoffs[m->req];
         if (m->kind == KVSIM_MSG_PINNED) {
-            int64_t d = replay__route(rp, rp->decode_router, rp->pubs + rp->num_prefill, m->req,
+            int64_t d = replay__route(rp, rp->dis.decode_router, rp->pubs + rp->num_prefill, m->req,
                                       rp->cfg->disagg.decode_sched.block_size, m->hashes,
                                       m->num_hashes, NULL);
             if (d < 0) {
@@ -238,8 +238,8 @@ int replay__disagg_after_prefill(struct replay *rp)
             rc = keep_fact(rp, m);
     }
     for (int64_t k = 0; k < n; k++) { /* the hashes of pins not passed on (after an error) */
-        free(rp->msgs[k].hashes);
-        rp->msgs[k].hashes = NULL;
+        free(rp->dis.msgs[k].hashes);
+        rp->dis.msgs[k].hashes = NULL;
     }
     free(order);
     return rc;
@@ -250,7 +250,7 @@ int replay__disagg_after_prefill(struct replay *rp)
 /* Queues a reserved handoff's transfer on its prefill engine's link. Returns 0 or -ENOMEM. */
 static int link_push(struct replay *rp, const struct kvsim_handoff *h)
 {
-    struct replay_link *l = &rp->links[h->prefill_engine];
+    struct replay_link *l = &rp->dis.links[h->prefill_engine];
     if (l->len == l->cap) {
         uint32_t nc = l->cap ? l->cap * 2 : 16;
         uint32_t *nq = malloc(nc * sizeof *nq);
@@ -282,20 +282,20 @@ static int links_start(struct replay *rp, int64_t t, bool inclusive, char *err, 
         uint32_t best = UINT32_MAX;
         int64_t best_start = INT64_MAX;
         for (uint32_t p = 0; p < rp->num_prefill; p++) {
-            struct replay_link *l = &rp->links[p];
-            while (l->len && kvsim_handoff_is_final(&rp->handoffs[l->queue[l->head]]))
+            struct replay_link *l = &rp->dis.links[p];
+            while (l->len && kvsim_handoff_is_final(&rp->dis.handoffs[l->queue[l->head]]))
                 l->head = (l->head + 1) % l->cap, l->len--; /* aborted before it started */
             if (!l->len)
                 continue;
-            const struct kvsim_handoff *h = &rp->handoffs[l->queue[l->head]];
+            const struct kvsim_handoff *h = &rp->dis.handoffs[l->queue[l->head]];
             int64_t s = h->reserved_ns > l->free ? h->reserved_ns : l->free;
             if (s < best_start)
                 best = p, best_start = s;
         }
         if (best == UINT32_MAX || best_start > t || (!inclusive && best_start == t))
             return 0;
-        struct replay_link *l = &rp->links[best];
-        struct kvsim_handoff *h = &rp->handoffs[l->queue[l->head]];
+        struct replay_link *l = &rp->dis.links[best];
+        struct kvsim_handoff *h = &rp->dis.handoffs[l->queue[l->head]];
         int64_t d = kvsim_transfer_duration_ns(&tm, h->transfer_tokens);
         int64_t end;
         if (!kvsim_clock_add(best_start, d, &end)) {
@@ -307,11 +307,11 @@ static int links_start(struct replay *rp, int64_t t, bool inclusive, char *err, 
                      best, h->id, h->transfer_tokens, d, best_start, (int64_t)KVSIM_CLOCK_END_NS);
             return -EOVERFLOW;
         }
-        if (end <= rp->b_next) { /* the lookahead was wrong: the release would come too late */
+        if (end <= rp->ep.b_next) { /* the lookahead was wrong: the release would come too late */
             snprintf(err, errlen,
                      "internal error: handoff %" PRIu64 " starts its transfer at %" PRId64
                      " ns and ends at %" PRId64 " ns, inside the epoch (%" PRId64 ", %" PRId64 "]",
-                     h->id, best_start, end, rp->b_cur, rp->b_next);
+                     h->id, best_start, end, rp->ep.b_cur, rp->ep.b_next);
             return KVSIM_EINVARIANT;
         }
         l->head = (l->head + 1) % l->cap;
@@ -336,7 +336,7 @@ static int links_start(struct replay *rp, int64_t t, bool inclusive, char *err, 
 static int apply_fact(struct replay *rp, const struct kvsim_engine_msg *m, char *err, size_t errlen)
 {
     const struct kvsim_disagg_config *dc = &rp->cfg->disagg;
-    struct kvsim_handoff *h = &rp->handoffs[m->req];
+    struct kvsim_handoff *h = &rp->dis.handoffs[m->req];
     int rc = 0;
     switch ((enum kvsim_engine_msg_kind)m->kind) {
     case KVSIM_MSG_PINNED:
@@ -377,15 +377,17 @@ int replay__disagg_after_decode(struct replay *rp, char *err, size_t errlen)
     int rc = 0;
     size_t i = 0;
     int64_t k = 0;
-    while (rc == 0 && (i < rp->num_pfacts || k < n)) {
-        bool take_p = k == n || (i < rp->num_pfacts && rp->pfacts[i].t <= rp->msgs[order[k]].t);
-        const struct kvsim_engine_msg *m = take_p ? &rp->pfacts[i++] : &rp->msgs[order[k++]];
+    while (rc == 0 && (i < rp->dis.num_pfacts || k < n)) {
+        bool take_p =
+            k == n || (i < rp->dis.num_pfacts && rp->dis.pfacts[i].t <= rp->dis.msgs[order[k]].t);
+        const struct kvsim_engine_msg *m =
+            take_p ? &rp->dis.pfacts[i++] : &rp->dis.msgs[order[k++]];
         rc = links_start(rp, m->t, false, err, errlen); /* the starts before it */
         if (rc == 0)
             rc = apply_fact(rp, m, err, errlen);
     }
     if (rc == 0)
-        rc = links_start(rp, rp->b_next, true, err, errlen);
+        rc = links_start(rp, rp->ep.b_next, true, err, errlen);
     free(order);
     return rc;
 }
@@ -424,7 +426,7 @@ static bool timed(int64_t t) { return t != KVSIM_HANDOFF_TIME_NONE; }
 int replay__disagg_records(struct replay *rp)
 {
     for (size_t i = 0; i < rp->trace.num_reqs; i++) {
-        const struct kvsim_handoff *h = &rp->handoffs[i];
+        const struct kvsim_handoff *h = &rp->dis.handoffs[i];
         const struct kvsim_req_record *rec = kvsim_metrics_record(rp->metrics, (uint32_t)i);
         if (h->state == KVSIM_HANDOFF_NONE ||
             (h->state == KVSIM_HANDOFF_PREFILLING && rec->status == KVSIM_REQ_REJECTED))
@@ -450,7 +452,7 @@ int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report)
     d->enabled = true;
     d->prefill_engines = rp->num_prefill;
     d->decode_engines = rp->num_decode;
-    d->epochs = rp->epochs;
+    d->epochs = rp->ep.epochs;
     size_t R = rp->trace.num_reqs;
     double *pin = malloc((R ? R : 1) * sizeof *pin), *xfer = malloc((R ? R : 1) * sizeof *xfer);
     double *wait = malloc((R ? R : 1) * sizeof *wait);
@@ -461,7 +463,7 @@ int replay__disagg_summarize(struct replay *rp, struct kvsim_report *report)
     }
     size_t np = 0, nx = 0, nw = 0;
     for (size_t i = 0; i < R; i++) { /* request order: the sums do not depend on threads */
-        const struct kvsim_handoff *h = &rp->handoffs[i];
+        const struct kvsim_handoff *h = &rp->dis.handoffs[i];
         if (h->state == KVSIM_HANDOFF_NONE || h->state == KVSIM_HANDOFF_PREFILLING)
             continue;
         d->handoffs++;
@@ -514,7 +516,7 @@ int replay__disagg_handoff_events(const struct replay *rp, struct kvsim_handoff_
     if (!evs)
         return -ENOMEM;
     for (size_t i = 0; i < R; i++) {
-        const struct kvsim_handoff *h = &rp->handoffs[i];
+        const struct kvsim_handoff *h = &rp->dis.handoffs[i];
         int64_t t[6] = {h->pin_ns,          h->routed_ns,
                         h->reserved_ns,     h->transfer_start_ns,
                         h->transfer_end_ns, h->source_released_ns};

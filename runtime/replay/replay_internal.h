@@ -1,11 +1,17 @@
 /*
- * replay_internal.h - the replay's state, shared by replay.c (epochs, workers, arrivals,
- * routing) and disagg.c (the disaggregated coordinator). Private to runtime/replay/. Everything
- * here is the coordinator's, read by workers only inside a phase (the barrier orders both).
+ * replay_internal.h - the replay's state and the functions its rooms share: replay.c (set up,
+ * tear down, the run), epochs.c, threads.c, routing.c, arrivals.c, accounting.c, summarize.c and
+ * disagg.c (the disaggregated coordinator). Private to runtime/replay/. Everything here is the
+ * coordinator's, read by workers only inside a phase (the barrier orders both).
+ *
+ * Calls between the rooms run one way (no circle): replay.c -> epochs.c -> threads.c ->
+ * routing.c -> arrivals.c, epochs.c -> disagg.c -> routing.c; accounting.c and summarize.c are
+ * leaves that others call (summarize.c calls disagg.c's summaries).
  */
 #ifndef KVSIM_REPLAY_INTERNAL_H
 #define KVSIM_REPLAY_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -116,6 +122,13 @@ struct acct_thread {
     char pad[64 - 4 * sizeof(int64_t)];
 };
 
+/* A measured interval's start (replay__acct_mark): the calling thread's CPU time and how many
+ * clock reads it had made. */
+struct acct_mark {
+    int64_t t0;
+    uint64_t reads0;
+};
+
 struct replay_acct {
     bool on;
     struct acct_thread *thr; /* [num_threads] */
@@ -126,57 +139,44 @@ struct replay_acct {
     int64_t critical_assigned_ns[KVSIM_ACCOUNTING_BOUNDS]; /* engine e on thread e mod T */
     int64_t *thread_sum;                                   /* scratch: [16] */
     uint64_t phases;
-    int64_t coord_cpu0, coord_cpu_ns; /* the coordinator's CPU over the epoch loops */
-    int64_t clock_ns;                 /* what one CPU-time read costs (replay.c, acct_clock) */
-    int64_t tally_ns;                 /* the coordinator's CPU in acct_phase_end's bookkeeping */
+    struct acct_mark coord; /* the coordinator's, at the epochs' start */
+    int64_t coord_cpu_ns;   /* the coordinator's CPU over the epoch loops */
+    int64_t clock_ns;       /* what one CPU-time read costs (replay.c, acct_clock) */
+    int64_t tally_ns;       /* the coordinator's CPU in acct_phase_end's bookkeeping */
 };
 
-struct replay {
-    const struct kvsim_replay_config *cfg;
-    struct replay_acct acct;
-    struct kvsim_tier_topology *tiers; /* the offload tiers' pool and shared G3, or NULL */
-    struct kvsim_trace trace;
-    struct kvsim_metrics *metrics;
-    struct kvsim_router *router;
-    struct kvsim_engine **engines;
-    const struct kvsim_engine_pub **pubs;
-    const struct kvpool **pools;
-    bool drain_events; /* kv policy fed by events */
-    uint32_t num_engines, num_threads;
-    /* Data parallelism: dp ranks per deployment (1: none). The router then picks among the
-     * num_deployments deployments, from their summed loads (dep_pubs) and their best rank's
-     * overlap, and lb[d], vLLM's DP load balancer, among deployment d's ranks, engines d * dp to
-     * d * dp + dp - 1. */
-    uint32_t dp, num_deployments;
-    struct kvsim_router **lb;
-    struct kvsim_engine_pub *dep_pub;
-    const struct kvsim_engine_pub **dep_pubs;
-    /* A mixture-of-experts model's deployments: their ranks step in lockstep (engine.h), each
-     * group advanced as one by the thread that owns its first rank. NULL: ranks independent. */
-    struct kvsim_lockstep *lockstep;
-    /*
-     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
-     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
-     * other engines' threads enqueue cross-engine messages the same way. The nodes are
-     * preallocated, one per request: no allocation per hand-off.
-     */
-    struct __cds_wfcq_head *inbox_head;
-    struct cds_wfcq_tail *inbox_tail;
-    struct cds_wfcq_node *nodes;
-    int *engine_rc;
-    /* epoch */
+/* The epochs' clock and how the run ends (epochs.c; the coordinator's). */
+struct replay_epoch {
     int64_t b_cur, b_next;
     int64_t b_prev; /* pipelined disaggregated epochs: the last epoch's b_cur */
+    uint64_t epochs;
+    bool pipelined;    /* disaggregated epochs pipelined (disagg_pipelined) */
+    bool admit_merged; /* next_boundary_admitting's one phase (not disaggregated) */
+    /* an early end: --max-sim-time-s (stop_ns, INT64_MAX: none) or cfg->stop_flag */
+    int64_t stop_ns;
+    const char *end_reason; /* "finished", "max-sim-time" or "interrupted" */
+    /* progress */
+    bool progress;
+    int64_t last_progress; /* wall ns */
+    int64_t wall_start;    /* wall ns at the first boundary */
+};
+
+/* The threads and the phase they run (threads.c): written by the coordinator with the workers
+ * parked, read by them inside the phase. */
+struct replay_threads_state {
     enum phase phase;
-    bool finished;
+    bool finished; /* the workers leave at their next barrier */
     struct barrier barrier;
     struct replay_worker *workers; /* [num_threads] */
     bool *admitting;               /* [engines]: admits arrivals in the current parallel phase */
     _Atomic uint64_t *claim;       /* [engines]: the phase_seq of the phase that last took it */
     uint64_t phase_seq; /* +1 per parallel phase (coordinator, before its first barrier) */
-    struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (run_work) */
+    struct phase_policy phase_policy[PHASE_KINDS]; /* by phase kind (replay__run_work) */
     uint64_t phases_parallel;                      /* phases the workers took part in */
-    /* arrivals */
+};
+
+/* When requests arrive (arrivals.c; the coordinator's). */
+struct replay_arrivals {
     size_t open_cursor; /* next open-loop request in trace order */
     int32_t *next_turn; /* follow-up of each request, or -1 */
     /* Closed-loop concurrency (cfg->replay_concurrency, 0: off): at most that many sessions
@@ -193,14 +193,35 @@ struct replay {
     struct follow_up *heap; /* pending follow-ups (min-heap on (t, req)) */
     size_t heap_len, heap_cap;
     uint64_t parents_in_flight; /* routed requests whose follow-up is not yet released */
+    int64_t min_delay;          /* the smallest think time (0: a slot's next session at once) */
+};
+
+/* Where arrivals go (routing.c; the coordinator's at boundaries, route preparation and the
+ * inboxes' consumers inside phases as routing.c says). */
+struct replay_routing {
+    struct kvsim_router *router;
+    bool drain_events; /* kv policy fed by events */
+    /* Data parallelism: the router picks among the num_deployments deployments, from their
+     * summed loads (dep_pubs) and their best rank's overlap, and lb[d], vLLM's DP load balancer,
+     * among deployment d's ranks, engines d * dp to d * dp + dp - 1. */
+    struct kvsim_router **lb;
+    struct kvsim_engine_pub *dep_pub;
+    const struct kvsim_engine_pub **dep_pubs;
+    /*
+     * Per-engine inboxes: urcu wait-free concurrent queues (any number of producers, one
+     * consumer, the engine's owner). Today the coordinator enqueues routed arrivals; later,
+     * other engines' threads enqueue cross-engine messages the same way. The nodes are
+     * preallocated, one per request: no allocation per hand-off.
+     */
+    struct __cds_wfcq_head *inbox_head;
+    struct cds_wfcq_tail *inbox_tail;
+    struct cds_wfcq_node *nodes;
     /* the arrivals routed at the current boundary (route_one), for next_boundary_admitting */
     struct arrived {
         uint32_t req, engine;
     } * arrived;
     uint32_t num_arrived, cap_arrived;
     uint32_t *arrived_left; /* scratch: [engines] */
-    bool admit_merged;      /* next_boundary_admitting's one phase (not disaggregated) */
-    int64_t min_delay;
     uint64_t routed;
     /* router scratch */
     struct kvpool_token_run *runs;
@@ -215,16 +236,10 @@ struct replay {
     struct route_prep *prep_now; /* the current phase's (prep[prep_fill]), or NULL */
     const struct route_prep *prep_ready; /* the one for the current boundary, or NULL */
     uint32_t *prep_slot; /* [R]: a request's index in the route_prep it was put in */
-    /* progress */
-    bool progress;
-    int64_t last_progress; /* wall ns */
-    int64_t wall_start;    /* wall ns at the first boundary */
-    /* an early end: --max-sim-time-s (stop_ns, INT64_MAX: none) or cfg->stop_flag */
-    int64_t stop_ns;
-    const char *end_reason; /* "finished", "max-sim-time" or "interrupted" */
-    /* disaggregated serving (disagg.c): engines [0, num_prefill) prefill, the rest decode;
-     * num_prefill 0: aggregated */
-    uint32_t num_prefill, num_decode;
+};
+
+/* The disaggregated coordinator's state (disagg.c). */
+struct replay_disagg {
     struct kvsim_router *decode_router;
     struct kvsim_handoff *handoffs;    /* [R] */
     struct kvsim_engine_disagg disagg; /* every engine's view */
@@ -234,8 +249,33 @@ struct replay {
     size_t num_pfacts, cap_pfacts;
     uint32_t *msg_engine;
     size_t num_msgs, cap_msgs;
-    uint64_t epochs;
-    bool pipelined; /* disaggregated epochs pipelined (disagg_pipelined) */
+};
+
+/* One replay: what every room reads (the run, its requests, its engines) and each room's own
+ * state. */
+struct replay {
+    const struct kvsim_replay_config *cfg;
+    struct kvsim_trace trace;
+    struct kvsim_metrics *metrics;
+    struct kvsim_tier_topology *tiers; /* the offload tiers' pool and shared G3, or NULL */
+    /* the engines: [0, num_prefill) prefill, the rest decode, with disaggregated serving
+     * (num_prefill 0: aggregated); with data parallelism dp ranks per deployment (1: none), and
+     * a mixture-of-experts model's deployments' ranks in lockstep (engine.h; NULL: independent),
+     * each group advanced as one by the thread that owns its first rank */
+    struct kvsim_engine **engines;
+    const struct kvsim_engine_pub **pubs;
+    const struct kvpool **pools;
+    int *engine_rc;
+    uint32_t num_engines, num_threads;
+    uint32_t num_prefill, num_decode;
+    uint32_t dp, num_deployments;
+    struct kvsim_lockstep *lockstep;
+    struct replay_epoch ep;
+    struct replay_threads_state thr;
+    struct replay_arrivals arr;
+    struct replay_routing rt;
+    struct replay_acct acct;
+    struct replay_disagg dis;
 };
 
 /* A prefill engine's link: the transfers reserved on it and not started yet, first come first
@@ -246,19 +286,104 @@ struct replay_link {
     int64_t free; /* the end of the last transfer that started */
 };
 
-struct event_ctx {
-    struct kvsim_router *router;
-    uint32_t engine;
-    int rc;
+/* ---- epochs.c ------------------------------------------------------------------------------ */
+
+/* Runs the epochs from the first arrival on the threads, to the end or an early stop, then the
+ * end's checks and the shared G3's last epoch. Coordinator. Returns 0 or a negative errno with
+ * the message. */
+int replay__epochs(struct replay *rp, char *err, size_t errlen);
+
+/* ---- threads.c ----------------------------------------------------------------------------- */
+
+/* The replay's worker threads (1 .. num_threads - 1; the coordinator is thread 0). */
+struct worker_arg;
+struct replay_threads {
+    pthread_t *threads;
+    struct worker_arg *args;
 };
+/* The CPUs this process may run on (its affinity mask), or 0 when unknown. Any thread. */
+uint32_t replay__cpus(void);
+/* Starts the workers, parked at the barrier. Coordinator. Returns 0 or a negative errno (the
+ * workers started are stopped by replay__stop_threads). */
+int replay__start_threads(struct replay *rp, struct replay_threads *th);
+/* Releases the workers from their barrier and joins them. Coordinator, offline. */
+void replay__stop_threads(struct replay *rp, struct replay_threads *th);
+/* One phase: the workers take their engines between two barriers, or the coordinator advances
+ * every engine itself when threads would not pay (threads.c, "pay policy"). Coordinator; the
+ * engines' errors are left in rp->engine_rc. */
+void replay__run_work(struct replay *rp, enum phase phase);
+
+/* ---- routing.c ----------------------------------------------------------------------------- */
 
 /* Places request req on one of the n engines behind router (pubs[0..n) their loads), hashing
  * its prompt at block_size for the kv policy (the first num_known blocks' hashes are known[],
  * when given: copied, not computed): the first *num_hashes (when not NULL) blocks' hashes are
- * in rp->hashes then. Returns the engine's index among them (>= 0) or a negative errno. */
+ * in rp->hashes then. Returns the engine's index among them (>= 0) or a negative errno.
+ * Coordinator. */
 int64_t replay__route(struct replay *rp, struct kvsim_router *router,
                       const struct kvsim_engine_pub *const *pubs, uint32_t req, uint32_t block_size,
                       const kvpool_hash *known, uint32_t num_known, uint32_t *num_hashes);
+/* The boundary's routing at rp->b_cur: the routers see the engines' loads, then every arrival
+ * due by b_cur goes to an engine's inbox in (time, request) order. Coordinator, workers
+ * parked. Returns 0 or a negative errno. */
+int replay__route_due(struct replay *rp);
+/* Engine e's KV events so far, into its router's event indexer. The thread that owns e in the
+ * phase. Returns 0 or the indexer's error. */
+int replay__route_drain_events(struct replay *rp, uint32_t e);
+/* Route preparation (routing.c): the arrivals known to be due by rp->b_next listed for the
+ * phase about to advance there (rp->prep_now; coordinator, workers parked; 0 or -ENOMEM); their
+ * prompts hashed by the threads that claim them (every thread of the phase, before it takes
+ * engines); engine e's overlaps with them once e is at the boundary (the thread that advanced
+ * e). */
+int replay__route_prep_collect(struct replay *rp);
+void replay__route_prep_hash(struct replay *rp, uint32_t w);
+void replay__route_prep_overlaps(struct replay *rp, uint32_t e);
+
+/* ---- arrivals.c ---------------------------------------------------------------------------- */
+
+/* The sessions' turn links, what a finish releases, the closed loop's first sessions. Before
+ * the epochs. Returns 0 or -ENOMEM. */
+int replay__setup_sessions(struct replay *rp);
+/* The next arrival known now (an open-loop request or a pending follow-up), or INT64_MAX. */
+int64_t replay__next_arrival(struct replay *rp);
+/* Whether request req's finish releases a session slot (closed loop, sessions pending). */
+bool replay__releases_slot(const struct replay *rp, uint32_t req);
+/* The engines' finished turns release their follow-ups (in engine order), last turns their
+ * session slots, given out in (time, request) order. Coordinator at rp->b_cur. Returns 0,
+ * -ENOMEM, -EOVERFLOW (a follow-up past the clock) or KVSIM_EINVARIANT (one due before b_cur),
+ * err saying why. */
+int replay__release_finished(struct replay *rp, char *err, size_t errlen);
+/* The next arrival due by until, in (time, request) order, taken (-1: none). */
+int64_t replay__take_arrival(struct replay *rp, int64_t until);
+/* fn(rp, ctx, req) for every arrival known now to be due by t (open-loop ones in trace order,
+ * then pending follow-ups); stops at fn's first non-zero return, which it returns. */
+int replay__arrivals_known_by(struct replay *rp, int64_t t,
+                              int (*fn)(struct replay *, void *, uint32_t), void *ctx);
+
+/* ---- accounting.c -------------------------------------------------------------------------- */
+
+/* The calling thread's CPU time now, and the CPU since a mark less the clock reads' own cost
+ * (never negative). Any replay thread, its own marks. */
+struct acct_mark replay__acct_mark(void);
+int64_t replay__acct_since(const struct replay *rp, struct acct_mark m);
+/* Thread w's part of a phase (a zero mark when the accounting is off). */
+struct acct_mark replay__acct_work_begin(const struct replay *rp);
+void replay__acct_work_end(struct replay *rp, uint32_t w, struct acct_mark m);
+/* After a phase (coordinator, workers parked): the phase's least time on 1..16 threads. */
+void replay__acct_phase_end(struct replay *rp);
+/* The coordinator's CPU over the epochs: measured from start to stop (the clock's cost too). */
+void replay__acct_start(struct replay *rp);
+void replay__acct_stop(struct replay *rp);
+/* The report's accounting section. */
+void replay__acct_summarize(const struct replay *rp, struct kvsim_thread_accounting *ac);
+
+/* ---- summarize.c --------------------------------------------------------------------------- */
+
+/* The report of the run (wall_ns: its wall time so far). Returns 0 or a negative errno. */
+int replay__summarize(struct replay *rp, int64_t wall_ns, struct kvsim_report *report);
+/* Every file the run writes, through the output stage. Returns 0 or a negative errno with the
+ * message. */
+int replay__write(struct replay *rp, const struct kvsim_report *report, char *err, size_t errlen);
 
 /* ---- disagg.c ------------------------------------------------------------------------------ */
 

@@ -1,12 +1,12 @@
 /*
- * router.c - round-robin, least-loaded, KV-aware routing and vLLM's DP load balancer (replay.h).
+ * router.c - round-robin, least-loaded, KV-aware routing and vLLM's DP load balancer (router.h).
  *
  * The KV indexer maps a block hash to a per-engine count of cached blocks carrying it (an engine
  * can hold duplicates), fed by Stored/Removed events. It is an open-addressing table of entry
  * indices with backward-shift deletion; the counts live in one flat array, num_engines per
  * entry.
  */
-#include "runtime/replay/replay.h"
+#include "runtime/replay/router.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/api/api.h" /* kvsim_replay_config_default */
 #include "runtime/replay/replay.h"
 
 /* The path of run tag's file with extension ext ("json" or "jsonl"). */

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/api/api.h" /* kvsim_replay_config_default */
 #include "runtime/runtime.h"
 
 #include "common.h"

@@ -84,6 +84,9 @@ enum opt_id {
     O_KVBYTES,
     O_SY_SESS,
     O_TSINT,
+    O_RVIEW,
+    O_KVDELAY,
+    O_PREDICT,
 };
 
 enum opt_kind { K_STR, K_U32, K_U64, K_DBL, K_FLAG, K_BOOL, K_CHOICE };
@@ -196,6 +199,8 @@ static const char *const routers[] = {"round-robin", "least-loaded", "kv", "dp-l
 /* Prefill and decode pools: dp-lb (ticks of the DP coordinator) is not in the disaggregated loop */
 static const char *const pool_routers[] = {"round-robin", "least-loaded", "kv", NULL};
 static const char *const indexes[] = {"pool", "events", NULL};
+static const char *const views[] = {"exact", "delayed", NULL};
+static const int view_ids[] = {KVSIM_ROUTER_VIEW_EXACT, KVSIM_ROUTER_VIEW_DELAYED};
 static const char *const executors[] = {"inline", "pool", NULL};
 static const char *const releases[] = {"pinned", "immediate", NULL};
 static const char *const policies[] = {"fcfs", "priority", NULL};
@@ -279,6 +284,19 @@ static const struct opt opts[] = {
      "kv router's overlap source: the engines' prefix-cache maps, or an indexer fed by their KV "
      "events (pool); both see the same blocks at every boundary",
      AT_CHOICE(replay.kv_index_events)},
+    {"router-view", O_RVIEW, K_CHOICE, G_NONE, 0, 0, false, views, S_CLUSTER, "exact|delayed",
+     "what the kv and least-loaded routers see (exact; docs/replay.md, What the router sees): "
+     "exact, every engine's cache and load at each boundary; delayed, what an engine did heard "
+     "of --kv-event-delay-ms after the end of the step that did it, the router's own decisions "
+     "at once",
+     AT_ENUM(replay.router_view, view_ids), .omit = OMIT_ZERO},
+    {"kv-event-delay-ms", O_KVDELAY, K_DBL, G_NONE, 0, 1e6, false, NULL, S_CLUSTER, "X",
+     "the delayed view's delay after a step's end: vLLM's KV events and loads in transit (5)",
+     AT_SCALED(replay.kv_event_delay_ns, 1e6)},
+    {"router-predict-ttl-s", O_PREDICT, K_DBL, G_NONE, 0, 1e6, false, NULL, S_CLUSTER, "T",
+     "kv router: a routed prompt's blocks count as cached on the chosen engine for T s, as "
+     "llm-d's speculative indexing and Dynamo's predict-on-route do (0: off)",
+     AT_SCALED(replay.router_predict_ttl_ns, 1e9), .omit = OMIT_ZERO},
     {"block-size", O_GENERIC, K_U32, G_NONE, 1, 65536, false, NULL, S_ENGINE, "B",
      "tokens per KV block (16)", AT(replay.sched.block_size)},
     {"num-gpu-blocks", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
@@ -580,6 +598,7 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->num_threads = n > 0 ? (uint32_t)n : 1;
     c->router = KVSIM_ROUTER_KV;
     c->overlap_weight = 1.0;
+    c->kv_event_delay_ns = 5000000; /* 5 ms: TensorRT-LLM's and Dynamo's event batching */
     c->seed = 1;
     kvsim_tiers_config_default(&c->tiers);
     c->offload_threads = 2;
@@ -970,8 +989,28 @@ static const char *option_idle(const struct kvsim_options *o, enum opt_id id)
         bool kv =
             disagg ? dc->prefill_router == KVSIM_ROUTER_KV || dc->decode_router == KVSIM_ROUTER_KV
                    : cfg->router == KVSIM_ROUTER_KV;
+        if (kv && cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED)
+            return "the delayed router view always reads the engines' KV events";
         return kv ? NULL : "it is the kv router's overlap source, and no router of this run is kv";
     }
+    case O_RVIEW:
+    case O_PREDICT: {
+        bool kv =
+            disagg ? dc->prefill_router == KVSIM_ROUTER_KV || dc->decode_router == KVSIM_ROUTER_KV
+                   : cfg->router == KVSIM_ROUTER_KV;
+        bool ll = disagg ? dc->prefill_router == KVSIM_ROUTER_LEAST_LOADED ||
+                               dc->decode_router == KVSIM_ROUTER_LEAST_LOADED
+                         : cfg->router == KVSIM_ROUTER_LEAST_LOADED;
+        if (id == O_PREDICT)
+            return kv ? NULL : "it is the kv router's prediction, and no router of this run is kv";
+        return kv || ll ? NULL
+                        : "it is what the kv and least-loaded routers see, and this run has "
+                          "neither";
+    }
+    case O_KVDELAY:
+        return cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED ? NULL
+                                                             : "it is the delayed router view's "
+                                                               "delay (--router-view delayed)";
     case O_TP:
         return t->hardware || t->gpu_memory_gib > 0
                    ? NULL
@@ -1326,8 +1365,8 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
         for (int i = 0; !s && d->choices[i]; i++)
             s = d->values[i] == *(const int *)at ? d->choices[i] : NULL;
         if (!s)
-            return false; /* a value no choice names (a trace format by its extension) */
-        off = false;
+            return false;            /* a value no choice names (a trace format by its extension) */
+        off = *(const int *)at == 0; /* OMIT_ZERO: the first value (--router-view exact) */
         break;
     case F_BOOL:
         off = !*(const bool *)at;

@@ -296,6 +296,47 @@ void engine__publish(struct kvsim_engine *e)
         more > (INT64_MAX - first_end) / d ? INT64_MAX : first_end + more * d;
 }
 
+/* The KV events of the step that ended at e->now, and the load then, to the step sink (a router
+ * with a delayed view). The engine's thread. */
+struct sink_event_ctx {
+    const struct kvsim_step_sink *sink;
+    uint32_t engine;
+    int64_t t;
+    int rc; /* the first failure */
+};
+
+static void sink_event(void *ctx, const struct kvpool_event *ev)
+{
+    struct sink_event_ctx *c = ctx;
+    int rc = c->sink->event(c->sink->ctx, c->engine, c->t, ev);
+    if (rc && !c->rc)
+        c->rc = rc;
+}
+
+/* Returns 0 or the sink's error (the engine failed). */
+static int step_ended(struct kvsim_engine *e)
+{
+    const struct kvsim_step_sink *sink = e->cfg.step_sink;
+    if (!sink)
+        return 0;
+    struct sink_event_ctx c = {sink, e->cfg.id, e->now, 0};
+    kvpool_events_drain(sched_pool(e->s), sink_event, &c);
+    if (c.rc)
+        return engine__fail(e, c.rc);
+    struct kvpool *pool = sched_pool(e->s);
+    struct kvsim_engine_pub load = e->pub; /* queued_tokens is kept current */
+    load.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
+                         sched_num_pinned_blocks(e->s);
+    struct sched_request *const *rr;
+    load.num_running = sched_running(e->s, &rr);
+    load.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+    load.num_unfinished = e->unfinished;
+    uint32_t usable = kvpool_num_usable_blocks(pool);
+    load.kv_usage = usable ? 1.0 - (double)kvpool_num_free_blocks(pool) / usable : 0.0;
+    sink->load(sink->ctx, e->cfg.id, e->now, &load);
+    return 0;
+}
+
 int engine__fail(struct kvsim_engine *e, int rc)
 {
     const struct sched_violation *v = sched_last_violation(e->s);
@@ -1063,10 +1104,14 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
              * end left it (its events at e->now apply first, as after any step). A run ends
              * where the batch changes: where a block fills or the next one is needed, and a run
              * may begin by taking that block. */
-            for (bool again = e->decode_fast_path; again;)
-                if ((rc = decode_fast_forward(e, until, &again)) != 0 &&
-                    (rc < 0 || (rc = apply_events(e, e->now, true)) != 0))
+            for (bool again = e->decode_fast_path; again;) {
+                rc = decode_fast_forward(e, until, &again);
+                int src = rc > 0 ? step_ended(e) : 0; /* the run as one step: its last's end */
+                if (src)
+                    return src;
+                if (rc != 0 && (rc < 0 || (rc = apply_events(e, e->now, true)) != 0))
                     return rc;
+            }
             if ((rc = start_step(e)) != 0)
                 return rc;
             engine__pin_account(e, e->now); /* its hits may take pinned blocks */
@@ -1107,6 +1152,8 @@ int kvsim_engine_advance(struct kvsim_engine *e, int64_t until)
             (e->ahead && (rc = promote_ahead(e)) != 0))
             return rc;
         engine__pin_account(e, e->now);
+        if ((rc = step_ended(e)) != 0)
+            return rc;
         if (e->tiers && e->cfg.sched.check_invariants) {
             char msg[256];
             if (kvsim_tiers_check(e->tiers, msg, sizeof msg) != 0) {

@@ -656,6 +656,22 @@ struct kvsim_engine_config {
     /* Schedule every step one by one: no decode fast path (it gives the same results; this
      * checks that it does). */
     bool decode_fast_path_off;
+    /* What a router with a delayed view hears (docs/replay.md, "What the router sees"): at the
+     * end of every step, the KV events of the step (kv_events must be on) and the engine's load
+     * then, stamped with the step's end, as vLLM publishes one event batch per step after the
+     * forward pass. A decode fast run is one step here: its events and load at its last step's
+     * end (a block it evicted is then heard of that late). NULL: nobody. Called on the engine's
+     * thread. */
+    const struct kvsim_step_sink *step_sink;
+};
+
+/* Where an engine's step ends go (kvsim_engine_config.step_sink). event and load run on the
+ * engine's thread, in step order; ev is valid during the call only. */
+struct kvsim_step_sink {
+    /* returns 0 or a negative errno, which fails the engine's advance */
+    int (*event)(void *ctx, uint32_t engine, int64_t step_end, const struct kvpool_event *ev);
+    void (*load)(void *ctx, uint32_t engine, int64_t step_end, const struct kvsim_engine_pub *load);
+    void *ctx;
 };
 
 /* What the offload side of an engine did (zero without tiers). */

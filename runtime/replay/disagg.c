@@ -55,7 +55,9 @@ int replay__disagg_setup(struct replay *rp)
     };
     int rc = kvsim_router_create(dc->decode_router, rp->num_decode, rp->cfg->overlap_weight,
                                  &rp->dis.decode_router);
-    if (rc == 0 && !rp->rt.drain_events)
+    if (rc == 0)
+        rc = replay__route_view(rp, rp->dis.decode_router, &rp->rt.delayed[1]);
+    if (rc == 0 && !rp->rt.drain_events && !rp->rt.delayed[1])
         kvsim_router_use_pools(rp->dis.decode_router, rp->pools + rp->num_prefill);
     return rc;
 }
@@ -211,6 +213,7 @@ int replay__disagg_after_prefill(struct replay *rp)
         struct kvsim_engine_msg *m = &rp->dis.msgs[order[k]];
         struct kvsim_handoff *h = &rp->dis.handoffs[m->req];
         if (m->kind == KVSIM_MSG_PINNED) {
+            kvsim_router_view_at(rp->dis.decode_router, m->t); /* a pin is routed at its instant */
             int64_t d = replay__route(rp, rp->dis.decode_router, rp->pubs + rp->num_prefill, m->req,
                                       rp->cfg->disagg.decode_sched.block_size, m->hashes,
                                       m->num_hashes, NULL);

@@ -100,6 +100,10 @@ static void engine_config(const struct replay *rp, uint32_t e, struct kvsim_engi
         ec->role = prefill ? KVSIM_ENGINE_PREFILL : KVSIM_ENGINE_DECODE;
         ec->disagg = &rp->dis.disagg;
     }
+    if (replay__route_delayed(rp, e)) { /* its router hears of its steps' ends, delayed */
+        ec->kv_events = true;
+        ec->step_sink = &rp->rt.sink;
+    }
 }
 
 /*
@@ -223,6 +227,9 @@ static int replay_validate(const struct kvsim_replay_config *cfg, char *err, siz
               "model with offload tiers yet"
         : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
             ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
+        : cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED || cfg->router_predict_ttl_ns > 0
+            ? "--router-view delayed and --router-predict-ttl-s are not modeled over "
+              "data-parallel deployments yet"
             : NULL;
     if (why) {
         snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);
@@ -309,6 +316,12 @@ static int setup_state(struct replay *rp)
         cfg->kv_index_events && (rp->num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
                                                        cfg->disagg.decode_router == KVSIM_ROUTER_KV
                                                  : cfg->router == KVSIM_ROUTER_KV);
+    if ((rc = replay__route_view(rp, rp->rt.router, &rp->rt.delayed[0])) != 0)
+        return rc;
+    /* the decode router comes after the engines (it reads their pools), its engines before */
+    rp->rt.delayed[1] = rp->num_prefill && cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED &&
+                        (cfg->disagg.decode_router == KVSIM_ROUTER_KV ||
+                         cfg->disagg.decode_router == KVSIM_ROUTER_LEAST_LOADED);
     rp->arr.concurrency = cfg->replay_concurrency;
     /* Thread accounting: off unless asked for (then two clock reads per engine advance and per
      * barrier); when off it costs one predictable branch at each. */
@@ -321,6 +334,7 @@ static int setup_state(struct replay *rp)
     const char *prep_env = getenv("KVSIM_REPLAY_ROUTE_PREP");
     rp->rt.prep_on =
         !rp->num_prefill && rp->dp == 1 && cfg->router == KVSIM_ROUTER_KV && E > 1 &&
+        !rp->rt.delayed[0] && !rp->rt.predicts && /* it looks up the pools at the boundary */
         (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp->num_threads > 1 || rp->acct.on);
     rp->rt.prep[0].boundary = rp->rt.prep[1].boundary = INT64_MIN;
     /* Admitting and advancing in one phase with session turns in flight
@@ -399,7 +413,7 @@ static int setup_engines(struct replay *rp, char *err, size_t errlen)
         rp->pubs[e] = kvsim_engine_pub(rp->engines[e]);
         rp->pools[e] = kvsim_engine_pool(rp->engines[e]);
     }
-    if (rc == 0 && !rp->rt.drain_events)
+    if (rc == 0 && !rp->rt.drain_events && !rp->rt.delayed[0])
         kvsim_router_use_pool_groups(rp->rt.router, rp->pools, rp->dp);
     if (rc == 0 && rp->dp > 1 && cfg->model.profile &&
         kvsim_profile_arch(cfg->model.profile)->num_experts) {

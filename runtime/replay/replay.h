@@ -85,6 +85,12 @@ struct kvsim_replay_config {
     enum kvsim_router_policy router;
     double overlap_weight; /* kv policy */
     bool kv_index_events;  /* kv policy: event-fed indexer instead of pool queries */
+    /* What the kv and least-loaded routers see (router.h, docs/replay.md "What the router
+     * sees"): exact, or what engines did kv_event_delay_ns after the end of the step that did
+     * it; router_predict_ttl_ns > 0: the kv router's predict-on-route. */
+    enum kvsim_router_view router_view;
+    int64_t kv_event_delay_ns;
+    int64_t router_predict_ttl_ns;
     uint64_t seed;
     bool quiet; /* no progress bar */
     /* offload tiers (docs/offload.md) */

@@ -201,6 +201,13 @@ struct replay_arrivals {
 struct replay_routing {
     struct kvsim_router *router;
     bool drain_events; /* kv policy fed by events */
+    /* The delayed view (router.h) of the router of the aggregated or prefill engines ([0]) and
+     * of the decode router ([1]): their engines stage what they did at every step's end (sink)
+     * and release it at each phase's end (replay__route_release). predicts: a kv router
+     * predicts on route (the whole prompt is hashed). */
+    bool delayed[2];
+    bool predicts;
+    struct kvsim_step_sink sink;
     /* Data parallelism: the router picks among the num_deployments deployments, from their
      * summed loads (dep_pubs) and their best rank's overlap, and lb[d], vLLM's DP load balancer,
      * among deployment d's ranks, engines d * dp to d * dp + dp - 1. */
@@ -330,6 +337,14 @@ int replay__route_due(struct replay *rp);
 /* Engine e's KV events so far, into its router's event indexer. The thread that owns e in the
  * phase. Returns 0 or the indexer's error. */
 int replay__route_drain_events(struct replay *rp, uint32_t e);
+/* Sets what router r sees from the run's options (router.h, kvsim_router_set_view) and says
+ * whether its view is delayed (*delayed). Coordinator, at set-up. Returns 0 or -ENOMEM. */
+int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed);
+/* Whether engine e's router has the delayed view (its engine then feeds rp->rt.sink). */
+bool replay__route_delayed(const struct replay *rp, uint32_t e);
+/* What engine e did that its router sees by now (kvsim_router_release_owner), with the
+ * delayed view. The thread that owns e, once e is at now. Returns 0 or an indexer error. */
+int replay__route_release(struct replay *rp, uint32_t e, int64_t now);
 /* Route preparation (routing.c): the arrivals known to be due by rp->b_next listed for the
  * phase about to advance there (rp->prep_now; coordinator, workers parked; 0 or -ENOMEM); their
  * prompts hashed by the threads that claim them (every thread of the phase, before it takes

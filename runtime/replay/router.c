@@ -5,6 +5,14 @@
  * can hold duplicates), fed by Stored/Removed events. It is an open-addressing table of entry
  * indices with backward-shift deletion; the counts live in one flat array, num_engines per
  * entry.
+ *
+ * What the router sees (router.h, kvsim_router_set_view): with the exact view, the engines'
+ * published loads and caches at the boundary plus the decisions made at it. With the delayed
+ * view, each engine's KV events and loads are staged at their step's end by the engine's owner
+ * and released to it (its shard, its seen load) once the step's end plus the delay is reached;
+ * the router's own decisions stay booked (struct own_route) until the load it sees was taken
+ * after them. Predict-on-route keeps a routed prompt's hashes as cached on the chosen engine
+ * until they expire (struct predict).
  */
 #include "runtime/replay/router.h"
 
@@ -18,6 +26,43 @@ struct kv_shard {
     uint32_t *counts; /* 0 = empty slot */
     uint64_t mask;
     uint64_t live;
+};
+
+/* The delayed view of one engine (owner: its staging and seen load; coordinator: own routes). */
+struct staged_event {
+    int64_t t; /* the step's end */
+    uint8_t type;
+    uint32_t num;
+    size_t off; /* its hashes, in hashes[] */
+};
+struct staged_load {
+    int64_t t;
+    struct kvsim_engine_pub load;
+};
+struct own_route {
+    int64_t t; /* when it was routed */
+    uint32_t blocks;
+    uint64_t tokens;
+};
+struct view_engine {
+    struct staged_event *ev; /* FIFO: [ev_head, ev_len) */
+    size_t ev_head, ev_len, ev_cap;
+    kvpool_hash *hashes; /* the staged events' hashes: [0, h_len) */
+    size_t h_len, h_cap;
+    struct staged_load *ld; /* FIFO: [ld_head, ld_len) */
+    size_t ld_head, ld_len, ld_cap;
+    struct kvsim_engine_pub seen; /* the load the router sees, taken at seen_at */
+    int64_t seen_at;              /* INT64_MIN: none heard of yet */
+    struct own_route *own;        /* FIFO: [own_head, own_len), routed at or after seen_at */
+    size_t own_head, own_len, own_cap;
+    uint64_t own_blocks, own_tokens;
+};
+
+/* Predict-on-route: hashes routed to one engine and until when they count as cached there. */
+struct predict {
+    kvpool_hash *keys;
+    int64_t *until; /* 0: an empty slot (an expiry is a route time >= 0 plus a TTL > 0) */
+    uint64_t mask, used;
 };
 
 struct kvsim_router {
@@ -38,6 +83,11 @@ struct kvsim_router {
     double *snap_usage;
     uint32_t lb_start;
     int64_t last_publish, last_tick; /* INT64_MIN: none yet */
+    /* what it sees (kvsim_router_set_view) */
+    enum kvsim_router_view view;
+    int64_t delay_ns, predict_ttl_ns, now;
+    struct view_engine *ve; /* [n] with the delayed view */
+    struct predict *pred;   /* [n] with predict-on-route */
     /* per request (kvsim_router_overlap_begin to kvsim_router_route) */
     bool ov_open;
     uint32_t ov_len; /* ov[e]: engine e's overlap with the first ov_len hashes */
@@ -98,6 +148,18 @@ void kvsim_router_destroy(struct kvsim_router *r)
 {
     if (!r)
         return;
+    for (uint32_t e = 0; r->ve && e < r->n; e++) {
+        free(r->ve[e].ev);
+        free(r->ve[e].hashes);
+        free(r->ve[e].ld);
+        free(r->ve[e].own);
+    }
+    free(r->ve);
+    for (uint32_t e = 0; r->pred && e < r->n; e++) {
+        free(r->pred[e].keys);
+        free(r->pred[e].until);
+    }
+    free(r->pred);
     for (uint32_t e = 0; r->shards && e < r->n; e++) {
         free(r->shards[e].keys);
         free(r->shards[e].counts);
@@ -248,11 +310,250 @@ void kvsim_router_use_pool_groups(struct kvsim_router *r, const struct kvpool *c
     r->group = group;
 }
 
+/* ---- what the router sees ------------------------------------------------------------------ */
+
+const char *kvsim_router_view_name(enum kvsim_router_view v)
+{
+    return v == KVSIM_ROUTER_VIEW_DELAYED ? "delayed" : "exact";
+}
+
+int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view, int64_t delay_ns,
+                          int64_t predict_ttl_ns)
+{
+    if (delay_ns < 0 || predict_ttl_ns < 0)
+        return -EINVAL;
+    r->view = view;
+    r->delay_ns = delay_ns;
+    r->predict_ttl_ns = predict_ttl_ns;
+    r->now = INT64_MIN;
+    if (view == KVSIM_ROUTER_VIEW_DELAYED && !r->ve) {
+        if (!(r->ve = calloc(r->n, sizeof *r->ve)))
+            return -ENOMEM;
+        for (uint32_t e = 0; e < r->n; e++)
+            r->ve[e].seen_at = INT64_MIN;
+    }
+    if (predict_ttl_ns > 0 && r->policy == KVSIM_ROUTER_KV && !r->pred &&
+        !(r->pred = calloc(r->n, sizeof *r->pred)))
+        return -ENOMEM;
+    return 0;
+}
+
+/* Grows a FIFO's array (elements of size sz, [head, len) live) so that one more fits: moves the
+ * live ones to the front first when at least half of it is released (amortized O(1)). Returns 0
+ * or -ENOMEM. */
+static int fifo_room(void **arr, size_t sz, size_t *head, size_t *len, size_t *cap)
+{
+    if (*len < *cap)
+        return 0;
+    if (*head >= *cap / 2 && *head > 0) {
+        memmove(*arr, (char *)*arr + *head * sz, (*len - *head) * sz);
+        *len -= *head;
+        *head = 0;
+        if (*len < *cap)
+            return 0;
+    }
+    size_t nc = *cap ? 2 * *cap : 16;
+    void *na = realloc(*arr, nc * sz);
+    if (!na)
+        return -ENOMEM;
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
+int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
+                                   const struct kvpool_event *ev)
+{
+    struct view_engine *v = &r->ve[engine];
+    if (v->ev_head == v->ev_len) /* nothing staged: the hashes start over */
+        v->ev_head = v->ev_len = v->h_len = 0;
+    if (v->ev_head >= v->ev_cap / 2 && v->ev_head > 0 &&
+        v->ev_len == v->ev_cap) { /* fifo_room compacts: drop the released ones' hashes too */
+        size_t from = v->ev[v->ev_head].off;
+        memmove(v->hashes, v->hashes + from, (v->h_len - from) * sizeof *v->hashes);
+        v->h_len -= from;
+        for (size_t i = v->ev_head; i < v->ev_len; i++)
+            v->ev[i].off -= from;
+    }
+    void *arr = v->ev;
+    int rc = fifo_room(&arr, sizeof *v->ev, &v->ev_head, &v->ev_len, &v->ev_cap);
+    v->ev = arr;
+    if (rc)
+        return rc;
+    if (v->h_len + ev->num_hashes > v->h_cap) {
+        size_t nc = v->h_cap ? 2 * v->h_cap : 256;
+        while (nc < v->h_len + ev->num_hashes)
+            nc *= 2;
+        kvpool_hash *nh = realloc(v->hashes, nc * sizeof *nh);
+        if (!nh)
+            return -ENOMEM;
+        v->hashes = nh;
+        v->h_cap = nc;
+    }
+    memcpy(v->hashes + v->h_len, ev->hashes, ev->num_hashes * sizeof *ev->hashes);
+    v->ev[v->ev_len++] =
+        (struct staged_event){step_end, (uint8_t)ev->type, ev->num_hashes, v->h_len};
+    v->h_len += ev->num_hashes;
+    return 0;
+}
+
+void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
+                                   const struct kvsim_engine_pub *load)
+{
+    struct view_engine *v = &r->ve[engine];
+    if (v->ld_len > v->ld_head && v->ld[v->ld_len - 1].t == step_end) {
+        v->ld[v->ld_len - 1].load = *load; /* the step's last word */
+        return;
+    }
+    void *arr = v->ld;
+    if (fifo_room(&arr, sizeof *v->ld, &v->ld_head, &v->ld_len, &v->ld_cap) != 0) {
+        /* no room: keep the newest load as the last one staged (heard of a little early) */
+        if (v->ld_len > v->ld_head)
+            v->ld[v->ld_len - 1] = (struct staged_load){step_end, *load};
+        return;
+    }
+    v->ld = arr;
+    v->ld[v->ld_len++] = (struct staged_load){step_end, *load};
+}
+
+/* Whether what happened at t is seen at now (t + delay <= now, without overflow). */
+static bool seen_by(const struct kvsim_router *r, int64_t t, int64_t now)
+{
+    return t <= now - r->delay_ns;
+}
+
+int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t now)
+{
+    if (r->view != KVSIM_ROUTER_VIEW_DELAYED)
+        return 0;
+    struct view_engine *v = &r->ve[engine];
+    for (; v->ev_head < v->ev_len && seen_by(r, v->ev[v->ev_head].t, now); v->ev_head++) {
+        const struct staged_event *s = &v->ev[v->ev_head];
+        struct kvpool_event ev = {.type = (enum kvpool_event_type)s->type,
+                                  .num_hashes = s->num,
+                                  .hashes = v->hashes + s->off};
+        int rc = kvsim_router_apply_event_owner(r, engine, &ev);
+        if (rc)
+            return rc;
+    }
+    for (; v->ld_head < v->ld_len && seen_by(r, v->ld[v->ld_head].t, now); v->ld_head++) {
+        v->seen = v->ld[v->ld_head].load;
+        v->seen_at = v->ld[v->ld_head].t;
+    }
+    return 0;
+}
+
+void kvsim_router_view_at(struct kvsim_router *r, int64_t now)
+{
+    r->now = now;
+    for (uint32_t e = 0; r->ve && e < r->n; e++) { /* the routes the seen load took in */
+        struct view_engine *v = &r->ve[e];
+        for (; v->own_head < v->own_len && v->own[v->own_head].t < v->seen_at; v->own_head++) {
+            v->own_blocks -= v->own[v->own_head].blocks;
+            v->own_tokens -= v->own[v->own_head].tokens;
+        }
+    }
+}
+
+/* Engine e's load for a decision: active blocks and queued tokens, with the router's own
+ * decisions on top (this boundary's with the exact view; those the seen load lacks with the
+ * delayed one). */
+static uint64_t load_blocks(const struct kvsim_router *r,
+                            const struct kvsim_engine_pub *const *pubs, uint32_t e)
+{
+    return r->ve ? r->ve[e].seen.active_blocks + r->ve[e].own_blocks
+                 : pubs[e]->active_blocks + r->pending_blocks[e];
+}
+
+static uint64_t load_tokens(const struct kvsim_router *r,
+                            const struct kvsim_engine_pub *const *pubs, uint32_t e)
+{
+    return r->ve ? r->ve[e].seen.queued_tokens + r->ve[e].own_tokens
+                 : pubs[e]->queued_tokens + r->pending_tokens[e];
+}
+
+/* ---- predict-on-route ----------------------------------------------------------------------- */
+
+static uint64_t predict_slot(const struct predict *p, kvpool_hash h)
+{
+    uint64_t i = (h ^ (h >> 29)) & p->mask;
+    while (p->until[i] && p->keys[i] != h)
+        i = (i + 1) & p->mask;
+    return i;
+}
+
+/* Whether h counts as cached on the engine of p at now. */
+static bool predicted(const struct predict *p, kvpool_hash h, int64_t now)
+{
+    return p->until && p->until[predict_slot(p, h)] > now;
+}
+
+/* Rebuilds p without the expired entries, twice as large when more than a quarter is live.
+ * Returns 0 or -ENOMEM. */
+static int predict_rebuild(struct predict *p, int64_t now)
+{
+    uint64_t live = 0, old_n = p->until ? p->mask + 1 : 0;
+    for (uint64_t i = 0; i < old_n; i++)
+        live += p->until[i] > now;
+    uint64_t n = old_n ? old_n : 1024;
+    while (live * 4 > n)
+        n *= 2;
+    struct predict q = {malloc(n * sizeof *q.keys), calloc(n, sizeof *q.until), n - 1, 0};
+    if (!q.keys || !q.until) {
+        free(q.keys);
+        free(q.until);
+        return -ENOMEM;
+    }
+    for (uint64_t i = 0; i < old_n; i++)
+        if (p->until[i] > now) {
+            uint64_t j = predict_slot(&q, p->keys[i]);
+            q.keys[j] = p->keys[i];
+            q.until[j] = p->until[i];
+            q.used++;
+        }
+    free(p->keys);
+    free(p->until);
+    *p = q;
+    return 0;
+}
+
+/* hashes[0..n) count as cached on engine e until now + the TTL. */
+static void predict_add(struct kvsim_router *r, uint32_t e, const kvpool_hash *hashes, uint32_t n)
+{
+    struct predict *p = &r->pred[e];
+    int64_t until = r->now > INT64_MAX - r->predict_ttl_ns ? INT64_MAX : r->now + r->predict_ttl_ns;
+    for (uint32_t k = 0; k < n; k++) {
+        if ((!p->until || (p->used + 1) * 2 > p->mask + 1) && predict_rebuild(p, r->now) != 0)
+            return; /* out of memory: a prediction fewer, never a wrong one */
+        uint64_t i = predict_slot(p, hashes[k]);
+        if (!p->until[i]) {
+            p->keys[i] = hashes[k];
+            p->used++;
+        }
+        if (until > p->until[i])
+            p->until[i] = until;
+    }
+}
+
+bool kvsim_router_predicts(const struct kvsim_router *r) { return r->pred != NULL; }
+
 /* Longest prefix of hashes cached on engine e. */
 uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t e,
                                  const kvpool_hash *hashes, uint32_t n)
 {
     uint32_t i = 0;
+    if (r->pred) { /* what the engine caches, or the router predicts it caches */
+        const struct predict *p = &r->pred[e];
+        if (r->pools)
+            while (i < n && (kvpool_cache_find(r->pools[e], hashes[i]) >= 0 ||
+                             predicted(p, hashes[i], r->now)))
+                i++;
+        else
+            while (i < n &&
+                   (shard_contains(&r->shards[e], hashes[i]) || predicted(p, hashes[i], r->now)))
+                i++;
+        return i;
+    }
     if (r->pools && r->group > 1) { /* a deployment: its rank with the longest prefix */
         uint32_t best = 0;
         for (uint32_t k = 0; k < r->group && best < n; k++) {
@@ -332,8 +633,7 @@ static uint32_t kv_choice(const struct kvsim_router *r, const struct kvsim_engin
         uint32_t o = ov[e * stride] < num_hashes ? ov[e * stride] : num_hashes;
         if (o > prompt_blocks)
             o = prompt_blocks;
-        double cost = r->w * (double)(prompt_blocks - o) +
-                      (double)(pubs[e]->active_blocks + r->pending_blocks[e]);
+        double cost = r->w * (double)(prompt_blocks - o) + (double)load_blocks(r, pubs, e);
         if (e == 0 || cost < bc) {
             best = e;
             bc = cost;
@@ -375,6 +675,7 @@ void kvsim_router_boundary(struct kvsim_router *r, const struct kvsim_engine_pub
                            int64_t now)
 {
     kvsim_router_new_boundary(r);
+    kvsim_router_view_at(r, now);
     if (r->policy != KVSIM_ROUTER_DP_LB)
         return;
     /* The latest tick at or before now: the replay puts a boundary on every tick while an engine
@@ -426,6 +727,16 @@ static uint32_t book(struct kvsim_router *r, uint32_t best, uint32_t prompt_bloc
     r->pending_tokens[best] += prompt_tokens;
     r->pending_reqs[best]++;
     r->ov_open = false;
+    if (r->ve) { /* booked until the load the router sees was taken after now */
+        struct view_engine *v = &r->ve[best];
+        void *arr = v->own;
+        if (fifo_room(&arr, sizeof *v->own, &v->own_head, &v->own_len, &v->own_cap) == 0) {
+            v->own = arr;
+            v->own[v->own_len++] = (struct own_route){r->now, prompt_blocks, prompt_tokens};
+            v->own_blocks += prompt_blocks;
+            v->own_tokens += prompt_tokens;
+        }
+    }
     return best;
 }
 
@@ -451,8 +762,8 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
     case KVSIM_ROUTER_LEAST_LOADED: {
         uint64_t bb = UINT64_MAX, bt = UINT64_MAX;
         for (uint32_t e = 0; e < r->n; e++) {
-            uint64_t blocks = pubs[e]->active_blocks + r->pending_blocks[e];
-            uint64_t tokens = pubs[e]->queued_tokens + r->pending_tokens[e];
+            uint64_t blocks = load_blocks(r, pubs, e);
+            uint64_t tokens = load_tokens(r, pubs, e);
             if (blocks < bb || (blocks == bb && tokens < bt)) {
                 best = e;
                 bb = blocks;
@@ -467,6 +778,8 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
             kvsim_router_overlap_begin(r);
         extend_overlaps(r, hashes, num_hashes);
         best = kv_choice(r, pubs, r->ov, 1, num_hashes, prompt_blocks);
+        if (r->pred)
+            predict_add(r, best, hashes, num_hashes);
         break;
     }
     return book(r, best, prompt_blocks, prompt_tokens);

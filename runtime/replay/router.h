@@ -140,6 +140,52 @@ KVSIM_EXTERN void kvsim_router_boundary(struct kvsim_router *r,
                                         const struct kvsim_engine_pub *const *pubs, int64_t now);
 /* dp-lb: the first publish tick after now; INT64_MAX for the other policies. */
 KVSIM_EXTERN int64_t kvsim_router_next_tick(const struct kvsim_router *r, int64_t now);
+/* ---- what the router sees (docs/replay.md, "What the router sees") ------------------------- */
+
+/*
+ * The view: exact (every engine's cache and load at the boundary, the router's own decisions of
+ * the boundary on top: kvsim's model before issue 61) or delayed: what an engine did reaches the
+ * router at the end of the step that did it plus delay_ns (vLLM publishes one KV-event batch per
+ * step, after the forward pass; transport adds milliseconds), while the router's own decisions
+ * count at once and until the engine's load it hears of was taken after them.
+ */
+enum kvsim_router_view {
+    KVSIM_ROUTER_VIEW_EXACT = 0,
+    KVSIM_ROUTER_VIEW_DELAYED,
+};
+/* "exact", "delayed". */
+KVSIM_EXTERN const char *kvsim_router_view_name(enum kvsim_router_view v);
+/*
+ * kvsim_router_set_view - the router's view (before any event or decision; exact by default)
+ * and, for the kv policy, predict-on-route: a routed prompt's blocks count as cached on the
+ * chosen engine for predict_ttl_ns (0: off), as llm-d's speculative indexing and Dynamo's
+ * predict-on-route do. The delayed view's overlaps come from the event indexer (fed through
+ * kvsim_router_stage_event_owner), never from the pools. Returns 0 or -EINVAL (a delay or TTL
+ * below 0). Coordinator only.
+ */
+KVSIM_EXTERN int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view,
+                                       int64_t delay_ns, int64_t predict_ttl_ns);
+/*
+ * The delayed view's inputs, from engine `engine`'s thread (the owner): a KV event of the step
+ * that ended at step_end, and the engine's load then. They are staged, unseen, until
+ * kvsim_router_release_owner reaches step_end + delay. Returns 0 or -ENOMEM (stage_event). In
+ * the parallel phase, each engine's owner touches only its own staging and shard.
+ */
+KVSIM_EXTERN int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine,
+                                                int64_t step_end, const struct kvpool_event *ev);
+KVSIM_EXTERN void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t engine,
+                                                int64_t step_end,
+                                                const struct kvsim_engine_pub *load);
+/* What engine `engine` did that the router sees by `now` (staged at step ends + delay <= now):
+ * its events applied to its shard, its load the latest such. Owner, once the engine is at now.
+ * Returns 0 or an indexer error. */
+KVSIM_EXTERN int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t now);
+/* The delayed view's instant for the decisions that follow (kvsim_router_boundary sets it at a
+ * boundary; the disaggregated coordinator at each pin it routes). Coordinator only. */
+KVSIM_EXTERN void kvsim_router_view_at(struct kvsim_router *r, int64_t now);
+/* Whether the kv policy predicts on route (then the whole prompt should be hashed). */
+KVSIM_EXTERN bool kvsim_router_predicts(const struct kvsim_router *r);
+
 /* Block hashes the indexer tracks, summed over the engines' shards (a hash cached on two engines
  * counts twice). */
 KVSIM_EXTERN uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r);

@@ -46,13 +46,72 @@ static void apply_event(void *ctx, const struct kvpool_event *ev)
         ec->rc = rc;
 }
 
-int replay__route_drain_events(struct replay *rp, uint32_t e)
+/* The router engine e is routed by, and e's index among its engines. */
+static struct kvsim_router *router_of(const struct replay *rp, uint32_t e, uint32_t *index)
 {
     bool decode = rp->num_prefill && e >= rp->num_prefill;
-    struct event_ctx ec = {decode ? rp->dis.decode_router : rp->rt.router,
-                           decode ? e - rp->num_prefill : e, 0};
+    *index = decode ? e - rp->num_prefill : e;
+    return decode ? rp->dis.decode_router : rp->rt.router;
+}
+
+int replay__route_drain_events(struct replay *rp, uint32_t e)
+{
+    struct event_ctx ec = {NULL, 0, 0};
+    ec.router = router_of(rp, e, &ec.engine);
     kvpool_events_drain(kvsim_engine_pool(rp->engines[e]), apply_event, &ec);
     return ec.rc;
+}
+
+/* ---- what the router sees (router.h, kvsim_router_set_view) ----------------------------------
+ *
+ * With the delayed view each engine hands its KV events and its load to rp->rt.sink at every
+ * step's end, on its own thread (engine.h, kvsim_step_sink); they are staged in its router and
+ * released, at the end of each phase, up to the instant the phase advanced the engine to: the
+ * next boundary's routing sees exactly what happened by then minus the delay, whatever thread
+ * advanced which engine.
+ */
+
+static int sink_event(void *ctx, uint32_t e, int64_t step_end, const struct kvpool_event *ev)
+{
+    uint32_t i;
+    struct kvsim_router *r = router_of(ctx, e, &i);
+    return kvsim_router_stage_event_owner(r, i, step_end, ev);
+}
+
+static void sink_load(void *ctx, uint32_t e, int64_t step_end, const struct kvsim_engine_pub *load)
+{
+    uint32_t i;
+    struct kvsim_router *r = router_of(ctx, e, &i);
+    kvsim_router_stage_load_owner(r, i, step_end, load);
+}
+
+int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed)
+{
+    const struct kvsim_replay_config *cfg = rp->cfg;
+    enum kvsim_router_policy p = kvsim_router_policy(r);
+    *delayed = cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED &&
+               (p == KVSIM_ROUTER_KV || p == KVSIM_ROUTER_LEAST_LOADED);
+    int64_t ttl = p == KVSIM_ROUTER_KV ? cfg->router_predict_ttl_ns : 0;
+    rp->rt.predicts |= ttl > 0;
+    rp->rt.sink = (struct kvsim_step_sink){sink_event, sink_load, rp};
+    if (!*delayed && ttl == 0)
+        return 0;
+    return kvsim_router_set_view(r, *delayed ? KVSIM_ROUTER_VIEW_DELAYED : KVSIM_ROUTER_VIEW_EXACT,
+                                 cfg->kv_event_delay_ns, ttl);
+}
+
+bool replay__route_delayed(const struct replay *rp, uint32_t e)
+{
+    return rp->rt.delayed[rp->num_prefill && e >= rp->num_prefill];
+}
+
+int replay__route_release(struct replay *rp, uint32_t e, int64_t now)
+{
+    if (!replay__route_delayed(rp, e))
+        return 0;
+    uint32_t i;
+    struct kvsim_router *r = router_of(rp, e, &i);
+    return kvsim_router_release_owner(r, i, now);
 }
 
 /* Request req's prompt as token runs in *runs (grown to fit; *cap its capacity). Returns how many
@@ -86,6 +145,8 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
         /* Hash only as far as some engine could match: start with a few blocks and double
          * while an engine still holds every hash so far (most prompts miss early). */
         uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
+        if (kvsim_router_predicts(router)) /* what it routes counts as cached: all of it */
+            want = full;
         kvsim_router_overlap_begin(router); /* each round looks up only its new hashes */
         for (;;) {
             if (want > rp->rt.cap_hashes) {

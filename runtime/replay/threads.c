@@ -196,6 +196,8 @@ static void work_engine(struct replay *rp, uint32_t e, enum phase phase)
         rc = kvsim_engine_advance(eng, to_cur ? rp->ep.b_cur : rp->ep.b_next);
     if (rc == 0 && rp->rt.drain_events)
         rc = replay__route_drain_events(rp, e);
+    if (rc == 0)
+        rc = replay__route_release(rp, e, to_cur ? rp->ep.b_cur : rp->ep.b_next);
     if (rc == 0 && rp->rt.prep_now && !to_cur)
         replay__route_prep_overlaps(rp, e); /* e at the next boundary: what it caches there */
     kvsim_tier_topology_thread_quiescent(rp->tiers); /* no registry read of e outlives it */

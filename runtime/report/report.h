@@ -330,9 +330,12 @@ struct kvsim_slo_summary {
 };
 
 struct kvsim_report_run {
-    const char *trace;             /* trace name or path ("synthetic", ...) */
-    const char *trace_sha256;      /* the trace file's sha256 (hex), or NULL (not from a file) */
-    const char *router;            /* router name ("round_robin", "kv_aware", ...) */
+    const char *trace;        /* trace name or path ("synthetic", ...) */
+    const char *trace_sha256; /* the trace file's sha256 (hex), or NULL (not from a file) */
+    const char *router;       /* router name ("round_robin", "kv_aware", ...) */
+    /* what it saw: delayed by kv_event_delay_ns, or predicting for predict_ttl_ns (> 0) */
+    bool router_view_delayed;
+    int64_t kv_event_delay_ns, predict_ttl_ns;
     uint64_t seed;                 /* workload / replay seed */
     uint32_t num_engines;          /* engines in the replay */
     uint32_t data_parallel_size;   /* ranks per deployment (0 or 1: no data parallelism) */
@@ -465,13 +468,18 @@ struct kvsim_report {
     char trace[KVSIM_REPORT_NAME_LEN];  /* copied from the run (truncated) */
     char trace_sha256[65];              /* copied from the run ("": none) */
     char router[KVSIM_REPORT_NAME_LEN]; /* copied from the run (truncated) */
-    uint64_t seed;                      /* from the run */
-    uint32_t num_engines;               /* from the run */
-    uint32_t data_parallel_size;        /* from the run (1: none) */
-    uint32_t tensor_parallel_size;      /* from the run (1: one GPU per engine) */
-    uint64_t gpus;                      /* num_engines x tensor_parallel_size */
-    bool enable_expert_parallel;        /* from the run */
-    uint32_t vllm_contract;             /* from the run: the fidelity contract (vllm.md) */
+    /* what the router saw (router.h): delayed (its delay) or predicting on route (its TTL);
+     * false: the exact view without prediction, and the report says nothing of it */
+    bool router_view_delayed;
+    bool has_router_view;
+    double kv_event_delay_ms, predict_ttl_s;
+    uint64_t seed;                 /* from the run */
+    uint32_t num_engines;          /* from the run */
+    uint32_t data_parallel_size;   /* from the run (1: none) */
+    uint32_t tensor_parallel_size; /* from the run (1: one GPU per engine) */
+    uint64_t gpus;                 /* num_engines x tensor_parallel_size */
+    bool enable_expert_parallel;   /* from the run */
+    uint32_t vllm_contract;        /* from the run: the fidelity contract (vllm.md) */
     /* from the run: the engine arguments (has_*: recorded), under vLLM's names in the JSON */
     bool has_engine, has_pools;
     struct sched_config engine, prefill, decode;

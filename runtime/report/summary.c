@@ -313,6 +313,10 @@ int kvsim_metrics_summarize(const struct kvsim_metrics *m, const struct kvsim_re
     if (run->trace_sha256)
         snprintf(out->trace_sha256, sizeof out->trace_sha256, "%s", run->trace_sha256);
     copy_name(out->router, run->router);
+    out->router_view_delayed = run->router_view_delayed;
+    out->has_router_view = run->router_view_delayed || run->predict_ttl_ns > 0;
+    out->kv_event_delay_ms = (double)run->kv_event_delay_ns / 1e6;
+    out->predict_ttl_s = (double)run->predict_ttl_ns / 1e9;
     out->seed = run->seed;
     out->num_engines = run->num_engines;
     out->data_parallel_size = run->data_parallel_size > 1 ? run->data_parallel_size : 1;

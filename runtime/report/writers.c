@@ -74,7 +74,13 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
     fprintf(f, ROW "%s\n", "trace", or_dash(r->trace));
     if (r->trace_sha256[0])
         fprintf(f, ROW "%s\n", "  sha256", r->trace_sha256);
-    fprintf(f, ROW "%s\n", "router", or_dash(r->router));
+    fprintf(f, ROW "%s", "router", or_dash(r->router));
+    if (r->router_view_delayed)
+        fprintf(f, " (delayed view: %g ms after a step's end", r->kv_event_delay_ms);
+    if (r->predict_ttl_s > 0)
+        fprintf(f, "%spredict-on-route %g s", r->router_view_delayed ? "; " : " (",
+                r->predict_ttl_s);
+    fprintf(f, "%s\n", r->has_router_view ? ")" : "");
     if (r->data_parallel_size > 1)
         fprintf(f,
                 ROW "%" PRIu32 " engines (%" PRIu32 " x data parallel %" PRIu32
@@ -475,6 +481,12 @@ static json_t *report_json(const struct kvsim_report *r)
         put(run, "trace_sha256", r->trace_sha256[0] ? json_string(r->trace_sha256) : json_null()) &&
         ok;
     ok = put(run, "router", json_string(r->router)) && ok;
+    if (r->has_router_view) /* absent: the exact view (the reports before issue 61) */
+        ok = put(run, "router_view",
+                 json_pack("{s:s,s:f,s:f}", "view", r->router_view_delayed ? "delayed" : "exact",
+                           "kv_event_delay_ms", r->kv_event_delay_ms, "predict_ttl_s",
+                           r->predict_ttl_s)) &&
+             ok;
     ok = put(run, "seed", json_u64(r->seed)) && ok;
     ok = put(run, "engines", json_integer(r->num_engines)) && ok;
     ok = put(run, "tensor_parallel_size", json_integer(r->tensor_parallel_size)) && ok;

@@ -616,3 +616,112 @@ Test(replay_router, kv_reuses_more_prefixes_than_round_robin, .timeout = 120)
     kvsim_report_fini(&kv);
     kvsim_report_fini(&rr);
 }
+
+/* ---- what the router sees (issue 61: router.h, kvsim_router_set_view) ----------------------- */
+
+#define MS INT64_C(1000000)
+
+static void stage(struct kvsim_router *r, uint32_t engine, int64_t step_end,
+                  enum kvpool_event_type type, const kvpool_hash *hashes, uint32_t n)
+{
+    struct kvpool_event ev = {.type = type, .num_hashes = n, .hashes = hashes};
+    cr_assert_eq(kvsim_router_stage_event_owner(r, engine, step_end, &ev), 0);
+}
+
+/*
+ * The delayed view: a block stored in a step that ends at 10 ms is invisible to the router
+ * before 10 ms + the delay (5 ms) and visible from then on, on its engine only; a removal
+ * likewise; an engine's load is the one of its latest step end seen, not the newest.
+ */
+Test(replay_router, delayed_view_sees_a_step_at_its_end_plus_the_delay)
+{
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, ROUTER_E, 1.0, &r), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0), 0);
+    stage(r, 1, 10 * MS, KVPOOL_EVENT_STORED, prompt4, 4);
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 15 * MS - 1), 0);
+    cr_assert_eq(kvsim_router_max_overlap(r, prompt4, 4), 0, "1 ns before the end + delay");
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 15 * MS), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 1, prompt4, 4), 4, "at the end + delay");
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, prompt4, 4), 0, "on its engine only");
+    stage(r, 1, 20 * MS, KVPOOL_EVENT_REMOVED, prompt4 + 2, 2);
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 24 * MS), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 1, prompt4, 4), 4, "the removal is not heard yet");
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 25 * MS), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 1, prompt4, 4), 2, "now it is");
+
+    /* loads: engine 0 busy at 30 ms, idle at 40 ms; at 44 ms the router sees it busy */
+    struct router_state s;
+    router_state_init(&s);
+    struct kvsim_engine_pub busy = {.active_blocks = 100}, idle = {0};
+    kvsim_router_stage_load_owner(r, 0, 30 * MS, &busy);
+    kvsim_router_stage_load_owner(r, 0, 40 * MS, &idle);
+    cr_assert_eq(kvsim_router_release_owner(r, 0, 44 * MS), 0);
+    kvsim_router_view_at(r, 44 * MS);
+    static const kvpool_hash other[] = {7, 8, 9, 10};
+    cr_assert_eq(kvsim_router_route(r, s.pubs, other, 4, 4, 64), 1,
+                 "engine 0's 100 blocks (at 30 ms) are what it sees, whatever the pubs say");
+    cr_assert_eq(kvsim_router_release_owner(r, 0, 45 * MS), 0);
+    kvsim_router_view_at(r, 45 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, other, 4, 4, 64), 0, "idle at 40 ms, seen at 45");
+    kvsim_router_destroy(r);
+}
+
+/*
+ * The router's own decisions count at once and stay counted until a load it sees was taken
+ * after them: a prompt routed to engine 0 at 50 ms keeps engine 0's 4 blocks booked at later
+ * boundaries (the exact view forgets them at the next boundary, when the engines publish), and
+ * is dropped once engine 0's load of a step ending after 50 ms is seen.
+ */
+Test(replay_router, delayed_view_books_its_decisions_until_a_later_load_is_seen)
+{
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_LEAST_LOADED, 2, 1.0, &r), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0), 0);
+    struct router_state s;
+    router_state_init(&s);
+    kvsim_router_view_at(r, 50 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 4, 64), 0);
+    kvsim_router_new_boundary(r);
+    kvsim_router_view_at(r, 51 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 3, 64), 1, "engine 0's 4 still booked");
+    struct kvsim_engine_pub after = {.active_blocks = 1}; /* a step of engine 0 ending at 52 ms */
+    kvsim_router_stage_load_owner(r, 0, 52 * MS, &after);
+    cr_assert_eq(kvsim_router_release_owner(r, 0, 57 * MS), 0);
+    kvsim_router_new_boundary(r);
+    kvsim_router_view_at(r, 57 * MS);
+    /* engine 0: 1 seen, the route at 50 ms in it; engine 1: 0 seen + 3 booked at 51 ms */
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 1, 16), 0, "1 block against 3");
+    kvsim_router_destroy(r);
+}
+
+/*
+ * Siblings arriving together (one boundary, the same 4-block prompt, nothing cached): without
+ * prediction the second is scored with no overlap anywhere and goes where nothing is booked
+ * (they spread); with predict-on-route the first one's blocks count as cached on its engine,
+ * the second follows it, and the prediction expires after its TTL.
+ */
+Test(replay_router, predict_on_route_keeps_siblings_together)
+{
+    for (int predict = 0; predict < 2; predict++) {
+        struct kvsim_router *r;
+        cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, ROUTER_E, 1.0, &r), 0);
+        cr_assert_eq(
+            kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, predict ? 2000 * MS : 0),
+            0);
+        cr_assert_eq(kvsim_router_predicts(r), predict == 1);
+        struct router_state s;
+        router_state_init(&s);
+        kvsim_router_view_at(r, 100 * MS);
+        cr_assert_eq(kvsim_router_route(r, s.pubs, prompt4, 4, 4, 64), 0);
+        cr_assert_eq(kvsim_router_route(r, s.pubs, prompt4, 4, 4, 64), predict ? 0 : 1,
+                     "the sibling %s", predict ? "follows" : "spreads");
+        if (predict) {
+            cr_assert_eq(kvsim_router_overlap_on(r, 0, prompt4, 4), 4, "predicted cached");
+            kvsim_router_new_boundary(r);
+            kvsim_router_view_at(r, 2100 * MS);
+            cr_assert_eq(kvsim_router_overlap_on(r, 0, prompt4, 4), 0, "expired after 2 s");
+        }
+        kvsim_router_destroy(r);
+    }
+}

@@ -335,3 +335,72 @@ Test(engine, an_empty_step_that_preempted_schedules_again_at_once)
     cr_assert_eq(kvsim_metrics_record(g.metrics, 1)->status, KVSIM_REQ_COMPLETED);
     rig_fini(&g);
 }
+
+/* What a delayed router hears (issue 61, kvsim_step_sink): the engine's KV events and its load,
+ * stamped with the end of the step that made them (vLLM publishes after the forward pass). */
+struct heard {
+    int64_t event_t[16];
+    uint32_t event_n[16];
+    int num_events;
+    int64_t load_t[16];
+    struct kvsim_engine_pub load[16];
+    int num_loads;
+};
+
+static int heard_event(void *ctx, uint32_t engine, int64_t t, const struct kvpool_event *ev)
+{
+    struct heard *h = ctx;
+    cr_assert_eq(engine, 0);
+    if (h->num_events < 16 && ev->type == KVPOOL_EVENT_STORED) {
+        h->event_t[h->num_events] = t;
+        h->event_n[h->num_events++] = ev->num_hashes;
+    }
+    return 0;
+}
+
+static void heard_load(void *ctx, uint32_t engine, int64_t t, const struct kvsim_engine_pub *l)
+{
+    struct heard *h = ctx;
+    cr_assert_eq(engine, 0);
+    if (h->num_loads < 16) {
+        h->load_t[h->num_loads] = t;
+        h->load[h->num_loads++] = *l;
+    }
+}
+
+/* One request of 100 prompt tokens: its 6 full blocks are cached when its prefill is scheduled
+ * at 0, and heard of at the prefill's end, 3 ms; the loads come at 3 ms (it runs, 7 blocks) and
+ * at its last step's end, 5 ms (it is done: nothing unfinished, nothing active). */
+Test(engine, a_step_sink_hears_each_step_at_its_end)
+{
+    struct rig g;
+    memset(&g, 0, sizeof g);
+    char err[512];
+    cr_assert_eq(kvsim_trace_load(INPUTS "one_request.jsonl", NULL, &g.trace, err, sizeof err), 0);
+    cr_assert_eq(kvsim_metrics_create((uint32_t)g.trace.num_reqs, 1, &g.metrics), 0);
+    struct heard h = {0};
+    struct kvsim_step_sink sink = {heard_event, heard_load, &h};
+    struct kvsim_engine_config c = {
+        .id = 0, .trace = &g.trace, .metrics = g.metrics, .kv_events = true, .step_sink = &sink};
+    sched_config_default(&c.sched);
+    c.sched.num_blocks = 64;
+    c.sched.max_model_len = 4096;
+    cr_assert_eq(kvsim_step_model_load(INPUTS "step_model.json", &c.model, err, sizeof err), 0);
+    cr_assert_eq(kvsim_engine_create(&c, &g.e), 0);
+    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    advance(&g, 1 * MS);
+    cr_assert_eq(h.num_events, 0, "the prefill is scheduled, not yet ended: nothing heard");
+    cr_assert_eq(h.num_loads, 0);
+    advance(&g, 100 * MS);
+    cr_assert_eq(h.num_events, 1);
+    cr_assert_eq(h.event_t[0], 3 * MS, "stored at the schedule, heard at the step's end");
+    cr_assert_eq(h.event_n[0], 6, "100 tokens: 6 full blocks");
+    cr_assert_geq(h.num_loads, 2);
+    cr_assert_eq(h.load_t[0], 3 * MS);
+    cr_assert_eq(h.load[0].num_running, 1);
+    cr_assert_eq(h.load[0].active_blocks, 7, "6 full blocks and the one being filled");
+    cr_assert_eq(h.load_t[h.num_loads - 1], 5 * MS, "the last step's end");
+    cr_assert_eq(h.load[h.num_loads - 1].num_unfinished, 0);
+    cr_assert_eq(h.load[h.num_loads - 1].active_blocks, 0);
+    rig_fini(&g);
+}

@@ -29,7 +29,7 @@ extern "C" {
  * default). 4 engines, kv router, 16-token blocks, a KV capacity of 262,144 tokens per engine
  * (kvsim_default_kv_blocks), max_num_seqs 256, max_num_batched_tokens 8192, prefix caching and
  * chunked prefill on, one thread per CPU; a 1 s time series interval; disaggregated serving off
- * (when turned on: kv routers, 25 GB/s links with no fixed latency, a 480 s abort timeout as
+ * (when turned on: kv routers, 25 GB/s links with 1 ms a transfer, a 480 s abort timeout as
  * VLLM_NIXL_ABORT_REQUEST_TIMEOUT).
  */
 void kvsim_replay_config_default(struct kvsim_replay_config *c);

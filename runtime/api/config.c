@@ -439,7 +439,8 @@ static const struct opt opts[] = {
     {"kv-transfer-gbps", O_GENERIC, K_DBL, G_DISAGG, 1e-6, 1e6, false, NULL, S_DISAGG, "X",
      "prefill->decode link bandwidth, GB/s (25)", AT(replay.disagg.transfer.gbps)},
     {"kv-transfer-latency-us", O_GENERIC, K_DBL, G_DISAGG, 0, 1e9, false, NULL, S_DISAGG, "X",
-     "fixed cost of one KV transfer (0)", AT_SCALED(replay.disagg.transfer.latency_ns, 1e3)},
+     "fixed cost of one KV transfer (1000: RDMA set-up, docs/disagg.md)",
+     AT_SCALED(replay.disagg.transfer.latency_ns, 1e3)},
     {"kv-transfer-abort-timeout-ms", O_GENERIC, K_DBL, G_DISAGG, 0, 1e12, false, NULL, S_DISAGG,
      "X",
      "a pinned source is freed this long after the pin (480000, VLLM_NIXL_ABORT_REQUEST_TIMEOUT; "
@@ -605,7 +606,8 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->kv_bytes_per_token = 131072; /* Llama-3.1-8B in bf16 */
     c->disagg.prefill_sched = c->disagg.decode_sched = c->sched;
     c->disagg.prefill_router = c->disagg.decode_router = KVSIM_ROUTER_KV;
-    c->disagg.transfer.gbps = 25.0;                         /* a 200 Gb/s RDMA NIC */
+    c->disagg.transfer.gbps = 25.0;          /* a 200 Gb/s RDMA NIC */
+    c->disagg.transfer.latency_ns = 1000000; /* 1 ms a transfer: RDMA set-up (docs/disagg.md) */
     c->disagg.abort_timeout_ns = INT64_C(480) * 1000000000; /* VLLM_NIXL_ABORT_REQUEST_TIMEOUT */
     c->timeseries_interval_ns = 1000000000;
 }

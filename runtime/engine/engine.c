@@ -296,8 +296,9 @@ void engine__publish(struct kvsim_engine *e)
         more > (INT64_MAX - first_end) / d ? INT64_MAX : first_end + more * d;
 }
 
-/* The KV events of the step that ended at e->now, and the load then, to the step sink (a router
- * with a delayed view). The engine's thread. */
+/* The step sink (a router with a delayed view; engine.h, kvsim_step_sink), on the engine's thread:
+ * the KV events recorded so far, handed over stamped with the end of the step they belong to
+ * (sink_drain), and the load at every step's end (step_ended). */
 struct sink_event_ctx {
     const struct kvsim_step_sink *sink;
     uint32_t engine;
@@ -313,16 +314,28 @@ static void sink_event(void *ctx, const struct kvpool_event *ev)
         c->rc = rc;
 }
 
-/* Returns 0 or the sink's error (the engine failed). */
+/* The events recorded so far, stamped t. Returns 0 or the sink's error (the engine failed). */
+static int sink_drain(struct kvsim_engine *e, int64_t t)
+{
+    const struct kvsim_step_sink *sink = e->cfg.step_sink;
+    if (!sink)
+        return 0;
+    struct sink_event_ctx c = {sink, e->cfg.id, t, 0};
+    kvpool_events_drain(sched_pool(e->s), sink_event, &c);
+    return c.rc ? engine__fail(e, c.rc) : 0;
+}
+
+int kvsim_engine_sink_flush(struct kvsim_engine *e) { return sink_drain(e, e->now); }
+
+/* At a step's end (e->now): what its update recorded, and the load. Returns as sink_drain. */
 static int step_ended(struct kvsim_engine *e)
 {
     const struct kvsim_step_sink *sink = e->cfg.step_sink;
     if (!sink)
         return 0;
-    struct sink_event_ctx c = {sink, e->cfg.id, e->now, 0};
-    kvpool_events_drain(sched_pool(e->s), sink_event, &c);
-    if (c.rc)
-        return engine__fail(e, c.rc);
+    int rc = sink_drain(e, e->now);
+    if (rc)
+        return rc;
     struct kvpool *pool = sched_pool(e->s);
     struct kvsim_engine_pub load = e->pub; /* queued_tokens is kept current */
     load.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
@@ -625,7 +638,8 @@ static int schedule_ahead(struct kvsim_engine *e)
     if (!st)
         return rc;
     e->ahead = st;
-    return 0;
+    int64_t end; /* it runs after the running step: its blocks are heard of at its own end */
+    return sink_drain(e, kvsim_clock_add(e->step_end, e->ahead_dur, &end) ? end : INT64_MAX);
 }
 
 /* Starts a step at e->now. Leaves e->step NULL when nothing can be scheduled. */
@@ -652,6 +666,9 @@ static int start_step(struct kvsim_engine *e)
         if (!kvsim_clock_add(e->now, dur, &e->step_end))
             return engine__clock_overflow(e, "step", dur);
         e->step_prompt_tokens = prompt;
+        /* what its schedule cached and evicted, heard of at its end (vLLM: after the pass) */
+        if ((rc = sink_drain(e, e->step_end)) != 0)
+            return rc;
         return e->pipelined ? schedule_ahead(e) : 0;
     }
 }

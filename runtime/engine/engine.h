@@ -666,7 +666,10 @@ struct kvsim_engine_config {
 };
 
 /* Where an engine's step ends go (kvsim_engine_config.step_sink). event and load run on the
- * engine's thread, in step order; ev is valid during the call only. */
+ * engine's thread; ev is valid during the call only. A step's events are handed over when it is
+ * scheduled (what the schedule cached and evicted), stamped with the step's end, which is known
+ * then (a step scheduled ahead: its own end); what a step's end or a transfer records, at the
+ * next step's schedule or end, or at kvsim_engine_sink_flush. Loads come at every step's end. */
 struct kvsim_step_sink {
     /* returns 0 or a negative errno, which fails the engine's advance */
     int (*event)(void *ctx, uint32_t engine, int64_t step_end, const struct kvpool_event *ev);
@@ -689,6 +692,10 @@ KVSIM_EXTERN void kvsim_engine_offload_stats(const struct kvsim_engine *e,
 KVSIM_EXTERN int kvsim_engine_create(const struct kvsim_engine_config *cfg,
                                      struct kvsim_engine **out);
 KVSIM_EXTERN void kvsim_engine_destroy(struct kvsim_engine *e);
+/* Hands the step sink the KV events recorded and not handed over yet, stamped with the engine's
+ * clock (a transfer's, between steps), so that its pool holds nothing the sink has not been
+ * given. The engine's thread. Returns 0 or the sink's error. */
+KVSIM_EXTERN int kvsim_engine_sink_flush(struct kvsim_engine *e);
 
 /*
  * kvsim_engine_admit - add request `req` arriving at `t` (the current boundary). A request

@@ -111,7 +111,8 @@ int replay__route_release(struct replay *rp, uint32_t e, int64_t now)
         return 0;
     uint32_t i;
     struct kvsim_router *r = router_of(rp, e, &i);
-    return kvsim_router_release_owner(r, i, now);
+    int rc = kvsim_engine_sink_flush(rp->engines[e]); /* nothing in its pool left unstaged */
+    return rc ? rc : kvsim_router_release_owner(r, i, now);
 }
 
 /* Request req's prompt as token runs in *runs (grown to fit; *cap its capacity). Returns how many

@@ -368,33 +368,48 @@ static void heard_load(void *ctx, uint32_t engine, int64_t t, const struct kvsim
     }
 }
 
-/* One request of 100 prompt tokens: its 6 full blocks are cached when its prefill is scheduled
- * at 0, and heard of at the prefill's end, 3 ms; the loads come at 3 ms (it runs, 7 blocks) and
- * at its last step's end, 5 ms (it is done: nothing unfinished, nothing active). */
-Test(engine, a_step_sink_hears_each_step_at_its_end)
+/* An engine over one request (prompt tokens, 3 outputs) with a step sink, async scheduling on
+ * or off; the step model of tests/inputs/step_model.json. */
+static void sink_rig(struct rig *g, struct heard *h, struct kvsim_step_sink *sink, uint32_t prompt,
+                     bool async)
 {
-    struct rig g;
-    memset(&g, 0, sizeof g);
-    char err[512];
-    cr_assert_eq(kvsim_trace_load(INPUTS "one_request.jsonl", NULL, &g.trace, err, sizeof err), 0);
-    cr_assert_eq(kvsim_metrics_create((uint32_t)g.trace.num_reqs, 1, &g.metrics), 0);
-    struct heard h = {0};
-    struct kvsim_step_sink sink = {heard_event, heard_load, &h};
+    memset(g, 0, sizeof *g);
+    char path[512], err[512];
+    const uint32_t rows[1][2] = {{prompt, 3}};
+    write_trace(path, sizeof path, async ? "sink-async.jsonl" : "sink.jsonl", rows, 1);
+    cr_assert_eq(kvsim_trace_load(path, NULL, &g->trace, err, sizeof err), 0, "%s", err);
+    remove(path);
+    cr_assert_eq(kvsim_metrics_create((uint32_t)g->trace.num_reqs, 1, &g->metrics), 0);
+    *h = (struct heard){0};
+    *sink = (struct kvsim_step_sink){heard_event, heard_load, h};
     struct kvsim_engine_config c = {
-        .id = 0, .trace = &g.trace, .metrics = g.metrics, .kv_events = true, .step_sink = &sink};
+        .id = 0, .trace = &g->trace, .metrics = g->metrics, .kv_events = true, .step_sink = sink};
     sched_config_default(&c.sched);
     c.sched.num_blocks = 64;
     c.sched.max_model_len = 4096;
+    c.sched.async_scheduling = async;
     cr_assert_eq(kvsim_step_model_load(INPUTS "step_model.json", &c.model, err, sizeof err), 0);
-    cr_assert_eq(kvsim_engine_create(&c, &g.e), 0);
-    cr_assert_eq(kvsim_engine_admit(g.e, 0, 0), 0);
+    cr_assert_eq(kvsim_engine_create(&c, &g->e), 0);
+    cr_assert_eq(kvsim_engine_admit(g->e, 0, 0), 0);
+}
+
+/* One request of 100 prompt tokens: its 6 full blocks are cached when its prefill is scheduled
+ * at 0 and handed over then, stamped with the prefill's end, 3 ms (vLLM publishes them after the
+ * pass); the loads come at 3 ms (it runs, 7 blocks) and at its last step's end, 5 ms (it is done:
+ * nothing unfinished, nothing active). */
+Test(engine, a_step_sink_hears_each_step_at_its_end)
+{
+    struct rig g;
+    struct heard h;
+    struct kvsim_step_sink sink;
+    sink_rig(&g, &h, &sink, 100, false);
     advance(&g, 1 * MS);
-    cr_assert_eq(h.num_events, 0, "the prefill is scheduled, not yet ended: nothing heard");
-    cr_assert_eq(h.num_loads, 0);
+    cr_assert_eq(h.num_events, 1, "scheduled: handed over already");
+    cr_assert_eq(h.event_t[0], 3 * MS, "stored at the schedule, stamped with the step's end");
+    cr_assert_eq(h.event_n[0], 6, "100 tokens: 6 full blocks");
+    cr_assert_eq(h.num_loads, 0, "no step has ended");
     advance(&g, 100 * MS);
     cr_assert_eq(h.num_events, 1);
-    cr_assert_eq(h.event_t[0], 3 * MS, "stored at the schedule, heard at the step's end");
-    cr_assert_eq(h.event_n[0], 6, "100 tokens: 6 full blocks");
     cr_assert_geq(h.num_loads, 2);
     cr_assert_eq(h.load_t[0], 3 * MS);
     cr_assert_eq(h.load[0].num_running, 1);
@@ -402,5 +417,29 @@ Test(engine, a_step_sink_hears_each_step_at_its_end)
     cr_assert_eq(h.load_t[h.num_loads - 1], 5 * MS, "the last step's end");
     cr_assert_eq(h.load[h.num_loads - 1].num_unfinished, 0);
     cr_assert_eq(h.load[h.num_loads - 1].active_blocks, 0);
+    rig_fini(&g);
+}
+
+/* Async scheduling: each step is scheduled while the one before it runs, so what a schedule
+ * caches belongs to the step scheduled ahead and is heard of at that step's end, not at the end
+ * of the step running then. 111 prompt tokens: the prefill caches 6 blocks (heard at its end);
+ * the 7th block fills with the first output and is cached by the schedule of the third step, made
+ * while the second runs: heard at the third step's end. */
+Test(engine, a_step_scheduled_ahead_is_heard_at_its_own_end)
+{
+    struct rig g;
+    struct heard h;
+    struct kvsim_step_sink sink;
+    sink_rig(&g, &h, &sink, 111, true);
+    advance(&g, 100 * MS);
+    cr_assert_eq(h.num_loads, 3, "three steps");
+    cr_assert_eq(h.num_events, 2);
+    cr_assert_eq(h.event_t[0], h.load_t[0], "the prefill's 6 blocks at the prefill's end");
+    cr_assert_eq(h.event_n[0], 6);
+    cr_assert_eq(h.event_n[1], 1);
+    cr_assert_eq(h.event_t[1], h.load_t[2],
+                 "the 7th block at the end of the step it was scheduled for (%" PRId64
+                 "), not of the step running then (%" PRId64 ")",
+                 h.load_t[2], h.load_t[1]);
     rig_fini(&g);
 }

@@ -227,9 +227,9 @@ static int replay_validate(const struct kvsim_replay_config *cfg, char *err, siz
               "model with offload tiers yet"
         : cfg->kv_index_events && cfg->router == KVSIM_ROUTER_KV
             ? "--kv-index events indexes engines, not data-parallel deployments (use pool)"
-        : cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED || cfg->router_predict_ttl_ns > 0
-            ? "--router-view delayed and --router-predict-ttl-s are not modeled over "
-              "data-parallel deployments yet"
+        : cfg->router_view == KVSIM_ROUTER_VIEW_EXACT && cfg->router_predict_ttl_ns > 0
+            ? "--router-predict-ttl-s over data-parallel deployments needs --router-view delayed "
+              "(the exact view reads the ranks' pools)"
             : NULL;
     if (why) {
         snprintf(err, errlen, "--data-parallel-size %u: %s", cfg->data_parallel_size, why);

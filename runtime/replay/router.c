@@ -40,7 +40,8 @@ struct staged_load {
     struct kvsim_engine_pub load;
 };
 struct own_route {
-    int64_t t; /* when it was routed */
+    int64_t t;     /* when it was routed */
+    uint32_t rank; /* the unit's rank that got it (kvsim_router_book_rank; 0 with one rank) */
     uint32_t blocks;
     uint64_t tokens;
 };
@@ -86,7 +87,8 @@ struct kvsim_router {
     /* what it sees (kvsim_router_set_view) */
     enum kvsim_router_view view;
     int64_t delay_ns, predict_ttl_ns, now;
-    struct view_engine *ve; /* [n] with the delayed view */
+    struct view_engine *ve; /* [n x ranks] with the delayed view: one per engine (rank) */
+    uint32_t ranks;         /* engines per unit (a data-parallel deployment's ranks), >= 1 */
     struct predict *pred;   /* [n] with predict-on-route */
     /* per request (kvsim_router_overlap_begin to kvsim_router_route) */
     bool ov_open;
@@ -135,6 +137,7 @@ int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
     r->lb_added = calloc(num_engines, sizeof *r->lb_added);
     r->snap_usage = calloc(num_engines, sizeof *r->snap_usage);
     r->last_publish = r->last_tick = INT64_MIN;
+    r->ranks = 1;
     if (!r->pending_blocks || !r->pending_tokens || !r->shards || !r->ov || !r->pending_reqs ||
         !r->snap_waiting || !r->snap_running || !r->lb_added || !r->snap_usage) {
         kvsim_router_destroy(r);
@@ -148,7 +151,8 @@ void kvsim_router_destroy(struct kvsim_router *r)
 {
     if (!r)
         return;
-    for (uint32_t e = 0; r->ve && e < r->n; e++) {
+    uint32_t n_all = r->n * (r->ranks ? r->ranks : 1);
+    for (uint32_t e = 0; r->ve && e < n_all; e++) {
         free(r->ve[e].ev);
         free(r->ve[e].hashes);
         free(r->ve[e].ld);
@@ -160,7 +164,7 @@ void kvsim_router_destroy(struct kvsim_router *r)
         free(r->pred[e].until);
     }
     free(r->pred);
-    for (uint32_t e = 0; r->shards && e < r->n; e++) {
+    for (uint32_t e = 0; r->shards && e < n_all; e++) {
         free(r->shards[e].keys);
         free(r->shards[e].counts);
     }
@@ -180,7 +184,7 @@ enum kvsim_router_policy kvsim_router_policy(const struct kvsim_router *r) { ret
 uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r)
 {
     uint64_t n = 0;
-    for (uint32_t e = 0; e < r->n; e++)
+    for (uint32_t e = 0; e < r->n * r->ranks; e++)
         n += r->shards[e].live;
     return n;
 }
@@ -318,18 +322,30 @@ const char *kvsim_router_view_name(enum kvsim_router_view v)
 }
 
 int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view, int64_t delay_ns,
-                          int64_t predict_ttl_ns)
+                          int64_t predict_ttl_ns, uint32_t ranks)
 {
-    if (delay_ns < 0 || predict_ttl_ns < 0)
+    if (delay_ns < 0 || predict_ttl_ns < 0 || ranks == 0 || r->ve)
         return -EINVAL;
     r->view = view;
     r->delay_ns = delay_ns;
     r->predict_ttl_ns = predict_ttl_ns;
     r->now = INT64_MIN;
-    if (view == KVSIM_ROUTER_VIEW_DELAYED && !r->ve) {
-        if (!(r->ve = calloc(r->n, sizeof *r->ve)))
+    if (view == KVSIM_ROUTER_VIEW_DELAYED) {
+        if (ranks > 1) { /* a shard per rank: a unit's overlap is its best rank's */
+            struct kv_shard *s = calloc((size_t)r->n * ranks, sizeof *s);
+            if (!s)
+                return -ENOMEM;
+            for (uint32_t e = 0; e < r->n; e++) {
+                free(r->shards[e].keys);
+                free(r->shards[e].counts);
+            }
+            free(r->shards);
+            r->shards = s;
+        }
+        r->ranks = ranks;
+        if (!(r->ve = calloc((size_t)r->n * ranks, sizeof *r->ve)))
             return -ENOMEM;
-        for (uint32_t e = 0; e < r->n; e++)
+        for (uint32_t e = 0; e < r->n * ranks; e++)
             r->ve[e].seen_at = INT64_MIN;
     }
     if (predict_ttl_ns > 0 && r->policy == KVSIM_ROUTER_KV && !r->pred &&
@@ -446,9 +462,11 @@ int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t 
 void kvsim_router_view_at(struct kvsim_router *r, int64_t now)
 {
     r->now = now;
-    for (uint32_t e = 0; r->ve && e < r->n; e++) { /* the routes the seen load took in */
-        struct view_engine *v = &r->ve[e];
-        for (; v->own_head < v->own_len && v->own[v->own_head].t < v->seen_at; v->own_head++) {
+    for (uint32_t e = 0; r->ve && e < r->n; e++) { /* the routes the seen loads took in */
+        struct view_engine *v = &r->ve[e * r->ranks];
+        for (; v->own_head < v->own_len &&
+               v->own[v->own_head].t < r->ve[e * r->ranks + v->own[v->own_head].rank].seen_at;
+             v->own_head++) {
             v->own_blocks -= v->own[v->own_head].blocks;
             v->own_tokens -= v->own[v->own_head].tokens;
         }
@@ -461,15 +479,30 @@ void kvsim_router_view_at(struct kvsim_router *r, int64_t now)
 static uint64_t load_blocks(const struct kvsim_router *r,
                             const struct kvsim_engine_pub *const *pubs, uint32_t e)
 {
-    return r->ve ? r->ve[e].seen.active_blocks + r->ve[e].own_blocks
-                 : pubs[e]->active_blocks + r->pending_blocks[e];
+    if (!r->ve)
+        return pubs[e]->active_blocks + r->pending_blocks[e];
+    uint64_t n = r->ve[e * r->ranks].own_blocks; /* a unit's: its ranks' seen loads summed */
+    for (uint32_t k = 0; k < r->ranks; k++)
+        n += r->ve[e * r->ranks + k].seen.active_blocks;
+    return n;
 }
 
 static uint64_t load_tokens(const struct kvsim_router *r,
                             const struct kvsim_engine_pub *const *pubs, uint32_t e)
 {
-    return r->ve ? r->ve[e].seen.queued_tokens + r->ve[e].own_tokens
-                 : pubs[e]->queued_tokens + r->pending_tokens[e];
+    if (!r->ve)
+        return pubs[e]->queued_tokens + r->pending_tokens[e];
+    uint64_t n = r->ve[e * r->ranks].own_tokens;
+    for (uint32_t k = 0; k < r->ranks; k++)
+        n += r->ve[e * r->ranks + k].seen.queued_tokens;
+    return n;
+}
+
+void kvsim_router_book_rank(struct kvsim_router *r, uint32_t unit, uint32_t rank)
+{
+    struct view_engine *v = r->ve ? &r->ve[unit * r->ranks] : NULL;
+    if (v && v->own_len > v->own_head && rank < r->ranks)
+        v->own[v->own_len - 1].rank = rank;
 }
 
 /* ---- predict-on-route ----------------------------------------------------------------------- */
@@ -542,6 +575,18 @@ uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t e,
                                  const kvpool_hash *hashes, uint32_t n)
 {
     uint32_t i = 0;
+    if (r->ve && r->ranks > 1) { /* a deployment's delayed view: its best rank's prefix */
+        uint32_t best = 0;
+        const struct predict *p = r->pred ? &r->pred[e] : NULL;
+        for (uint32_t k = 0; k < r->ranks && best < n; k++) {
+            const struct kv_shard *s = &r->shards[e * r->ranks + k];
+            for (i = 0;
+                 i < n && (shard_contains(s, hashes[i]) || (p && predicted(p, hashes[i], r->now)));)
+                i++;
+            best = i > best ? i : best;
+        }
+        return best;
+    }
     if (r->pred) { /* what the engine caches, or the router predicts it caches */
         const struct predict *p = &r->pred[e];
         if (r->pools)
@@ -728,11 +773,11 @@ static uint32_t book(struct kvsim_router *r, uint32_t best, uint32_t prompt_bloc
     r->pending_reqs[best]++;
     r->ov_open = false;
     if (r->ve) { /* booked until the load the router sees was taken after now */
-        struct view_engine *v = &r->ve[best];
+        struct view_engine *v = &r->ve[best * r->ranks];
         void *arr = v->own;
         if (fifo_room(&arr, sizeof *v->own, &v->own_head, &v->own_len, &v->own_cap) == 0) {
             v->own = arr;
-            v->own[v->own_len++] = (struct own_route){r->now, prompt_blocks, prompt_tokens};
+            v->own[v->own_len++] = (struct own_route){r->now, 0, prompt_blocks, prompt_tokens};
             v->own_blocks += prompt_blocks;
             v->own_tokens += prompt_tokens;
         }

@@ -159,12 +159,21 @@ KVSIM_EXTERN const char *kvsim_router_view_name(enum kvsim_router_view v);
  * kvsim_router_set_view - the router's view (before any event or decision; exact by default)
  * and, for the kv policy, predict-on-route: a routed prompt's blocks count as cached on the
  * chosen engine for predict_ttl_ns (0: off), as llm-d's speculative indexing and Dynamo's
- * predict-on-route do. The delayed view's overlaps come from the event indexer (fed through
+ * predict-on-route do; ranks: the engines of each unit it picks (1, or a data-parallel
+ * deployment's ranks: kvsim_router_book_rank). The delayed view's overlaps come from the event
+ * indexer (fed through
  * kvsim_router_stage_event_owner), never from the pools. Returns 0 or -EINVAL (a delay or TTL
- * below 0). Coordinator only.
+ * below 0, no ranks, a view set already). Coordinator only.
  */
 KVSIM_EXTERN int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view,
-                                       int64_t delay_ns, int64_t predict_ttl_ns);
+                                       int64_t delay_ns, int64_t predict_ttl_ns, uint32_t ranks);
+/* The delayed view over data-parallel deployments (set_view's ranks > 1: each unit the router
+ * picks is `ranks` engines): the engine numbers of stage and release are rank-level (unit x
+ * ranks + rank), a unit's overlap is its best rank's, its load the sum of its ranks' seen loads
+ * plus its bookings; book_rank says which rank the last booking of unit went to (vLLM's DP load
+ * balancer decides that after the router), so that the booking is dropped once that rank's load
+ * seen was taken after it. Coordinator only. */
+KVSIM_EXTERN void kvsim_router_book_rank(struct kvsim_router *r, uint32_t unit, uint32_t rank);
 /*
  * The delayed view's inputs, from engine `engine`'s thread (the owner): a KV event of the step
  * that ended at step_end, and the engine's load then. They are staged, unseen, until

@@ -96,8 +96,9 @@ int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed)
     rp->rt.sink = (struct kvsim_step_sink){sink_event, sink_load, rp};
     if (!*delayed && ttl == 0)
         return 0;
+    uint32_t ranks = r == rp->rt.router && rp->dp > 1 ? rp->dp : 1; /* a deployment's */
     return kvsim_router_set_view(r, *delayed ? KVSIM_ROUTER_VIEW_DELAYED : KVSIM_ROUTER_VIEW_EXACT,
-                                 cfg->kv_event_delay_ns, ttl);
+                                 cfg->kv_event_delay_ns, ttl, ranks);
 }
 
 bool replay__route_delayed(const struct replay *rp, uint32_t e)
@@ -369,6 +370,7 @@ static int64_t route_data_parallel(struct replay *rp, uint32_t req, uint32_t *nh
         return d;
     uint32_t rank = kvsim_router_route(rp->rt.lb[d], rp->pubs + d * rp->dp, NULL, 0,
                                        (s->input_len + bs - 1) / bs, s->input_len);
+    kvsim_router_book_rank(rp->rt.router, (uint32_t)d, rank); /* its booking: that rank's */
     return d * rp->dp + rank;
 }
 

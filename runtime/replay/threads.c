@@ -167,6 +167,8 @@ static void work_lockstep(struct replay *rp, uint32_t e, bool admit, int64_t unt
             break;
     if (rc == 0)
         rc = kvsim_lockstep_advance(&rp->lockstep[e / rp->dp], until);
+    for (uint32_t r = e; rc == 0 && r < e + rp->dp; r++) /* the delayed router view's */
+        rc = replay__route_release(rp, r, until);
     if (rc) { /* the rank that failed says why */
         uint32_t bad = e;
         for (uint32_t r = e; r < e + rp->dp; r++)

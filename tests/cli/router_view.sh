@@ -45,6 +45,17 @@ want = {"view": "delayed", "kv_event_delay_ms": 5.0, "predict_ttl_s": 2.0}
 if v != want:
     sys.exit("router_view: the report records %r, not %r" % (v, want))
 PY
+# data parallelism: the router over deployments (each its ranks' best overlap and summed loads),
+# vLLM's DP load balancer among the ranks, on 1, 2 and 8 threads
+for t in 1 2 8; do
+  "$kvsim" replay --quiet --engines 2 --data-parallel-size 2 --router-view delayed \
+    --router-predict-ttl-s 2 --threads "$t" "${src[@]}" --requests-out "$dir/p$t.jsonl" \
+    --report "$dir/pr$t.json"
+done
+for t in 2 8; do
+  cmp -s "$dir/p1.jsonl" "$dir/p$t.jsonl" ||
+    { echo "router_view: data parallel: records differ on 1 and $t threads" >&2; exit 1; }
+done
 # a disaggregated run: each pool's router, delayed, on 1 and 2 threads
 for t in 1 2; do
   "$kvsim" replay --quiet --prefill-engines 2 --decode-engines 2 --router-view delayed \
@@ -52,4 +63,4 @@ for t in 1 2; do
 done
 cmp -s "$dir/d1.jsonl" "$dir/d2.jsonl" ||
   { echo "router_view: disaggregated: records differ on 1 and 2 threads" >&2; exit 1; }
-echo "router_view: $n view x router runs identical on 1, 2 and 8 threads; the delayed view decides differently; the report records it; disaggregated too"
+echo "router_view: $n view x router runs identical on 1, 2 and 8 threads; the delayed view decides differently; the report records it; data-parallel and disaggregated too"

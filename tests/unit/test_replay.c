@@ -637,7 +637,7 @@ Test(replay_router, delayed_view_sees_a_step_at_its_end_plus_the_delay)
 {
     struct kvsim_router *r;
     cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, ROUTER_E, 1.0, &r), 0);
-    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0, 1), 0);
     stage(r, 1, 10 * MS, KVPOOL_EVENT_STORED, prompt4, 4);
     cr_assert_eq(kvsim_router_release_owner(r, 1, 15 * MS - 1), 0);
     cr_assert_eq(kvsim_router_max_overlap(r, prompt4, 4), 0, "1 ns before the end + delay");
@@ -677,7 +677,7 @@ Test(replay_router, delayed_view_books_its_decisions_until_a_later_load_is_seen)
 {
     struct kvsim_router *r;
     cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_LEAST_LOADED, 2, 1.0, &r), 0);
-    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0, 1), 0);
     struct router_state s;
     router_state_init(&s);
     kvsim_router_view_at(r, 50 * MS);
@@ -707,7 +707,7 @@ Test(replay_router, predict_on_route_keeps_siblings_together)
         struct kvsim_router *r;
         cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, ROUTER_E, 1.0, &r), 0);
         cr_assert_eq(
-            kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, predict ? 2000 * MS : 0),
+            kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, predict ? 2000 * MS : 0, 1),
             0);
         cr_assert_eq(kvsim_router_predicts(r), predict == 1);
         struct router_state s;
@@ -724,4 +724,49 @@ Test(replay_router, predict_on_route_keeps_siblings_together)
         }
         kvsim_router_destroy(r);
     }
+}
+
+/*
+ * The delayed view over data-parallel deployments (2 deployments of 2 ranks). A deployment's
+ * overlap is its best rank's (rank 1 of deployment 0 holds the prefix). Its load is its ranks'
+ * seen loads summed plus its bookings, and a booking is dropped once the rank the DP balancer gave
+ * it to reports a later load; another rank's report keeps it (least-loaded, delay 0).
+ */
+Test(replay_router, delayed_view_over_deployments)
+{
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, 2, 1.0, &r), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 0, 0, 2), 0);
+    stage(r, 1, 10 * MS, KVPOOL_EVENT_STORED, prompt4, 3); /* deployment 0, rank 1 */
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 10 * MS), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, prompt4, 4), 3, "its best rank's prefix");
+    cr_assert_eq(kvsim_router_overlap_on(r, 1, prompt4, 4), 0);
+    kvsim_router_destroy(r);
+
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_LEAST_LOADED, 2, 1.0, &r), 0);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 0, 0, 2), 0);
+    struct router_state s;
+    router_state_init(&s);
+    struct kvsim_engine_pub one = {.active_blocks = 1}, three = {.active_blocks = 3};
+    kvsim_router_stage_load_owner(r, 2, 10 * MS, &one);   /* deployment 1, rank 0 */
+    kvsim_router_stage_load_owner(r, 3, 10 * MS, &three); /* deployment 1, rank 1 */
+    for (uint32_t e = 0; e < 4; e++)
+        cr_assert_eq(kvsim_router_release_owner(r, e, 10 * MS), 0);
+    kvsim_router_view_at(r, 10 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 4, 64), 0, "0 against 1 + 3");
+    kvsim_router_book_rank(r, 0, 1);                    /* A: the balancer gave it to rank 1 */
+    kvsim_router_stage_load_owner(r, 0, 11 * MS, &one); /* rank 0 reports after A */
+    cr_assert_eq(kvsim_router_release_owner(r, 0, 11 * MS), 0);
+    kvsim_router_new_boundary(r);
+    kvsim_router_view_at(r, 11 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 1, 16), 1,
+                 "deployment 0: 1 + A's 4 (rank 1 has not reported) against 4");
+    kvsim_router_book_rank(r, 1, 0);
+    kvsim_router_stage_load_owner(r, 1, 12 * MS, &one); /* rank 1 reports after A */
+    cr_assert_eq(kvsim_router_release_owner(r, 1, 12 * MS), 0);
+    kvsim_router_new_boundary(r);
+    kvsim_router_view_at(r, 12 * MS);
+    cr_assert_eq(kvsim_router_route(r, s.pubs, NULL, 0, 1, 16), 0,
+                 "deployment 0: 1 + 1, A dropped, against 4 + 1 booked");
+    kvsim_router_destroy(r);
 }

@@ -432,6 +432,14 @@ kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash)
     return map_find(pool, hash);
 }
 
+uint32_t kvpool_cache_count(const struct kvpool *pool, kvpool_hash hash)
+{
+    uint32_t n = 0;
+    for (int32_t b = pool->bk[hash & pool->bmask].head; b >= 0; b = pool->blk[b].mnext)
+        n += pool->blk[b].hash == hash;
+    return n;
+}
+
 /* ---- sequences ----------------------------------------------------------------------------- */
 
 int kvpool_seq_init(struct kvpool *pool, struct kvpool_seq *seq, uint64_t id, const void *salt,

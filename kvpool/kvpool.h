@@ -359,6 +359,8 @@ KVSIM_EXTERN bool kvpool_block_hash(const struct kvpool *pool, kvpool_block_id b
                                     kvpool_hash *hash);
 /* Earliest-inserted cached block with this hash, or -ENOENT. */
 KVSIM_EXTERN kvpool_block_id kvpool_cache_find(const struct kvpool *pool, kvpool_hash hash);
+/* How many cached blocks carry this hash (duplicates are possible, as in vLLM). */
+KVSIM_EXTERN uint32_t kvpool_cache_count(const struct kvpool *pool, kvpool_hash hash);
 /* Writes the free queue front to back into ids (at most cap); returns its full length. */
 KVSIM_EXTERN uint32_t kvpool_free_queue_snapshot(const struct kvpool *pool, kvpool_block_id *ids,
                                                  uint32_t cap);

@@ -57,7 +57,7 @@ int replay__disagg_setup(struct replay *rp)
                                  &rp->dis.decode_router);
     if (rc == 0)
         rc = replay__route_view(rp, rp->dis.decode_router, &rp->rt.delayed[1]);
-    if (rc == 0 && !rp->rt.drain_events && !rp->rt.delayed[1])
+    if (rc == 0 && !rp->rt.drain_events && !(rp->rt.delayed[1] && rp->rt.view_indexer))
         kvsim_router_use_pools(rp->dis.decode_router, rp->pools + rp->num_prefill);
     return rc;
 }

@@ -316,6 +316,7 @@ static int setup_state(struct replay *rp)
         cfg->kv_index_events && (rp->num_prefill ? cfg->disagg.prefill_router == KVSIM_ROUTER_KV ||
                                                        cfg->disagg.decode_router == KVSIM_ROUTER_KV
                                                  : cfg->router == KVSIM_ROUTER_KV);
+    rp->rt.view_indexer = env_on("KVSIM_REPLAY_VIEW_INDEXER");
     if ((rc = replay__route_view(rp, rp->rt.router, &rp->rt.delayed[0])) != 0)
         return rc;
     /* the decode router comes after the engines (it reads their pools), its engines before */
@@ -413,7 +414,8 @@ static int setup_engines(struct replay *rp, char *err, size_t errlen)
         rp->pubs[e] = kvsim_engine_pub(rp->engines[e]);
         rp->pools[e] = kvsim_engine_pool(rp->engines[e]);
     }
-    if (rc == 0 && !rp->rt.drain_events && !rp->rt.delayed[0])
+    if (rc == 0 && !rp->rt.drain_events &&
+        !(rp->rt.delayed[0] && (rp->dp > 1 || rp->rt.view_indexer)))
         kvsim_router_use_pool_groups(rp->rt.router, rp->pools, rp->dp);
     if (rc == 0 && rp->dp > 1 && cfg->model.profile &&
         kvsim_profile_arch(cfg->model.profile)->num_experts) {

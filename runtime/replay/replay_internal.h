@@ -207,6 +207,10 @@ struct replay_routing {
      * predicts on route (the whole prompt is hashed). */
     bool delayed[2];
     bool predicts;
+    /* The delayed view through the event indexer even where it could read the pools less what
+     * is not heard of yet (KVSIM_REPLAY_VIEW_INDEXER=1: the same decisions, slower; to compare;
+     * data-parallel deployments always use the indexer). */
+    bool view_indexer;
     struct kvsim_step_sink sink;
     /* Data parallelism: the router picks among the num_deployments deployments, from their
      * summed loads (dep_pubs) and their best rank's overlap, and lb[d], vLLM's DP load balancer,

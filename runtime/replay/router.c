@@ -11,8 +11,10 @@
  * view, each engine's KV events and loads are staged at their step's end by the engine's owner
  * and released to it (its shard, its seen load) once the step's end plus the delay is reached;
  * the router's own decisions stay booked (struct own_route) until the load it sees was taken
- * after them. Predict-on-route keeps a routed prompt's hashes as cached on the chosen engine
- * until they expire (struct predict).
+ * after them. With the pools, what it sees of a cache is the pool now less the staged events'
+ * net blocks (struct pend_map, rebuilt at each release); without them, the indexer's shards.
+ * Predict-on-route keeps a routed prompt's hashes as cached on the chosen engine until they expire
+ * (struct predict).
  */
 #include "runtime/replay/router.h"
 
@@ -45,6 +47,16 @@ struct own_route {
     uint32_t blocks;
     uint64_t tokens;
 };
+/* The net blocks (stored minus removed) by hash of the events staged and not released yet:
+ * rebuilt at every release from the staged events (few: those of the last delay and of the
+ * running steps); a slot is live when its generation is the map's. */
+struct pend_map {
+    kvpool_hash *keys;
+    int32_t *delta;
+    uint32_t *gen;
+    uint32_t cur;
+    uint64_t mask;
+};
 struct view_engine {
     struct staged_event *ev; /* FIFO: [ev_head, ev_len) */
     size_t ev_head, ev_len, ev_cap;
@@ -57,6 +69,9 @@ struct view_engine {
     struct own_route *own;        /* FIFO: [own_head, own_len), routed at or after seen_at */
     size_t own_head, own_len, own_cap;
     uint64_t own_blocks, own_tokens;
+    /* With the pools (the replay, one rank a unit): what the router sees is the engine's cache
+     * now less these (it has no indexer to feed) */
+    struct pend_map pend;
 };
 
 /* Predict-on-route: hashes routed to one engine and until when they count as cached there. */
@@ -157,6 +172,9 @@ void kvsim_router_destroy(struct kvsim_router *r)
         free(r->ve[e].hashes);
         free(r->ve[e].ld);
         free(r->ve[e].own);
+        free(r->ve[e].pend.keys);
+        free(r->ve[e].pend.delta);
+        free(r->ve[e].pend.gen);
     }
     free(r->ve);
     for (uint32_t e = 0; r->pred && e < r->n; e++) {
@@ -432,6 +450,80 @@ void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t engine, int6
     v->ld[v->ld_len++] = (struct staged_load){step_end, *load};
 }
 
+static uint64_t pend_slot(const struct pend_map *m, kvpool_hash h)
+{
+    uint64_t i = (h ^ (h >> 29)) & m->mask;
+    while (m->gen[i] == m->cur && m->keys[i] != h)
+        i = (i + 1) & m->mask;
+    return i;
+}
+
+/* The net blocks of h the router has not heard of (0: none). */
+static int32_t pend_get(const struct pend_map *m, kvpool_hash h)
+{
+    if (!m->gen)
+        return 0;
+    uint64_t i = pend_slot(m, h);
+    return m->gen[i] == m->cur ? m->delta[i] : 0;
+}
+
+/* Rebuilds v's pend map from its staged events [ev_head, ev_len). Returns 0 or -ENOMEM. */
+static int pend_rebuild(struct view_engine *v)
+{
+    struct pend_map *m = &v->pend;
+    size_t hashes = 0;
+    for (size_t i = v->ev_head; i < v->ev_len; i++)
+        hashes += v->ev[i].num;
+    uint64_t n = m->gen ? m->mask + 1 : 0;
+    if (hashes * 2 > n) { /* at most half full */
+        uint64_t nn = n ? n : 256;
+        while (hashes * 2 > nn)
+            nn *= 2;
+        kvpool_hash *k = malloc(nn * sizeof *k);
+        int32_t *d = malloc(nn * sizeof *d);
+        uint32_t *g = calloc(nn, sizeof *g);
+        if (!k || !d || !g) {
+            free(k);
+            free(d);
+            free(g);
+            return -ENOMEM;
+        }
+        free(m->keys);
+        free(m->delta);
+        free(m->gen);
+        *m = (struct pend_map){k, d, g, 0, nn - 1};
+    }
+    if (++m->cur == 0) { /* the generations wrapped: start over */
+        memset(m->gen, 0, (m->mask + 1) * sizeof *m->gen);
+        m->cur = 1;
+    }
+    for (size_t i = v->ev_head; i < v->ev_len; i++) {
+        const struct staged_event *s = &v->ev[i];
+        int32_t d = s->type == KVPOOL_EVENT_STORED ? 1 : s->type == KVPOOL_EVENT_REMOVED ? -1 : 0;
+        for (uint32_t k = 0; k < s->num && d; k++) {
+            kvpool_hash h = v->hashes[s->off + k];
+            uint64_t j = pend_slot(m, h);
+            if (m->gen[j] != m->cur) {
+                m->gen[j] = m->cur;
+                m->keys[j] = h;
+                m->delta[j] = 0;
+            }
+            m->delta[j] += d;
+        }
+    }
+    return 0;
+}
+
+/* Whether engine e's cache holds h as the delayed router sees it: its blocks with h now, less
+ * the net blocks it has not heard of. */
+static bool pool_seen(const struct kvsim_router *r, uint32_t e, kvpool_hash h)
+{
+    int32_t unheard = pend_get(&r->ve[e].pend, h);
+    if (!unheard)
+        return kvpool_cache_find(r->pools[e], h) >= 0;
+    return (int64_t)kvpool_cache_count(r->pools[e], h) - unheard > 0;
+}
+
 /* Whether what happened at t is seen at now (t + delay <= now, without overflow). */
 static bool seen_by(const struct kvsim_router *r, int64_t t, int64_t now)
 {
@@ -448,7 +540,12 @@ int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t 
         struct kvpool_event ev = {.type = (enum kvpool_event_type)s->type,
                                   .num_hashes = s->num,
                                   .hashes = v->hashes + s->off};
-        int rc = kvsim_router_apply_event_owner(r, engine, &ev);
+        int rc = r->pools && r->ranks == 1 ? 0 : kvsim_router_apply_event_owner(r, engine, &ev);
+        if (rc)
+            return rc;
+    }
+    if (r->pools && r->ranks == 1) { /* no indexer: what is not heard of yet, against the pool */
+        int rc = pend_rebuild(v);
         if (rc)
             return rc;
     }
@@ -575,6 +672,12 @@ uint32_t kvsim_router_overlap_on(const struct kvsim_router *r, uint32_t e,
                                  const kvpool_hash *hashes, uint32_t n)
 {
     uint32_t i = 0;
+    if (r->ve && r->pools && r->ranks == 1) { /* the delayed view over the pools */
+        const struct predict *p = r->pred ? &r->pred[e] : NULL;
+        while (i < n && (pool_seen(r, e, hashes[i]) || (p && predicted(p, hashes[i], r->now))))
+            i++;
+        return i;
+    }
     if (r->ve && r->ranks > 1) { /* a deployment's delayed view: its best rank's prefix */
         uint32_t best = 0;
         const struct predict *p = r->pred ? &r->pred[e] : NULL;

@@ -160,10 +160,10 @@ KVSIM_EXTERN const char *kvsim_router_view_name(enum kvsim_router_view v);
  * and, for the kv policy, predict-on-route: a routed prompt's blocks count as cached on the
  * chosen engine for predict_ttl_ns (0: off), as llm-d's speculative indexing and Dynamo's
  * predict-on-route do; ranks: the engines of each unit it picks (1, or a data-parallel
- * deployment's ranks: kvsim_router_book_rank). The delayed view's overlaps come from the event
- * indexer (fed through
- * kvsim_router_stage_event_owner), never from the pools. Returns 0 or -EINVAL (a delay or TTL
- * below 0, no ranks, a view set already). Coordinator only.
+ * deployment's ranks: kvsim_router_book_rank). The delayed view's overlaps are the pools'
+ * (kvsim_router_use_pools, one rank a unit) less the net blocks of the events staged and not
+ * released yet, or else the event indexer's, fed by the released events. Returns 0 or -EINVAL (a
+ * delay or TTL below 0, no ranks, a view set already). Coordinator only.
  */
 KVSIM_EXTERN int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view,
                                        int64_t delay_ns, int64_t predict_ttl_ns, uint32_t ranks);

@@ -45,6 +45,19 @@ want = {"view": "delayed", "kv_event_delay_ms": 5.0, "predict_ttl_s": 2.0}
 if v != want:
     sys.exit("router_view: the report records %r, not %r" % (v, want))
 PY
+# the delayed view reads the pools less what the router has not heard of yet; through the event
+# indexer (KVSIM_REPLAY_VIEW_INDEXER=1) every decision is the same: kv with prediction, least-loaded
+# with async scheduling, a disaggregated run
+for args in "--router kv --router-predict-ttl-s 2" "--router least-loaded --async-scheduling" \
+  "--prefill-engines 2 --decode-engines 2"; do
+  for env in 0 1; do
+    # shellcheck disable=SC2086
+    KVSIM_REPLAY_VIEW_INDEXER=$env "$kvsim" replay --quiet --router-view delayed --threads 2 $args \
+      "${src[@]}" --requests-out "$dir/i$env.jsonl"
+  done
+  cmp -s "$dir/i0.jsonl" "$dir/i1.jsonl" ||
+    { echo "router_view: $args: the pools and the indexer decide differently" >&2; exit 1; }
+done
 # data parallelism: the router over deployments (each its ranks' best overlap and summed loads),
 # vLLM's DP load balancer among the ranks, on 1, 2 and 8 threads
 for t in 1 2 8; do
@@ -63,4 +76,4 @@ for t in 1 2; do
 done
 cmp -s "$dir/d1.jsonl" "$dir/d2.jsonl" ||
   { echo "router_view: disaggregated: records differ on 1 and 2 threads" >&2; exit 1; }
-echo "router_view: $n view x router runs identical on 1, 2 and 8 threads; the delayed view decides differently; the report records it; data-parallel and disaggregated too"
+echo "router_view: $n view x router runs identical on 1, 2 and 8 threads; the delayed view decides differently; the report records it; the pools and the indexer agree; data-parallel and disaggregated too"

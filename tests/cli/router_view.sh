@@ -47,9 +47,10 @@ if v != want:
 PY
 # the delayed view reads the pools less what the router has not heard of yet; through the event
 # indexer (KVSIM_REPLAY_VIEW_INDEXER=1) every decision is the same: kv with prediction, least-loaded
-# with async scheduling, a disaggregated run
-for args in "--router kv --router-predict-ttl-s 2" "--router least-loaded --async-scheduling" \
-  "--prefill-engines 2 --decode-engines 2"; do
+# with async scheduling, a disaggregated run; a 2 s delay, so that session turns arrive while
+# their parents' blocks are still unheard of (at 5 ms hardly any prompt meets an unheard block)
+for args in "--router kv --router-predict-ttl-s 2" "--router kv --kv-event-delay-ms 2000" \
+  "--router least-loaded --async-scheduling" "--prefill-engines 2 --decode-engines 2"; do
   for env in 0 1; do
     # shellcheck disable=SC2086
     KVSIM_REPLAY_VIEW_INDEXER=$env "$kvsim" replay --quiet --router-view delayed --threads 2 $args \

@@ -287,8 +287,24 @@ static long point_group(struct sweep *sw, const struct kvsim_replay_config *cfg)
     return (long)sw->ngroups++;
 }
 
-/* Resolves every point: its id, its group, or why it is invalid. Returns 0, or -EINVAL when no
- * point is valid or two points are the same configuration (printed), -ENOMEM. */
+/* What the resolved run r deploys. */
+static struct sweep_topology topology_of(const struct kvsim_replay_config *r)
+{
+    bool disagg = r->disagg.prefill_engines > 0;
+    struct sweep_topology t = {
+        .deployments = disagg ? 0 : r->num_engines,
+        .data_parallel_size = r->data_parallel_size > 1 ? r->data_parallel_size : 1,
+        .prefill_engines = r->disagg.prefill_engines,
+        .decode_engines = disagg ? r->disagg.decode_engines : 0,
+        .tensor_parallel_size = r->tensor_parallel_size > 1 ? r->tensor_parallel_size : 1,
+        .gpus = kvsim_replay_gpus(r),
+    };
+    t.engines = t.gpus / t.tensor_parallel_size;
+    return t;
+}
+
+/* Resolves every point: its id, its group, its topology, or why it is invalid. Returns 0, or
+ * -EINVAL when no point is valid or two points are the same configuration (printed), -ENOMEM. */
 int sweep_plan_points(struct sweep *sw)
 {
     sw->points = calloc(sw->npoints, sizeof *sw->points);
@@ -312,6 +328,7 @@ int sweep_plan_points(struct sweep *sw)
         }
         char *config = kvsim_options_config_text(&o, &run);
         long g = config ? point_group(sw, &run.replay) : -ENOMEM;
+        pt->topo = topology_of(&run.replay);
         if (config)
             snprintf(pt->id, sizeof pt->id, "%016" PRIx64,
                      (uint64_t)XXH3_64bits(config, strlen(config)));
@@ -1046,28 +1063,10 @@ int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows)
 
 int sweep_point_topology(const struct sweep *sw, size_t index, struct sweep_topology *out)
 {
-    struct kvsim_options o;
-    struct kvsim_run run;
-    char err[1024];
-    if (sweep_point_options(sw, index, &o, err, sizeof err))
+    const struct sweep_point *pt = &sw->points[index];
+    if (pt->state == POINT_INVALID)
         return -EINVAL;
-    if (kvsim_options_resolve(&o, &run, err, sizeof err)) {
-        kvsim_options_fini(&o);
-        return -EINVAL;
-    }
-    const struct kvsim_replay_config *r = &run.replay;
-    bool disagg = r->disagg.prefill_engines > 0;
-    *out = (struct sweep_topology){
-        .deployments = disagg ? 0 : r->num_engines,
-        .data_parallel_size = r->data_parallel_size > 1 ? r->data_parallel_size : 1,
-        .prefill_engines = r->disagg.prefill_engines,
-        .decode_engines = disagg ? r->disagg.decode_engines : 0,
-        .tensor_parallel_size = r->tensor_parallel_size > 1 ? r->tensor_parallel_size : 1,
-        .gpus = kvsim_replay_gpus(r),
-    };
-    out->engines = out->gpus / out->tensor_parallel_size;
-    kvsim_run_fini(&run);
-    kvsim_options_fini(&o);
+    *out = pt->topo;
     return 0;
 }
 

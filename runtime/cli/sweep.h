@@ -42,6 +42,16 @@ struct sweep_setting {
 /* POINT_IDLE: a valid point nobody asked for yet (plan's candidates); it has no row. */
 enum point_state { POINT_PENDING, POINT_INVALID, POINT_OK, POINT_FAILED, POINT_IDLE };
 
+/* What a point deploys: the GPUs are engines x tensor_parallel_size, the engines the ranks
+ * of every deployment (num_engines x data_parallel_size) or the prefill + decode ones. */
+struct sweep_topology {
+    uint32_t deployments;        /* --engines (0 when disaggregated) */
+    uint32_t data_parallel_size; /* ranks per deployment (1: none) */
+    uint32_t prefill_engines, decode_engines;
+    uint64_t engines; /* every engine (rank) */
+    uint32_t tensor_parallel_size;
+    uint64_t gpus; /* kvsim_replay_gpus */
+};
 struct sweep_point {
     size_t index; /* in grid order: the first axis varies slowest */
     char id[17];
@@ -50,6 +60,7 @@ struct sweep_point {
     bool reused; /* its report was already in DIR (not run again) */
     char *error; /* why it failed or is invalid (malloc'd) */
     json_t *row;
+    struct sweep_topology topo; /* from its resolved configuration (not POINT_INVALID) */
 };
 
 /* Points that read the same requests: the same trace file and loading options. */
@@ -218,17 +229,8 @@ int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
  * ended by its own bounds, of the same trace bytes: its group's, loaded). Returns 1 (kept: the
  * point has its row), 0 (run it) or -ENOMEM. */
 int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows);
-/* What point index deploys: the GPUs are engines x tensor_parallel_size, the engines the ranks
- * of every deployment (num_engines x data_parallel_size) or the prefill + decode ones. */
-struct sweep_topology {
-    uint32_t deployments;        /* --engines (0 when disaggregated) */
-    uint32_t data_parallel_size; /* ranks per deployment (1: none) */
-    uint32_t prefill_engines, decode_engines;
-    uint64_t engines; /* every engine (rank) */
-    uint32_t tensor_parallel_size;
-    uint64_t gpus; /* kvsim_replay_gpus */
-};
-/* The topology of point index. Returns 0, or -EINVAL when it is not a valid configuration. */
+/* The topology of point index (resolved once, by sweep_plan_points). Returns 0, or -EINVAL when
+ * it is not a valid configuration. */
 int sweep_point_topology(const struct sweep *sw, size_t index, struct sweep_topology *out);
 /* Ends point pt after its replay: ran (its report is in DIR/reports/<id>.json, read back for
  * the row) or failed (why). Returns 0 or -ENOMEM. */

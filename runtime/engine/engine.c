@@ -242,18 +242,27 @@ static uint32_t min_parent_remaining(struct kvsim_engine *e, struct sched_reques
     return best;
 }
 
-void engine__publish(struct kvsim_engine *e)
+/* The load of e now into p: active blocks, running, waiting and unfinished requests, KV usage
+ * (queued_tokens is kept current in e->pub). */
+static void engine_load(struct kvsim_engine *e, struct kvsim_engine_pub *p)
 {
     struct kvpool *pool = sched_pool(e->s);
-    e->pub.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
-                           sched_num_pinned_blocks(e->s);
+    p->active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
+                       sched_num_pinned_blocks(e->s);
+    struct sched_request *const *rr;
+    p->num_running = sched_running(e->s, &rr);
+    p->num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
+    p->num_unfinished = e->unfinished;
+    uint32_t usable = kvpool_num_usable_blocks(pool);
+    p->kv_usage = usable ? 1.0 - (double)kvpool_num_free_blocks(pool) / usable : 0.0;
+}
+
+void engine__publish(struct kvsim_engine *e)
+{
+    engine_load(e, &e->pub);
     engine__publish_handoff(e);
     struct sched_request *const *rr;
-    e->pub.num_running = sched_running(e->s, &rr);
-    e->pub.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
-    e->pub.num_unfinished = e->unfinished;
-    uint32_t usable = kvpool_num_usable_blocks(pool);
-    e->pub.kv_usage = usable ? 1.0 - (double)kvpool_num_free_blocks(pool) / usable : 0.0;
+    sched_running(e->s, &rr);
     e->pub.earliest_parent_finish = INT64_MAX;
     e->pub.first_step_end = INT64_MAX;
     e->pub.parent_min_left = UINT32_MAX;
@@ -336,16 +345,8 @@ static int step_ended(struct kvsim_engine *e)
     int rc = sink_drain(e, e->now);
     if (rc)
         return rc;
-    struct kvpool *pool = sched_pool(e->s);
     struct kvsim_engine_pub load = e->pub; /* queued_tokens is kept current */
-    load.active_blocks = kvpool_num_usable_blocks(pool) - kvpool_num_free_blocks(pool) -
-                         sched_num_pinned_blocks(e->s);
-    struct sched_request *const *rr;
-    load.num_running = sched_running(e->s, &rr);
-    load.num_waiting = sched_waiting_snapshot(e->s, NULL, 0);
-    load.num_unfinished = e->unfinished;
-    uint32_t usable = kvpool_num_usable_blocks(pool);
-    load.kv_usage = usable ? 1.0 - (double)kvpool_num_free_blocks(pool) / usable : 0.0;
+    engine_load(e, &load);
     sink->load(sink->ctx, e->cfg.id, e->now, &load);
     return 0;
 }

@@ -217,10 +217,11 @@ void kvsim_router_new_boundary(struct kvsim_router *r)
 
 /* ---- indexer shards (open addressing, linear probing, backward-shift deletion) --------------- */
 
-static uint64_t home_of(const struct kv_shard *s, kvpool_hash h)
-{
-    return (h ^ (h >> 29)) & s->mask;
-}
+/* Where hash h starts its probe in a table of mask + 1 slots (the shards, the unheard blocks,
+ * the predictions all probe linearly from here). */
+static uint64_t hash_home(kvpool_hash h, uint64_t mask) { return (h ^ (h >> 29)) & mask; }
+
+static uint64_t home_of(const struct kv_shard *s, kvpool_hash h) { return hash_home(h, s->mask); }
 
 /* Slot holding h, or the empty slot where it would go. */
 static uint64_t shard_find(const struct kv_shard *s, kvpool_hash h)
@@ -452,7 +453,7 @@ void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t engine, int6
 
 static uint64_t pend_slot(const struct pend_map *m, kvpool_hash h)
 {
-    uint64_t i = (h ^ (h >> 29)) & m->mask;
+    uint64_t i = hash_home(h, m->mask);
     while (m->gen[i] == m->cur && m->keys[i] != h)
         i = (i + 1) & m->mask;
     return i;
@@ -606,7 +607,7 @@ void kvsim_router_book_rank(struct kvsim_router *r, uint32_t unit, uint32_t rank
 
 static uint64_t predict_slot(const struct predict *p, kvpool_hash h)
 {
-    uint64_t i = (h ^ (h >> 29)) & p->mask;
+    uint64_t i = hash_home(h, p->mask);
     while (p->until[i] && p->keys[i] != h)
         i = (i + 1) & p->mask;
     return i;

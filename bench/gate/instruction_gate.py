@@ -34,6 +34,9 @@ AZURE = os.path.join(TRACES, "AzureLLMInferenceTrace_conv.csv")
 WORKLOADS = {
     "synthetic_4_engines": [],
     "mooncake1000_8_engines_kv": ["--trace", M1000, "--engines", "8"],
+    # the oracle view of the reports before issue 61 (its own cost must not grow)
+    "mooncake1000_8_engines_kv_exact": ["--trace", M1000, "--engines", "8", "--router-view",
+                                        "exact"],
     "mooncake1000_8_engines_rr_bs512": ["--trace", M1000, "--engines", "8", "--router",
                                         "round-robin", "--block-size", "512",
                                         "--num-gpu-blocks", "512"],
@@ -41,6 +44,8 @@ WORKLOADS = {
                                       "1500", "--g2-blocks", "3000", "--g3-blocks", "20000"],
     "mooncake1000_disagg_2p_2d": ["--trace", M1000, "--prefill-engines", "2",
                                   "--decode-engines", "2"],
+    "mooncake1000_disagg_2p_2d_exact": ["--trace", M1000, "--prefill-engines", "2",
+                                        "--decode-engines", "2", "--router-view", "exact"],
     "azure_conv_4_engines_first_4000": ["--trace", AZURE, "--engines", "4", "--max-requests",
                                         "4000"],
 }

@@ -285,11 +285,11 @@ static const struct opt opts[] = {
      "events (pool); both see the same blocks at every boundary",
      AT_CHOICE(replay.kv_index_events)},
     {"router-view", O_RVIEW, K_CHOICE, G_NONE, 0, 0, false, views, S_CLUSTER, "exact|delayed",
-     "what the kv and least-loaded routers see (exact; docs/replay.md, What the router sees): "
+     "what the kv and least-loaded routers see (delayed; docs/replay.md, What the router sees): "
      "exact, every engine's cache and load at each boundary; delayed, what an engine did heard "
      "of --kv-event-delay-ms after the end of the step that did it, the router's own decisions "
      "at once",
-     AT_ENUM(replay.router_view, view_ids), .omit = OMIT_ZERO},
+     AT_ENUM(replay.router_view, view_ids)},
     {"kv-event-delay-ms", O_KVDELAY, K_DBL, G_NONE, 0, 1e6, false, NULL, S_CLUSTER, "X",
      "the delayed view's delay after a step's end: vLLM's KV events and loads in transit (5)",
      AT_SCALED(replay.kv_event_delay_ns, 1e6)},
@@ -599,7 +599,10 @@ void kvsim_replay_config_default(struct kvsim_replay_config *c)
     c->num_threads = n > 0 ? (uint32_t)n : 1;
     c->router = KVSIM_ROUTER_KV;
     c->overlap_weight = 1.0;
-    c->kv_event_delay_ns = 5000000; /* 5 ms: TensorRT-LLM's and Dynamo's event batching */
+    /* What deployed routers see (issue 61): engines' KV events and loads a step end + 5 ms late
+     * (TensorRT-LLM's and Dynamo's event batching); exact is the oracle */
+    c->router_view = KVSIM_ROUTER_VIEW_DELAYED;
+    c->kv_event_delay_ns = 5000000;
     c->seed = 1;
     kvsim_tiers_config_default(&c->tiers);
     c->offload_threads = 2;
@@ -1368,7 +1371,7 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
             s = d->values[i] == *(const int *)at ? d->choices[i] : NULL;
         if (!s)
             return false;            /* a value no choice names (a trace format by its extension) */
-        off = *(const int *)at == 0; /* OMIT_ZERO: the first value (--router-view exact) */
+        off = *(const int *)at == 0; /* OMIT_ZERO: the first value is off */
         break;
     case F_BOOL:
         off = !*(const bool *)at;

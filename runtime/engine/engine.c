@@ -336,6 +336,40 @@ static int sink_drain(struct kvsim_engine *e, int64_t t)
 
 int kvsim_engine_sink_flush(struct kvsim_engine *e) { return sink_drain(e, e->now); }
 
+/* A decode fast run's events and load as its k steps one by one would have handed them over: the
+ * removals of the first step's allocation stamped with that step's end t1, the blocks the last
+ * step cached with the run's end (the caller's step_ended), and the load at t1 (every step of
+ * the run ends with the same load: nothing is allocated after the first one). The engine's
+ * thread, after the run. Returns as sink_drain. */
+struct sink_run_ctx {
+    struct sink_event_ctx c;
+    int64_t t_last;
+};
+
+static void sink_event_run(void *ctx, const struct kvpool_event *ev)
+{
+    struct sink_run_ctx *r = ctx;
+    int rc = r->c.sink->event(r->c.sink->ctx, r->c.engine,
+                              ev->type == KVPOOL_EVENT_STORED ? r->t_last : r->c.t, ev);
+    if (rc && !r->c.rc)
+        r->c.rc = rc;
+}
+
+static int sink_fast_run(struct kvsim_engine *e, int64_t t1)
+{
+    const struct kvsim_step_sink *sink = e->cfg.step_sink;
+    if (!sink)
+        return 0;
+    struct sink_run_ctx r = {{sink, e->cfg.id, t1, 0}, e->now};
+    kvpool_events_drain(sched_pool(e->s), sink_event_run, &r);
+    if (r.c.rc)
+        return engine__fail(e, r.c.rc);
+    struct kvsim_engine_pub load = e->pub;
+    engine_load(e, &load);
+    sink->load(sink->ctx, e->cfg.id, t1, &load);
+    return 0;
+}
+
 /* At a step's end (e->now): what its update recorded, and the load. Returns as sink_drain. */
 static int step_ended(struct kvsim_engine *e)
 {
@@ -968,6 +1002,8 @@ static int decode_fast_forward(struct kvsim_engine *e, int64_t until, bool *agai
     e->now += span;
     e->step_end = e->now;
     e->step_prompt_tokens = 0;
+    if ((rc = sink_fast_run(e, t1)) != 0)
+        return rc;
     *again = !cut;
     return (int)k;
 }

@@ -35,15 +35,18 @@ struct own_route {
     uint32_t blocks;
     uint64_t tokens;
 };
-/* The net blocks (stored minus removed) by hash of the events staged and not released yet:
- * rebuilt at every release from the staged events (few: those of the last delay and of the
- * running steps); a slot is live when its generation is the map's. */
+/* The net blocks (stored minus removed) by hash of the events staged and not released yet,
+ * kept up to date at each release: the first `added` staged events are in it, the ones released
+ * are taken out (their slots stay, at 0, until `used` reaches half the table and it is rebuilt
+ * from the staged events); a slot is live when its generation is the map's. */
 struct pend_map {
     kvpool_hash *keys;
     int32_t *delta;
     uint32_t *gen;
     uint32_t cur;
     uint64_t mask;
+    uint64_t used; /* live slots */
+    size_t added;  /* staged events [ev_head, ev_head + added) are counted */
 };
 struct view_engine {
     struct staged_event *ev; /* FIFO: [ev_head, ev_len) */

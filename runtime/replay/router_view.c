@@ -153,7 +153,38 @@ static int32_t pend_get(const struct pend_map *m, kvpool_hash h)
     return m->gen[i] == m->cur ? m->delta[i] : 0;
 }
 
-/* Rebuilds v's pend map from its staged events [ev_head, ev_len). Returns 0 or -ENOMEM. */
+/* Adds d to h's net blocks (a slot for h taken when it has none). */
+static void pend_add(struct pend_map *m, kvpool_hash h, int32_t d)
+{
+    uint64_t j = pend_slot(m, h);
+    if (m->gen[j] != m->cur) {
+        m->gen[j] = m->cur;
+        m->keys[j] = h;
+        m->delta[j] = 0;
+        m->used++;
+    }
+    m->delta[j] += d;
+}
+
+/* Staged event s's contribution to its hashes' net blocks: +1 a block stored, -1 removed. */
+static int32_t pend_sign(const struct staged_event *s)
+{
+    return s->type == KVPOOL_EVENT_STORED ? 1 : s->type == KVPOOL_EVENT_REMOVED ? -1 : 0;
+}
+
+/* Adds (sign +1) or takes out (-1) staged events [from, to) of v. */
+static void pend_apply(struct view_engine *v, size_t from, size_t to, int32_t sign)
+{
+    for (size_t i = from; i < to; i++) {
+        const struct staged_event *s = &v->ev[i];
+        int32_t d = pend_sign(s) * sign;
+        for (uint32_t k = 0; k < s->num && d; k++)
+            pend_add(&v->pend, v->hashes[s->off + k], d);
+    }
+}
+
+/* Rebuilds v's pend map from its staged events [ev_head, ev_len), at least twice as large as
+ * their hashes. Returns 0 or -ENOMEM. */
 static int pend_rebuild(struct view_engine *v)
 {
     struct pend_map *m = &v->pend;
@@ -161,7 +192,7 @@ static int pend_rebuild(struct view_engine *v)
     for (size_t i = v->ev_head; i < v->ev_len; i++)
         hashes += v->ev[i].num;
     uint64_t n = m->gen ? m->mask + 1 : 0;
-    if (hashes * 2 > n) { /* at most half full */
+    if (hashes * 2 > n || !m->gen) { /* at most half full */
         uint64_t nn = n ? n : 256;
         while (hashes * 2 > nn)
             nn *= 2;
@@ -177,26 +208,33 @@ static int pend_rebuild(struct view_engine *v)
         free(m->keys);
         free(m->delta);
         free(m->gen);
-        *m = (struct pend_map){k, d, g, 0, nn - 1};
+        *m = (struct pend_map){k, d, g, 0, nn - 1, 0, 0};
     }
     if (++m->cur == 0) { /* the generations wrapped: start over */
         memset(m->gen, 0, (m->mask + 1) * sizeof *m->gen);
         m->cur = 1;
     }
-    for (size_t i = v->ev_head; i < v->ev_len; i++) {
-        const struct staged_event *s = &v->ev[i];
-        int32_t d = s->type == KVPOOL_EVENT_STORED ? 1 : s->type == KVPOOL_EVENT_REMOVED ? -1 : 0;
-        for (uint32_t k = 0; k < s->num && d; k++) {
-            kvpool_hash h = v->hashes[s->off + k];
-            uint64_t j = pend_slot(m, h);
-            if (m->gen[j] != m->cur) {
-                m->gen[j] = m->cur;
-                m->keys[j] = h;
-                m->delta[j] = 0;
-            }
-            m->delta[j] += d;
-        }
-    }
+    m->used = 0;
+    pend_apply(v, v->ev_head, v->ev_len, 1);
+    m->added = v->ev_len - v->ev_head;
+    return 0;
+}
+
+/* Brings v's pend map to its staged events: the released ones [from, ev_head) taken out, the
+ * ones staged since the last call added; rebuilt when the slots in use (zeros included) would
+ * pass half the table. Returns 0 or -ENOMEM. */
+static int pend_update(struct view_engine *v, size_t from)
+{
+    struct pend_map *m = &v->pend;
+    size_t counted = from + m->added; /* [from, counted) were in the map */
+    size_t fresh = 0;
+    for (size_t i = counted > v->ev_head ? counted : v->ev_head; i < v->ev_len; i++)
+        fresh += v->ev[i].num;
+    if (!m->gen || (m->used + fresh) * 2 > m->mask + 1)
+        return pend_rebuild(v);
+    pend_apply(v, from, counted < v->ev_head ? counted : v->ev_head, -1);
+    pend_apply(v, counted > v->ev_head ? counted : v->ev_head, v->ev_len, 1);
+    m->added = v->ev_len - v->ev_head;
     return 0;
 }
 
@@ -221,6 +259,7 @@ int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t 
     if (r->view != KVSIM_ROUTER_VIEW_DELAYED)
         return 0;
     struct view_engine *v = &r->ve[engine];
+    size_t from = v->ev_head;
     for (; v->ev_head < v->ev_len && seen_by(r, v->ev[v->ev_head].t, now); v->ev_head++) {
         const struct staged_event *s = &v->ev[v->ev_head];
         struct kvpool_event ev = {.type = (enum kvpool_event_type)s->type,
@@ -231,7 +270,7 @@ int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t 
             return rc;
     }
     if (r->pools && r->ranks == 1) { /* no indexer: what is not heard of yet, against the pool */
-        int rc = pend_rebuild(v);
+        int rc = pend_update(v, from);
         if (rc)
             return rc;
     }

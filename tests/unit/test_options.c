@@ -244,11 +244,15 @@ Test(options, an_option_that_would_do_nothing_is_refused_naming_it)
         /* disaggregation routes with its own routers */
         {{"prefill-engines", "1", "decode-engines", "1", "router", "kv"},
          "--router does nothing here"},
-        {{"router", "kv", "kv-index", "events"}, NULL},
+        {{"router", "kv", "kv-index", "events"}, "--kv-index does nothing here"}, /* delayed */
+        {{"router", "kv", "router-view", "exact", "kv-index", "events"}, NULL},
         {{"router", "round-robin", "kv-index", "events"}, "--kv-index does nothing here"},
-        {{"prefill-engines", "1", "decode-engines", "1", "decode-router", "kv", "kv-index",
-          "events"},
+        {{"prefill-engines", "1", "decode-engines", "1", "decode-router", "kv", "router-view",
+          "exact", "kv-index", "events"},
          NULL},
+        /* the delay is the delayed view's (the default one) */
+        {{"kv-event-delay-ms", "10"}, NULL},
+        {{"router-view", "exact", "kv-event-delay-ms", "10"}, "--kv-event-delay-ms does nothing"},
         /* hardware options without a profile or a capacity */
         {{"tp", "2"}, "--tp does nothing here"},
         {{"tp-link-gbps", "100"}, "--tp-link-gbps does nothing here"},

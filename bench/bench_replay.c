@@ -624,8 +624,8 @@ static const struct {
 static const uint32_t thr_threads[] = {1, 2, 8, 2}; /* the last: accounting on */
 #define THR_RUNS      (sizeof thr_threads / sizeof thr_threads[0])
 #define THR_ACCT_RUN  3
-#define GOAL_CPU_2T   1.1 /* CPU at 2 threads <= 1.1x CPU at 1 thread */
-#define GOAL_8T_VS_2T 1.0 /* --threads 8 no slower than --threads 2 (wall) */
+#define GOAL_CPU_2T   1.15 /* issue 62: CPU at 2 threads <= 1.15x CPU at 1 thread */
+#define GOAL_8T_VS_2T 1.0  /* --threads 8 no slower than --threads 2 (wall) */
 
 struct thr_ctx {
     const struct bench_trace_opts *o;
@@ -671,7 +671,7 @@ static void thr_describe(const void *ctx, size_t i, struct bench_config *bc)
 #define PROJ_ENGINES  64u
 #define PROJ_SESSIONS 3000u
 #define PROJ_RATE     60.0
-#define GOAL_BOUND_16 10.0
+#define GOAL_BOUND_16 12.0 /* issue 62 (issue #40: 10) */
 
 static void proj_child(const void *ctx, size_t i, struct bench_msg *msg)
 {
@@ -885,19 +885,20 @@ static json_t *threads_pass(const struct bench_trace_opts *o, int busy, bool *ok
     printf("serial: the coordinator's CPU outside engine advances and waits, over all CPU; bal T: "
            "the advances' sum / (T x their least time on T threads, phase by phase); bnd T: "
            "the speedup those bound (Amdahl with that balance); wait 2T: CPU in the barrier\n");
-    /* Issue #40's targets (the idle pass): the kv router's 2-thread bound and measured speedup on
-     * 8 engines (goal 1.7x; the measured one is judged only below a load average of 1, the
-     * machine's other work otherwise sharing its CPUs) and on 4 prefill + 4 decode (1.5x). */
+    /* Issue 62's targets (the idle pass; issue #40's were 1.7x and 1.5x): the kv router's
+     * (default view) 2-thread bound and measured speedup on 8 engines (goal 1.8x; the measured
+     * one is judged only when nothing else was runnable, the machine's other work otherwise
+     * sharing its CPUs) and on 4 prefill + 4 decode (1.6x). */
     if (busy == 0) {
         bool idle = others >= 0 && others < 0.5;
-        printf("issue #40 targets (other runnable tasks before the pass: %.2f on average; the "
+        printf("issue 62 targets (other runnable tasks before the pass: %.2f on average; the "
                "measured speedups are judged below 0.5, an idle machine):\n",
                others);
         for (size_t k = 0; k < THR_SETUPS; k++) {
             if (thr_setups[k].router != KVSIM_ROUTER_KV)
                 continue;
             bool dis = thr_setups[k].disagg;
-            double goal = dis ? 1.5 : 1.7;
+            double goal = dis ? 1.6 : 1.8;
             char what[96];
             snprintf(what, sizeof what, "kv%s: 2-thread bound (accounting)", dis ? " 4P+4D" : "");
             bench_target(t40, dis ? "disagg_bound_2t" : "kv_bound_2t", what, bound2[k] > 0,
@@ -915,7 +916,21 @@ static json_t *threads_pass(const struct bench_trace_opts *o, int busy, bool *ok
         json_object_set_new(t40, "others_runnable", json_real(others));
         json_object_set_new(pass, "targets_issue_40", t40);
     } else {
-        json_decref(t40);
+        /* Issue 62: beside busy processes, 2 threads no slower than one (the pay policy runs
+         * the phases alone when the workers do not pay) */
+        for (size_t k = 0; k < THR_SETUPS; k++) {
+            const struct bench_config *c = &runs[k * THR_RUNS];
+            double w1 = wall_of(&c[0]), w2 = wall_of(&c[1]);
+            char what[96], key[48];
+            snprintf(what, sizeof what, "%s%s beside %d busy: wall 1T / wall 2T",
+                     kvsim_router_policy_name(thr_setups[k].router),
+                     thr_setups[k].disagg ? " 4P+4D" : "", busy);
+            snprintf(key, sizeof key, "busy_%s%s_1t_over_2t",
+                     kvsim_router_policy_name(thr_setups[k].router),
+                     thr_setups[k].disagg ? "_disagg" : "");
+            bench_target(t40, key, what, w1 > 0 && w2 > 0, w2 > 0 ? w1 / w2 : 0, false, 1.0, "x");
+        }
+        json_object_set_new(pass, "targets_issue_62_busy", t40);
     }
     json_object_set_new(pass, "busy_processes", json_integer(busy));
     json_object_set_new(pass, "load_before", json_real(load0[0]));

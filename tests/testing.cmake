@@ -49,7 +49,7 @@ set(KVSIM_TEST_LABEL_RULES
   "^python_|api"
   "^(install_|exports_only_public_api$)|install"
   "^python_|install"
-  "^(layering_includes_point_down|layering_replay_calls_one_way|configure_names_missing_debian_package)$|build"
+  "^(layering_includes_point_down|layering_replay_calls_one_way|configure_names_missing_debian_package|mutation_fragments_found)$|build"
   "^bench_|bench"
   "^tmpdir_|tmpdir")
 

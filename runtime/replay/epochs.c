@@ -76,37 +76,40 @@ static int64_t dp_next_tick(const struct replay *rp)
 }
 
 /*
- * The next boundary after rp->ep.b_cur for a phase that admits the arrivals routed at b_cur and
- * advances to it in one go (aggregated, session turns in flight, no closed loop): next_boundary's
- * bound with what the admissions could change accounted for without running them. An engine
- * given an arrival may start a step at b_cur (its first step then ends no later than b_cur plus
- * the shortest step), an arriving turn with a follow-up is a parent with all its tokens left,
- * and one rejected at admission finishes at b_cur (its follow-up comes at b_cur plus that
- * follow-up's own delay). Never later than next_boundary after the admissions (a lower bound of
- * the same finishes); it may be earlier, and is b_cur or earlier when a follow-up could be due at
- * once: the caller then admits first (two phases). Coordinator, workers parked.
+ * The earliest instant a session's follow-up could be due, for a phase that admits the arrivals
+ * routed at this boundary (each at its instant: b_cur, or later in a window) and advances the
+ * engines in one go (aggregated, session turns in flight, no closed loop): next_boundary's bound
+ * with what the admissions could change accounted for without running them. An engine given an
+ * arrival at t may start a step at t (its first step then ends no later than t plus the shortest
+ * step), an arriving turn with a follow-up is a parent with all its tokens left, and one rejected
+ * at admission finishes at t (its follow-up comes at t plus that follow-up's own delay). Never
+ * later than next_boundary after the admissions (a lower bound of the same finishes); it may be
+ * earlier, and is b_cur or earlier when a follow-up could be due at once: the caller then admits
+ * first (two phases). INT64_MAX without turns in flight. Coordinator, workers parked.
  */
-static int64_t next_boundary_admitting(struct replay *rp)
+static int64_t followup_bound(struct replay *rp)
 {
-    int64_t nb = replay__next_arrival(rp), tick = dp_next_tick(rp);
-    if (tick < nb)
-        nb = tick;
+    int64_t nb = INT64_MAX;
     if (!rp->arr.parents_in_flight)
         return nb;
     int64_t d = kvsim_step_model_min_duration_ns(&rp->cfg->model);
     uint32_t *left =
         rp->rt.arrived_left; /* [engines]: fewest tokens left of its arriving parents */
+    int64_t *first = rp->rt.arrived_first; /* [engines]: its first arrival's instant */
     for (uint32_t e = 0; e < rp->num_engines; e++)
         left[e] = UINT32_MAX - 1; /* below UINT32_MAX: the engine got an arrival (set below) */
     for (uint32_t i = 0; i < rp->rt.num_arrived; i++) {
         uint32_t req = rp->rt.arrived[i].req, e = rp->rt.arrived[i].engine;
-        if (left[e] == UINT32_MAX - 1)
+        int64_t t = rp->rt.arrived[i].t;
+        if (left[e] == UINT32_MAX - 1) {
             left[e] = UINT32_MAX; /* an arrival, no parent among them yet */
+            first[e] = t;         /* routed in time order */
+        }
         int32_t nx = rp->arr.next_turn[req];
         if (nx < 0)
             continue;
         int64_t due; /* rejected at admission */
-        if (!kvsim_clock_add(rp->ep.b_cur, rp->trace.reqs[nx].delay_ns, &due))
+        if (!kvsim_clock_add(t, rp->trace.reqs[nx].delay_ns, &due))
             due = INT64_MAX;
         if (due < nb)
             nb = due;
@@ -117,10 +120,10 @@ static int64_t next_boundary_admitting(struct replay *rp)
     for (uint32_t e = 0; e < rp->num_engines; e++) {
         const struct kvsim_engine_pub *pub = rp->pubs[e];
         int64_t f = pub->earliest_parent_finish;
-        if (left[e] != UINT32_MAX - 1) { /* it got arrivals: a step may start at b_cur */
+        if (left[e] != UINT32_MAX - 1) { /* it got arrivals: a step may start at the first */
             int64_t fe = pub->first_step_end;
-            if (rp->ep.b_cur <= INT64_MAX - d && rp->ep.b_cur + d < fe)
-                fe = rp->ep.b_cur + d;
+            if (first[e] <= INT64_MAX - d && first[e] + d < fe)
+                fe = first[e] + d;
             uint32_t best = pub->parent_min_left < left[e] ? pub->parent_min_left : left[e];
             f = INT64_MAX;
             if (best != UINT32_MAX) {
@@ -132,6 +135,78 @@ static int64_t next_boundary_admitting(struct replay *rp)
             nb = f + rp->arr.min_delay;
     }
     return nb;
+}
+
+/* next_boundary's bound for a phase that admits this boundary's arrivals (followup_bound), the
+ * next arrival and the DP coordinator's tick too. */
+static int64_t next_boundary_admitting(struct replay *rp)
+{
+    int64_t nb = replay__next_arrival(rp), tick = dp_next_tick(rp);
+    if (tick < nb)
+        nb = tick;
+    int64_t f = followup_bound(rp);
+    return f < nb ? f : nb;
+}
+
+/*
+ * Windows: with a lookahead L (rp->ep.lookahead_ns: the router hears of what engines do only
+ * L after it, or reads no engine), an arrival at t in (b_cur, b_cur + L] depends on nothing the
+ * engines do after b_cur, so it is routed at b_cur, exactly as at a boundary of its own at t
+ * (replay__route_at: the routers see the engines as of t), and its engine admits it at t. The
+ * window stops before the first instant that is past b_cur + L or the time bound, or that a
+ * session's follow-up could reach (followup_bound: the window's own arrivals lower it, each
+ * to past its own instant: a parent finishes at least a step after it arrives), or whose
+ * arrivals include a turn whose follow-up would be due at once if rejected (delay 0: it would
+ * come between two arrivals of one instant). Arrivals of one instant go together. Returns 0 or
+ * a negative errno; *bound is followup_bound after the window's arrivals (its arrivals'
+ * contributions taken in as they come: a lower bound, so never past what it should be).
+ * Coordinator, workers parked, after the boundary's own routing.
+ */
+static int zero_delay_turn(struct replay *rp, void *ctx, uint32_t req)
+{
+    int32_t nx = rp->arr.next_turn[req];
+    (void)ctx;
+    return nx >= 0 && rp->trace.reqs[nx].delay_ns == 0;
+}
+
+static int route_window(struct replay *rp, int64_t *bound)
+{
+    int64_t limit = rp->ep.b_cur > INT64_MAX - rp->ep.lookahead_ns
+                        ? INT64_MAX - 1
+                        : rp->ep.b_cur + rp->ep.lookahead_ns;
+    int64_t d = kvsim_step_model_min_duration_ns(&rp->cfg->model);
+    for (;;) {
+        int64_t t = replay__next_arrival(rp);
+        if (t > limit || t >= rp->ep.stop_ns || t >= *bound)
+            return 0;
+        if (rp->arr.min_delay == 0 && replay__arrivals_known_by(rp, t, zero_delay_turn, NULL))
+            return 0;
+        for (int64_t req; (req = replay__take_arrival(rp, t)) >= 0;) {
+            int64_t e = replay__route_at(rp, (uint32_t)req, t);
+            if (e < 0)
+                return (int)e;
+            rp->ep.window_arrivals++;
+            const struct kvsim_engine_pub *pub = rp->pubs[e];
+            /* its engine's parents may now run from a step starting at t; req itself, when it
+             * is a turn, finishes no earlier than its tokens' steps after t, or is rejected at t */
+            int64_t start = t > INT64_MAX - d ? INT64_MAX : t + d, f = INT64_MAX;
+            if (pub->parent_min_left != UINT32_MAX) {
+                int64_t more = (int64_t)(pub->parent_min_left - 1);
+                f = more > (INT64_MAX - start) / d ? INT64_MAX : start + more * d;
+            }
+            int32_t nx = rp->arr.next_turn[req];
+            if (nx >= 0) {
+                int64_t more = (int64_t)tokens_left_new(rp, (uint32_t)req) - 1, own, due;
+                own = more > (INT64_MAX - start) / d ? INT64_MAX : start + more * d;
+                if (own < f)
+                    f = own;
+                if (kvsim_clock_add(t, rp->trace.reqs[nx].delay_ns, &due) && due < *bound)
+                    *bound = due;
+            }
+            if (f != INT64_MAX && f < *bound - rp->arr.min_delay)
+                *bound = f + rp->arr.min_delay;
+        }
+    }
 }
 
 /*
@@ -367,7 +442,14 @@ static int run_epochs(struct replay *rp, char *err, size_t errlen)
     int rc = 0;
     while (rc == 0 && !stop_now(rp)) {
         rc = boundary(rp, err, errlen);
+        rp->ep.epochs++;
         if (rc)
+            break;
+        /* With a lookahead, the arrivals of the window too, in one phase to the next arrival
+         * or the follow-up bound (route_window). */
+        int64_t fb = rp->ep.lookahead_ns ? followup_bound(rp) : INT64_MIN;
+        bool windowed = fb > rp->ep.b_cur;
+        if (windowed && (rc = route_window(rp, &fb)) != 0)
             break;
         /* Without session turns in flight the next boundary is the next arrival: one parallel
          * phase. With them it depends on the steps the engines start now: one phase to a bound
@@ -376,7 +458,12 @@ static int run_epochs(struct replay *rp, char *err, size_t errlen)
          * finish releases a session at that instant), two phases: admit, then advance. */
         bool split = rp->arr.parents_in_flight > 0;
         enum phase phases[2] = {PHASE_ADMIT_AND_ADVANCE, PHASE_ADVANCE};
-        if (split && !rp->arr.concurrency && rp->ep.admit_merged) {
+        if (windowed) {
+            int64_t na = replay__next_arrival(rp);
+            split = false;
+            rp->ep.b_next = na < fb ? na : fb;
+            clamp_next(rp);
+        } else if (split && !rp->arr.concurrency && rp->ep.admit_merged) {
             int64_t nb = next_boundary_admitting(rp);
             if (nb > rp->ep.b_cur) {
                 split = false;

@@ -63,6 +63,8 @@ static void replay_free(struct replay *rp)
     free(rp->rt.prep_slot);
     free(rp->rt.arrived);
     free(rp->rt.arrived_left);
+    free(rp->rt.arrive_at);
+    free(rp->rt.arrived_first);
     free(rp->acct.engine_ns);
     free(rp->acct.thread_sum);
     free(rp->arr.next_turn);
@@ -335,7 +337,9 @@ static int setup_state(struct replay *rp)
     const char *prep_env = getenv("KVSIM_REPLAY_ROUTE_PREP");
     rp->rt.prep_on =
         !rp->num_prefill && rp->dp == 1 && cfg->router == KVSIM_ROUTER_KV && E > 1 &&
-        !rp->rt.delayed[0] && !rp->rt.predicts && /* it looks up the pools at the boundary */
+        /* it looks up each engine at the boundary, once its owner released what the delayed
+         * view hears of by then; predictions are made at the boundary itself */
+        !rp->rt.predicts &&
         (prep_env && *prep_env ? strcmp(prep_env, "0") != 0 : rp->num_threads > 1 || rp->acct.on);
     rp->rt.prep[0].boundary = rp->rt.prep[1].boundary = INT64_MIN;
     /* Admitting and advancing in one phase with session turns in flight
@@ -343,6 +347,17 @@ static int setup_state(struct replay *rp)
      * compare: the reports are identical). */
     const char *merged_env = getenv("KVSIM_REPLAY_ADMIT_MERGED");
     rp->ep.admit_merged = !(merged_env && strcmp(merged_env, "0") == 0);
+    /* Windows (epochs.c): arrivals routed ahead of their instant, as far as what the router
+     * sees allows, in an aggregated replay whose boundaries carry nothing else (one engine a
+     * deployment, no shared G3, no closed loop). KVSIM_REPLAY_WINDOWS=0 turns them off (to
+     * compare: the reports are identical). */
+    const char *win_env = getenv("KVSIM_REPLAY_WINDOWS");
+    bool windows = !rp->num_prefill && rp->dp == 1 && !cfg->g3_shared && !rp->arr.concurrency &&
+                   rp->ep.admit_merged && !(win_env && strcmp(win_env, "0") == 0);
+    if (windows && cfg->router == KVSIM_ROUTER_ROUND_ROBIN)
+        rp->ep.lookahead_ns = INT64_MAX; /* it reads no engine */
+    else if (windows && rp->rt.delayed[0])
+        rp->ep.lookahead_ns = cfg->kv_event_delay_ns;
     bool ok = (rp->engines = calloc(E, sizeof *rp->engines)) &&
               (rp->pubs = calloc(E, sizeof *rp->pubs)) &&
               (rp->pools = calloc(E, sizeof *rp->pools)) &&
@@ -355,6 +370,8 @@ static int setup_state(struct replay *rp)
               (rp->arr.releases = malloc(R1 * sizeof *rp->arr.releases)) &&
               (rp->arr.slot_parent = calloc(R1, 1)) &&
               (rp->rt.arrived_left = calloc(E, sizeof *rp->rt.arrived_left)) &&
+              (rp->rt.arrive_at = malloc(R1 * sizeof *rp->rt.arrive_at)) &&
+              (rp->rt.arrived_first = calloc(E, sizeof *rp->rt.arrived_first)) &&
               (!rp->rt.prep_on || (rp->rt.prep_slot = calloc(R1, sizeof *rp->rt.prep_slot))) &&
               (rp->thr.workers = calloc(rp->num_threads, sizeof *rp->thr.workers)) &&
               /* phase_seq starts at 0: unclaimed */

@@ -152,6 +152,12 @@ struct replay_epoch {
     uint64_t epochs;
     bool pipelined;    /* disaggregated epochs pipelined (disagg_pipelined) */
     bool admit_merged; /* next_boundary_admitting's one phase (not disaggregated) */
+    /* Windows (epochs.c, route_window): how far past a boundary arrivals may be routed at it,
+     * because the router sees nothing the engines do in between: the delayed view's delay, or
+     * INT64_MAX for a router that reads no engine (round-robin); 0: one arrival instant an
+     * epoch. Each engine admits a window's arrivals at their own instants. */
+    int64_t lookahead_ns;
+    uint64_t window_arrivals; /* arrivals routed ahead of their instant */
     /* an early end: --max-sim-time-s (stop_ns, INT64_MAX: none) or cfg->stop_flag */
     int64_t stop_ns;
     const char *end_reason; /* "finished", "max-sim-time" or "interrupted" */
@@ -227,12 +233,17 @@ struct replay_routing {
     struct __cds_wfcq_head *inbox_head;
     struct cds_wfcq_tail *inbox_tail;
     struct cds_wfcq_node *nodes;
-    /* the arrivals routed at the current boundary (route_one), for next_boundary_admitting */
+    /* the arrivals routed at the current boundary (route_one), for next_boundary_admitting,
+     * each with its instant (b_cur, or later in a window) */
     struct arrived {
         uint32_t req, engine;
+        int64_t t;
     } * arrived;
+    int64_t *arrive_at; /* [R]: the instant request req is admitted at (its engine's thread) */
+    int64_t view_at;    /* the instant the routers see the engines as of (replay__route_at) */
     uint32_t num_arrived, cap_arrived;
     uint32_t *arrived_left; /* scratch: [engines] */
+    int64_t *arrived_first; /* scratch: [engines] */
     uint64_t routed;
     /* router scratch */
     struct kvpool_token_run *runs;
@@ -338,6 +349,12 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
  * due by b_cur goes to an engine's inbox in (time, request) order. Coordinator, workers
  * parked. Returns 0 or a negative errno. */
 int replay__route_due(struct replay *rp);
+/* Routes request req, due at t > rp->b_cur, in the window of the boundary b_cur: the routers first
+ * see the engines as of t (what they staged up to t less the delay released; the views at t),
+ * then req goes to an engine's inbox, to be admitted at t. Coordinator, workers parked; only
+ * with a lookahead (rp->ep.lookahead_ns), arrivals in (time, request) order. Returns the engine
+ * or a negative errno. */
+int64_t replay__route_at(struct replay *rp, uint32_t req, int64_t t);
 /* Engine e's KV events so far, into its router's event indexer. The thread that owns e in the
  * phase. Returns 0 or the indexer's error. */
 int replay__route_drain_events(struct replay *rp, uint32_t e);
@@ -347,7 +364,8 @@ int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed)
 /* Whether engine e's router has the delayed view (its engine then feeds rp->rt.sink). */
 bool replay__route_delayed(const struct replay *rp, uint32_t e);
 /* What engine e did that its router sees by now (kvsim_router_release_owner), with the
- * delayed view. The thread that owns e, once e is at now. Returns 0 or an indexer error. */
+ * delayed view. The thread that owns e, once e is at now (or the coordinator with the workers
+ * parked, for a window's instant past e's). Returns 0 or an indexer error. */
 int replay__route_release(struct replay *rp, uint32_t e, int64_t now);
 /* Route preparation (routing.c): the arrivals known to be due by rp->b_next listed for the
  * phase about to advance there (rp->prep_now; coordinator, workers parked; 0 or -ENOMEM); their

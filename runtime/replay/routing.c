@@ -376,15 +376,16 @@ static int64_t route_data_parallel(struct replay *rp, uint32_t req, uint32_t *nh
 
 /* The routers' boundary (kvsim_router_boundary): with data parallelism each deployment's
  * balancer over its ranks, and the router over the deployments' summed loads. Coordinator. */
-static void routers_boundary(struct replay *rp)
+static void routers_boundary(struct replay *rp, int64_t now)
 {
+    rp->rt.view_at = now;
     if (rp->dp <= 1) {
-        kvsim_router_boundary(rp->rt.router, rp->pubs, rp->ep.b_cur);
+        kvsim_router_boundary(rp->rt.router, rp->pubs, now);
         return;
     }
     for (uint32_t d = 0; d < rp->num_deployments; d++) {
         const struct kvsim_engine_pub *const *ranks = rp->pubs + d * rp->dp;
-        kvsim_router_boundary(rp->rt.lb[d], ranks, rp->ep.b_cur);
+        kvsim_router_boundary(rp->rt.lb[d], ranks, now);
         struct kvsim_engine_pub *sum = &rp->rt.dep_pub[d];
         *sum = (struct kvsim_engine_pub){0};
         for (uint32_t k = 0; k < rp->dp; k++) {
@@ -396,12 +397,13 @@ static void routers_boundary(struct replay *rp)
             sum->kv_usage += ranks[k]->kv_usage / rp->dp;
         }
     }
-    kvsim_router_boundary(rp->rt.router, rp->rt.dep_pubs, rp->ep.b_cur);
+    kvsim_router_boundary(rp->rt.router, rp->rt.dep_pubs, now);
 }
 
-/* Places one arrival: hashes for the kv policy, the router's choice, the engine's inbox. With
- * disaggregated serving the arrival is the prefill: on a prefill engine (the first ones). */
-static int route_one(struct replay *rp, uint32_t req)
+/* Places one arrival due at t: hashes for the kv policy, the router's choice, the engine's
+ * inbox. With disaggregated serving the arrival is the prefill: on a prefill engine (the first
+ * ones). Returns the engine or a negative errno. */
+static int64_t route_one(struct replay *rp, uint32_t req, int64_t t)
 {
     uint32_t bs =
         rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size : rp->cfg->sched.block_size;
@@ -436,7 +438,8 @@ static int route_one(struct replay *rp, uint32_t req)
         rp->rt.arrived = na;
         rp->rt.cap_arrived = nc;
     }
-    rp->rt.arrived[rp->rt.num_arrived++] = (struct arrived){req, (uint32_t)e};
+    rp->rt.arrived[rp->rt.num_arrived++] = (struct arrived){req, (uint32_t)e, t};
+    rp->rt.arrive_at[req] = t;
     if (rp->num_prefill) /* ids never reused: one handoff per request */
         kvsim_handoff_init(&rp->dis.handoffs[req], (uint64_t)req + 1, req, (int32_t)e);
     if (rp->arr.next_turn[req] >= 0)
@@ -447,7 +450,7 @@ static int route_one(struct replay *rp, uint32_t req)
         rp->arr.slot_parents++;
     }
     inbox_push(rp, (uint32_t)e, req);
-    return 0;
+    return e;
 }
 
 int replay__route_due(struct replay *rp)
@@ -465,12 +468,25 @@ int replay__route_due(struct replay *rp)
         q->num_hashes = 0;
         q->num_ent = q->next_ent = 0;
     }
-    routers_boundary(rp);
+    routers_boundary(rp, rp->ep.b_cur);
     rp->rt.num_arrived = 0;
     for (int64_t req; (req = replay__take_arrival(rp, rp->ep.b_cur)) >= 0;) {
-        int rc = route_one(rp, (uint32_t)req);
-        if (rc)
-            return rc;
+        int64_t e = route_one(rp, (uint32_t)req, rp->ep.b_cur);
+        if (e < 0)
+            return (int)e;
     }
     return 0;
+}
+
+int64_t replay__route_at(struct replay *rp, uint32_t req, int64_t t)
+{
+    if (t != rp->rt.view_at) { /* the engines as the routers see them at t */
+        for (uint32_t e = 0; e < rp->num_engines; e++) {
+            int rc = replay__route_release(rp, e, t);
+            if (rc)
+                return rc;
+        }
+        routers_boundary(rp, t);
+    }
+    return route_one(rp, req, t);
 }

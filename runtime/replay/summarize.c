@@ -187,6 +187,8 @@ int replay__summarize(struct replay *rp, int64_t wall_ns, struct kvsim_report *r
     }
     if (rc == 0 && rp->acct.on)
         replay__acct_summarize(rp, &report->accounting);
+    report->epochs = rp->ep.epochs;
+    report->arrivals_routed_ahead = rp->ep.window_arrivals;
     if (rc == 0 && (rc = kvsim_trace_unbounded_reuse(&rp->trace, cfg->sched.block_size,
                                                      &report->prefix_cache_reuse_unbounded)) == 0)
         report->has_unbounded_reuse = true;

@@ -135,6 +135,7 @@ static bool works_in(const struct replay *rp, uint32_t e, enum phase phase)
 static int admit_inbox(struct replay *rp, uint32_t e)
 {
     int rc = 0;
+    int64_t at = rp->ep.b_cur; /* where the engine is */
     /* Single consumer: the unlocked dequeue is safe; FIFO keeps the routing order. */
     struct cds_wfcq_node *n;
     while ((n = __cds_wfcq_dequeue_blocking(&rp->rt.inbox_head[e], &rp->rt.inbox_tail[e]))) {
@@ -149,8 +150,16 @@ static int admit_inbox(struct replay *rp, uint32_t e)
             o.hashes_block_size = rp->num_prefill ? rp->cfg->disagg.prefill_sched.block_size
                                                   : rp->cfg->sched.block_size;
         }
+        /* a window's arrival (rp->ep.lookahead_ns) comes at its own instant: the engine gets
+         * there first, as it would have at that instant's boundary, once for all of the
+         * instant's arrivals (advancing between two would start a step without the second) */
+        int64_t t = rp->rt.arrive_at[req];
+        if (rc == 0 && t > at) {
+            rc = kvsim_engine_advance(rp->engines[e], t);
+            at = t;
+        }
         if (rc == 0)
-            rc = kvsim_engine_admit_ext(rp->engines[e], req, rp->ep.b_cur, &o);
+            rc = kvsim_engine_admit_ext(rp->engines[e], req, t, &o);
     }
     return rc;
 }

@@ -534,9 +534,12 @@ struct kvsim_report {
     struct kvsim_latency e2e; /* finish - arrival */
     /* wall: machine- and thread-count-dependent */
     uint32_t num_threads;
-    int64_t wall_ns;                           /* <= 0: unknown */
-    double speed;                              /* simulated seconds per wall second (0: unknown) */
-    double wall_requests_per_s;                /* completed requests per wall second (0: unknown) */
+    int64_t wall_ns;            /* <= 0: unknown */
+    double speed;               /* simulated seconds per wall second (0: unknown) */
+    double wall_requests_per_s; /* completed requests per wall second (0: unknown) */
+    /* epochs of the aggregated replay, and the arrivals it routed in a window ahead of their
+     * instant (docs/replay.md, Threads): how the run ran, filled by the replay */
+    uint64_t epochs, arrivals_routed_ahead;
     struct kvsim_thread_accounting accounting; /* filled by the replay when asked for */
     struct kvsim_offload_summary offload;      /* filled by the replay after summarizing */
     struct kvsim_disagg_summary disagg;        /* filled by the replay after summarizing */

@@ -686,6 +686,10 @@ static json_t *report_json(const struct kvsim_report *r)
         ok;
     ok = put(wall, "decode_fast_path_steps", json_integer((json_int_t)r->timing.fast_path_steps)) &&
          ok;
+    if (!r->disagg.enabled) { /* a disaggregated run's are in its own section */
+        ok = put(wall, "epochs", json_u64(r->epochs)) && ok;
+        ok = put(wall, "arrivals_routed_ahead", json_u64(r->arrivals_routed_ahead)) && ok;
+    }
     if (r->accounting.enabled) {
         json_t *acct = accounting_json(&r->accounting);
         ok = acct && put(wall, "accounting", acct) && ok;

@@ -31,7 +31,7 @@ SRC = os.path.dirname(os.path.dirname(HERE))
 LABELS = [
     ("kvpool/", "kvpool|sched"),
     ("sched/", "sched"),
-    ("runtime/replay/router.c", "replay"),
+    ("runtime/replay/", "replay"),
     ("runtime/engine/", "engine|replay"),
 ]
 

@@ -51,6 +51,7 @@ struct kvsim_report replay_run(const struct kvsim_replay_config *base, uint32_t 
     /* how many decode steps the fast path computed in bulk: under "wall", how the run went (it
      * depends on where the epochs end), not what it found */
     w.timing.fast_path_steps = 0;
+    w.epochs = w.arrivals_routed_ahead = 0; /* how the run went too (windows, phases) */
     cr_assert_eq(kvsim_report_write_json(rep_path, &w, err, sizeof err), 0, "%s", err);
     return r;
 }

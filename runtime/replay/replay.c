@@ -361,7 +361,8 @@ static int setup_state(struct replay *rp)
     bool ok = (rp->engines = calloc(E, sizeof *rp->engines)) &&
               (rp->pubs = calloc(E, sizeof *rp->pubs)) &&
               (rp->pools = calloc(E, sizeof *rp->pools)) &&
-              (rp->rt.routed_hashes = calloc(E, sizeof *rp->rt.routed_hashes)) &&
+              (rp->rt.routed_hashes = aligned_alloc(64, E * sizeof *rp->rt.routed_hashes)) &&
+              memset(rp->rt.routed_hashes, 0, E * sizeof *rp->rt.routed_hashes) &&
               (rp->rt.inbox_head = calloc(E, sizeof *rp->rt.inbox_head)) &&
               (rp->rt.inbox_tail = calloc(E, sizeof *rp->rt.inbox_tail)) &&
               (rp->rt.nodes = calloc(R1, sizeof *rp->rt.nodes)) &&

@@ -101,8 +101,8 @@ struct follow_up {
  * thread of the next phase reads them (the barrier between orders the two); the coordinator
  * empties them at the next boundary, after every inbox was drained.
  */
-struct routed_hashes {
-    kvpool_hash *hashes; /* every arrival's, one after the other */
+struct routed_hashes {                /* a cache line each: its engine's thread moves next_ent */
+    _Alignas(64) kvpool_hash *hashes; /* every arrival's, one after the other */
     size_t num_hashes, cap_hashes;
     struct routed_entry {
         uint32_t req, num; /* num hashes of request req, from off */

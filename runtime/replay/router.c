@@ -47,7 +47,7 @@ int kvsim_router_create(enum kvsim_router_policy policy, uint32_t num_engines,
     r->w = overlap_weight;
     r->pending_blocks = calloc(num_engines, sizeof *r->pending_blocks);
     r->pending_tokens = calloc(num_engines, sizeof *r->pending_tokens);
-    r->shards = calloc(num_engines, sizeof *r->shards);
+    r->shards = router__calloc_lines(num_engines, sizeof *r->shards);
     r->ov = calloc(num_engines, sizeof *r->ov);
     r->pending_reqs = calloc(num_engines, sizeof *r->pending_reqs);
     r->snap_waiting = calloc(num_engines, sizeof *r->snap_waiting);
@@ -94,6 +94,16 @@ uint64_t kvsim_router_indexed_blocks(const struct kvsim_router *r)
     for (uint32_t e = 0; e < r->n * r->ranks; e++)
         n += r->shards[e].live;
     return n;
+}
+
+void *router__calloc_lines(size_t n, size_t sz)
+{
+    if (n == 0 || sz > SIZE_MAX / n)
+        return NULL;
+    void *p = aligned_alloc(ROUTER_LINE, n * sz);
+    if (p)
+        memset(p, 0, n * sz);
+    return p;
 }
 
 void kvsim_router_new_boundary(struct kvsim_router *r)

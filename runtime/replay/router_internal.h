@@ -11,8 +11,11 @@
 #include "runtime/replay/router.h"
 
 /* One engine's shard of the KV indexer: block hash -> number of cached blocks with it. */
+/* Cache-line sized and aligned (router__calloc_lines): each engine's shard and view are written
+ * by its own thread in the phases, and neighbours on two cores must not share a line. */
+#define ROUTER_LINE 64
 struct kv_shard {
-    kvpool_hash *keys;
+    _Alignas(ROUTER_LINE) kvpool_hash *keys;
     uint32_t *counts; /* 0 = empty slot */
     uint64_t mask;
     uint64_t live;
@@ -49,7 +52,7 @@ struct pend_map {
     size_t added;  /* staged events [ev_head, ev_head + added) are counted */
 };
 struct view_engine {
-    struct staged_event *ev; /* FIFO: [ev_head, ev_len) */
+    _Alignas(ROUTER_LINE) struct staged_event *ev; /* FIFO: [ev_head, ev_len) */
     size_t ev_head, ev_len, ev_cap;
     kvpool_hash *hashes; /* the staged events' hashes: [0, h_len) */
     size_t h_len, h_cap;
@@ -105,6 +108,10 @@ struct kvsim_router {
 /* Where hash h starts its probe in a table of mask + 1 slots (the shards, the unheard blocks,
  * the predictions all probe linearly from here). */
 static inline uint64_t hash_home(kvpool_hash h, uint64_t mask) { return (h ^ (h >> 29)) & mask; }
+
+/* router.c: n zeroed elements of size sz (a multiple of ROUTER_LINE), line-aligned; free()
+ * releases them. NULL when out of memory. */
+void *router__calloc_lines(size_t n, size_t sz);
 
 /* router.c: whether engine e's indexer shard holds h. */
 bool router__shard_contains(const struct kv_shard *s, kvpool_hash h);

@@ -36,7 +36,7 @@ int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view, i
     r->now = INT64_MIN;
     if (view == KVSIM_ROUTER_VIEW_DELAYED) {
         if (ranks > 1) { /* a shard per rank: a unit's overlap is its best rank's */
-            struct kv_shard *s = calloc((size_t)r->n * ranks, sizeof *s);
+            struct kv_shard *s = router__calloc_lines((size_t)r->n * ranks, sizeof *s);
             if (!s)
                 return -ENOMEM;
             for (uint32_t e = 0; e < r->n; e++) {
@@ -47,7 +47,7 @@ int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view, i
             r->shards = s;
         }
         r->ranks = ranks;
-        if (!(r->ve = calloc((size_t)r->n * ranks, sizeof *r->ve)))
+        if (!(r->ve = router__calloc_lines((size_t)r->n * ranks, sizeof *r->ve)))
             return -ENOMEM;
         for (uint32_t e = 0; e < r->n * ranks; e++)
             r->ve[e].seen_at = INT64_MIN;

@@ -879,7 +879,7 @@ static json_t *threads_pass(const struct bench_trace_opts *o, int busy, bool *ok
                       serial, "balance_2_4_8", bal[1], bal[2], bal[3], "speedup_bound_2_4_8",
                       bnd[1], bnd[2], bnd[3], "wait_cpu_2t_s", wait, "identical", same));
     }
-    printf("targets: CPU 2T / CPU 1T <= %.1fx (kv, kv 4P+4D): %s; wall 8T <= wall 2T (every "
+    printf("targets: CPU 2T / CPU 1T <= %.2fx (kv, kv 4P+4D): %s; wall 8T <= wall 2T (every "
            "setup, 5 %% noise): %s\n",
            GOAL_CPU_2T, cpu_met ? "met" : "NOT met", t8_met ? "met" : "NOT met");
     printf("serial: the coordinator's CPU outside engine advances and waits, over all CPU; bal T: "

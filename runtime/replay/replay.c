@@ -349,14 +349,17 @@ static int setup_state(struct replay *rp)
     rp->ep.admit_merged = !(merged_env && strcmp(merged_env, "0") == 0);
     /* Windows (epochs.c): arrivals routed ahead of their instant, as far as what the router
      * sees allows, in an aggregated replay whose boundaries carry nothing else (one engine a
-     * deployment, no shared G3, no closed loop). KVSIM_REPLAY_WINDOWS=0 turns them off (to
-     * compare: the reports are identical). */
+     * deployment, no shared G3, no closed loop). Not for the kv router with route preparation:
+     * a window's arrival is looked up on the coordinator (the phase prepared the engines as
+     * of the boundary, not of its instant), which on 64 engines made half the run serial.
+     * KVSIM_REPLAY_WINDOWS=0 turns them off (to compare: the reports are identical). */
+    bool kv = cfg->router == KVSIM_ROUTER_KV;
     const char *win_env = getenv("KVSIM_REPLAY_WINDOWS");
     bool windows = !rp->num_prefill && rp->dp == 1 && !cfg->g3_shared && !rp->arr.concurrency &&
                    rp->ep.admit_merged && !(win_env && strcmp(win_env, "0") == 0);
     if (windows && cfg->router == KVSIM_ROUTER_ROUND_ROBIN)
         rp->ep.lookahead_ns = INT64_MAX; /* it reads no engine */
-    else if (windows && rp->rt.delayed[0])
+    else if (windows && rp->rt.delayed[0] && (!rp->rt.prep_on || !kv))
         rp->ep.lookahead_ns = cfg->kv_event_delay_ns;
     bool ok = (rp->engines = calloc(E, sizeof *rp->engines)) &&
               (rp->pubs = calloc(E, sizeof *rp->pubs)) &&

@@ -11,6 +11,7 @@
 #include "runtime/replay/router_internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -297,11 +298,27 @@ uint32_t kvsim_router_max_overlap(const struct kvsim_router *r, const kvpool_has
     return best;
 }
 
-void kvsim_router_overlap_begin(struct kvsim_router *r)
+int kvsim_router_overlap_begin(struct kvsim_router *r)
 {
     memset(r->ov, 0, r->n * sizeof *r->ov);
     r->ov_len = 0;
     r->ov_open = true;
+    for (uint32_t e = 0; r->ve && e < r->n; e++) {
+        int rc = router__view_sync(r, e);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* kvsim_router_overlap_begin where the API has no way to fail: out of memory for the delayed
+ * view's table, continuing would route with a view that is silently wrong. */
+static void overlap_begin_or_die(struct kvsim_router *r)
+{
+    if (kvsim_router_overlap_begin(r) != 0) {
+        fprintf(stderr, "kvsim: out of memory for what the router has not heard of yet\n");
+        abort();
+    }
 }
 
 /* Extends every engine's overlap to hashes[0..n): an engine that missed a block before stays
@@ -320,7 +337,7 @@ uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r, const kvpool_hash 
                                       uint32_t num_hashes)
 {
     if (!r->ov_open)
-        kvsim_router_overlap_begin(r);
+        overlap_begin_or_die(r);
     extend_overlaps(r, hashes, num_hashes);
     uint32_t best = 0;
     for (uint32_t e = 0; e < r->n; e++)
@@ -477,7 +494,7 @@ uint32_t kvsim_router_route(struct kvsim_router *r, const struct kvsim_engine_pu
     case KVSIM_ROUTER_DP_LB: best = dp_lb_choice(r, pubs); break;
     case KVSIM_ROUTER_KV:
         if (!r->ov_open) /* no overlaps of this request yet: all of them, from block 0 */
-            kvsim_router_overlap_begin(r);
+            overlap_begin_or_die(r);
         extend_overlaps(r, hashes, num_hashes);
         best = kv_choice(r, pubs, r->ov, 1, num_hashes, prompt_blocks);
         if (r->pred)

@@ -98,9 +98,10 @@ KVSIM_EXTERN uint32_t kvsim_router_max_overlap(const struct kvsim_router *r,
  * engines that held all the old ones. extend returns kvsim_router_max_overlap's value for its
  * arguments (and begins if nothing is begun). The next kvsim_router_route (with those hashes,
  * possibly more) reuses them and ends the request. Coordinator only, at a boundary, with no
- * cache change between the calls.
+ * cache change between the calls. begin brings the delayed view up to date first
+ * (kvsim_router_view_sync_owner for every engine): it returns 0 or -ENOMEM.
  */
-KVSIM_EXTERN void kvsim_router_overlap_begin(struct kvsim_router *r);
+KVSIM_EXTERN int kvsim_router_overlap_begin(struct kvsim_router *r);
 KVSIM_EXTERN uint32_t kvsim_router_extend_overlaps(struct kvsim_router *r,
                                                    const kvpool_hash *hashes, uint32_t num_hashes);
 
@@ -189,6 +190,11 @@ KVSIM_EXTERN void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t
  * its events applied to its shard, its load the latest such. Owner, once the engine is at now.
  * Returns 0 or an indexer error. */
 KVSIM_EXTERN int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t now);
+/* Brings what the delayed view over the pools has not heard of from engine `engine` up to date
+ * (kvsim_router_overlap_begin does it for every engine): before kvsim_router_overlap_on reads
+ * it. Owner, once the engine is at the instant the view is at (or the coordinator at a
+ * boundary). Returns 0 or -ENOMEM. */
+KVSIM_EXTERN int kvsim_router_view_sync_owner(struct kvsim_router *r, uint32_t engine);
 /* The delayed view's instant for the decisions that follow (kvsim_router_boundary sets it at a
  * boundary; the disaggregated coordinator at each pin it routes). Coordinator only. */
 KVSIM_EXTERN void kvsim_router_view_at(struct kvsim_router *r, int64_t now);

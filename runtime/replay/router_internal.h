@@ -38,18 +38,21 @@ struct own_route {
     uint32_t blocks;
     uint64_t tokens;
 };
-/* The net blocks (stored minus removed) by hash of the events staged and not released yet,
- * kept up to date at each release: the first `added` staged events are in it, the ones released
- * are taken out (their slots stay, at 0, until `used` reaches half the table and it is rebuilt
- * from the staged events); a slot is live when its generation is the map's. */
+/* The net blocks (stored minus removed) by hash of the events staged and not released yet, as
+ * of the last sync (router__view_sync: before the router looks the engine up, and before staging
+ * drops released events): it counts the staged events [sync_head, sync_len) of then; a sync
+ * takes out those released since and adds those staged since and still unreleased, so an event
+ * staged and released between two looks is never counted. Slots taken out stay, at 0, until
+ * `used` reaches half the table and it is rebuilt; a slot is live when its generation is the
+ * map's. */
 struct pend_map {
     kvpool_hash *keys;
     int32_t *delta;
     uint32_t *gen;
     uint32_t cur;
     uint64_t mask;
-    uint64_t used; /* live slots */
-    size_t added;  /* staged events [ev_head, ev_head + added) are counted */
+    uint64_t used;              /* live slots */
+    size_t sync_head, sync_len; /* the staged events counted: [sync_head, sync_len) */
 };
 struct view_engine {
     _Alignas(ROUTER_LINE) struct staged_event *ev; /* FIFO: [ev_head, ev_len) */
@@ -122,6 +125,10 @@ bool router__shard_contains(const struct kv_shard *s, kvpool_hash h);
  * bookings with the exact one); h predicted on engine e from now on; a delayed booking of unit;
  * the view's and the predictions' memory. */
 bool router__pool_seen(const struct kvsim_router *r, uint32_t e, kvpool_hash h);
+/* router_view.c: brings engine e's table of unheard blocks to its staged events (the delayed view
+ * over the pools; nothing otherwise). Whoever may read e's view (its owner in a phase, the
+ * coordinator at a boundary). Returns 0 or -ENOMEM. */
+int router__view_sync(struct kvsim_router *r, uint32_t e);
 bool router__predicted(const struct predict *p, kvpool_hash h, int64_t now);
 uint64_t router__load_blocks(const struct kvsim_router *r,
                              const struct kvsim_engine_pub *const *pubs, uint32_t e);

@@ -85,10 +85,20 @@ int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int6
                                    const struct kvpool_event *ev)
 {
     struct view_engine *v = &r->ve[engine];
-    if (v->ev_head == v->ev_len) /* nothing staged: the hashes start over */
+    bool reset = v->ev_head == v->ev_len && v->ev_len > 0;
+    bool compact = v->ev_head >= v->ev_cap / 2 && v->ev_head > 0 && v->ev_len == v->ev_cap;
+    /* the released events' hashes are about to go: the unheard table takes them out first */
+    if ((reset || compact) && v->pend.sync_len > v->pend.sync_head) {
+        int rc = router__view_sync(r, engine);
+        if (rc)
+            return rc;
+    }
+    if (reset) { /* nothing staged: the hashes start over */
         v->ev_head = v->ev_len = v->h_len = 0;
-    if (v->ev_head >= v->ev_cap / 2 && v->ev_head > 0 &&
-        v->ev_len == v->ev_cap) { /* fifo_room compacts: drop the released ones' hashes too */
+        v->pend.sync_head = v->pend.sync_len = 0;
+        compact = false;
+    }
+    if (compact) { /* fifo_room compacts: drop the released ones' hashes too */
         size_t from = v->ev[v->ev_head].off;
         memmove(v->hashes, v->hashes + from, (v->h_len - from) * sizeof *v->hashes);
         v->h_len -= from;
@@ -96,8 +106,15 @@ int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int6
             v->ev[i].off -= from;
     }
     void *arr = v->ev;
+    size_t head = v->ev_head;
     int rc = fifo_room(&arr, sizeof *v->ev, &v->ev_head, &v->ev_len, &v->ev_cap);
     v->ev = arr;
+    if (compact && v->pend.sync_len > v->pend.sync_head) { /* synced above: they moved too */
+        v->pend.sync_head -= head;
+        v->pend.sync_len -= head;
+    } else if (compact) {
+        v->pend.sync_head = v->pend.sync_len = 0;
+    }
     if (rc)
         return rc;
     if (v->h_len + ev->num_hashes > v->h_cap) {
@@ -183,8 +200,9 @@ static void pend_apply(struct view_engine *v, size_t from, size_t to, int32_t si
     }
 }
 
-/* Rebuilds v's pend map from its staged events [ev_head, ev_len), at least twice as large as
- * their hashes. Returns 0 or -ENOMEM. */
+/* Rebuilds v's pend map from its staged events [ev_head, ev_len), at least four times as large
+ * as their hashes (so that as many again can come, counted or left at zero, before the next
+ * rebuild: pend_update rebuilds at half full). Returns 0 or -ENOMEM. */
 static int pend_rebuild(struct view_engine *v)
 {
     struct pend_map *m = &v->pend;
@@ -192,9 +210,9 @@ static int pend_rebuild(struct view_engine *v)
     for (size_t i = v->ev_head; i < v->ev_len; i++)
         hashes += v->ev[i].num;
     uint64_t n = m->gen ? m->mask + 1 : 0;
-    if (hashes * 2 > n || !m->gen) { /* at most half full */
+    if (hashes * 4 > n || !m->gen) { /* at most a quarter full */
         uint64_t nn = n ? n : 256;
-        while (hashes * 2 > nn)
+        while (hashes * 4 > nn)
             nn *= 2;
         kvpool_hash *k = malloc(nn * sizeof *k);
         int32_t *d = malloc(nn * sizeof *d);
@@ -208,7 +226,7 @@ static int pend_rebuild(struct view_engine *v)
         free(m->keys);
         free(m->delta);
         free(m->gen);
-        *m = (struct pend_map){k, d, g, 0, nn - 1, 0, 0};
+        *m = (struct pend_map){k, d, g, 0, nn - 1, 0, 0, 0};
     }
     if (++m->cur == 0) { /* the generations wrapped: start over */
         memset(m->gen, 0, (m->mask + 1) * sizeof *m->gen);
@@ -216,26 +234,39 @@ static int pend_rebuild(struct view_engine *v)
     }
     m->used = 0;
     pend_apply(v, v->ev_head, v->ev_len, 1);
-    m->added = v->ev_len - v->ev_head;
+    m->sync_head = v->ev_head;
+    m->sync_len = v->ev_len;
     return 0;
 }
 
-/* Brings v's pend map to its staged events: the released ones [from, ev_head) taken out, the
- * ones staged since the last call added; rebuilt when the slots in use (zeros included) would
- * pass half the table. Returns 0 or -ENOMEM. */
-static int pend_update(struct view_engine *v, size_t from)
+/* Brings v's pend map to its staged events now: the counted ones released since taken out, the
+ * unreleased ones staged since added (pend_map). Returns 0 or -ENOMEM. */
+static int pend_update(struct view_engine *v)
 {
     struct pend_map *m = &v->pend;
-    size_t counted = from + m->added; /* [from, counted) were in the map */
-    size_t fresh = 0;
-    for (size_t i = counted > v->ev_head ? counted : v->ev_head; i < v->ev_len; i++)
+    size_t a = m->sync_head, b = m->sync_len, h = v->ev_head, l = v->ev_len;
+    if (m->gen && a == h && b == l)
+        return 0;
+    size_t add_from = b > h ? b : h, fresh = 0;
+    for (size_t i = add_from; i < l; i++)
         fresh += v->ev[i].num;
     if (!m->gen || (m->used + fresh) * 2 > m->mask + 1)
         return pend_rebuild(v);
-    pend_apply(v, from, counted < v->ev_head ? counted : v->ev_head, -1);
-    pend_apply(v, counted > v->ev_head ? counted : v->ev_head, v->ev_len, 1);
-    m->added = v->ev_len - v->ev_head;
+    pend_apply(v, a, b < h ? b : h, -1);
+    pend_apply(v, add_from, l, 1);
+    m->sync_head = h;
+    m->sync_len = l;
     return 0;
+}
+
+int router__view_sync(struct kvsim_router *r, uint32_t e)
+{
+    return r->ve && r->pools && r->ranks == 1 ? pend_update(&r->ve[e]) : 0;
+}
+
+int kvsim_router_view_sync_owner(struct kvsim_router *r, uint32_t engine)
+{
+    return router__view_sync(r, engine);
 }
 
 /* Whether engine e's cache holds h as the delayed router sees it: its blocks with h now, less
@@ -259,18 +290,12 @@ int kvsim_router_release_owner(struct kvsim_router *r, uint32_t engine, int64_t 
     if (r->view != KVSIM_ROUTER_VIEW_DELAYED)
         return 0;
     struct view_engine *v = &r->ve[engine];
-    size_t from = v->ev_head;
     for (; v->ev_head < v->ev_len && seen_by(r, v->ev[v->ev_head].t, now); v->ev_head++) {
         const struct staged_event *s = &v->ev[v->ev_head];
         struct kvpool_event ev = {.type = (enum kvpool_event_type)s->type,
                                   .num_hashes = s->num,
                                   .hashes = v->hashes + s->off};
         int rc = r->pools && r->ranks == 1 ? 0 : kvsim_router_apply_event_owner(r, engine, &ev);
-        if (rc)
-            return rc;
-    }
-    if (r->pools && r->ranks == 1) { /* no indexer: what is not heard of yet, against the pool */
-        int rc = pend_update(v, from);
         if (rc)
             return rc;
     }

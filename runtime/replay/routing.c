@@ -149,7 +149,9 @@ int64_t replay__route(struct replay *rp, struct kvsim_router *router,
         uint32_t full = s->input_len / bs, want = full < 16 ? full : 16;
         if (kvsim_router_predicts(router)) /* what it routes counts as cached: all of it */
             want = full;
-        kvsim_router_overlap_begin(router); /* each round looks up only its new hashes */
+        int rc = kvsim_router_overlap_begin(router); /* each round looks up its new hashes */
+        if (rc)
+            return rc;
         for (;;) {
             if (want > rp->rt.cap_hashes) {
                 kvpool_hash *nh2 = realloc(rp->rt.hashes, want * sizeof *nh2);
@@ -349,6 +351,12 @@ void replay__route_prep_hash(struct replay *rp, uint32_t w)
 void replay__route_prep_overlaps(struct replay *rp, uint32_t e)
 {
     struct route_prep *p = rp->rt.prep_now;
+    int rc = kvsim_router_view_sync_owner(rp->rt.router, e); /* what it has not heard of */
+    if (rc) {
+        int none = 0;
+        atomic_compare_exchange_strong(&p->rc, &none, rc);
+        return;
+    }
     for (uint32_t i = 0; i < p->num; i++) {
         while (!atomic_load_explicit(&p->hashed[i], memory_order_acquire))
             base_cpu_relax();

@@ -75,6 +75,8 @@ struct kvpool {
     size_t num_events, cap_events;
     kvpool_hash *event_hashes;
     size_t num_event_hashes, cap_event_hashes;
+    struct kvpool_event *event_view; /* kvpool_events_drain_batch's array */
+    size_t cap_event_view;
     /* kvpool_check scratch: expected refs and the first owner seen per block */
     uint32_t *scratch_ref;
     const struct kvpool_seq **scratch_owner;
@@ -305,6 +307,7 @@ void kvpool_destroy(struct kvpool *pool)
     free(pool->scratch_pins);
     kvpool__fq_fini(&pool->fq);
     free(pool->events);
+    free(pool->event_view);
     free(pool->event_hashes);
     free(pool);
 }
@@ -384,6 +387,28 @@ size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx)
     pool->num_events = 0;
     pool->num_event_hashes = 0;
     return n;
+}
+
+int kvpool_events_drain_batch(struct kvpool *pool, kvpool_events_fn fn, void *ctx)
+{
+    size_t n = pool->num_events;
+    if (n == 0)
+        return 0;
+    if (grow((void **)&pool->event_view, &pool->cap_event_view, n, sizeof *pool->event_view))
+        return -ENOMEM; /* nothing drained */
+    for (size_t i = 0; i < n; i++) {
+        const struct kvpool_event_rec *r = &pool->events[i];
+        pool->event_view[i] = (struct kvpool_event){
+            .type = r->type,
+            .has_parent = r->has_parent,
+            .parent_hash = r->parent_hash,
+            .num_hashes = r->num_hashes,
+            .hashes = pool->event_hashes + r->hash_off,
+        };
+    }
+    pool->num_events = 0;
+    pool->num_event_hashes = 0;
+    return fn ? fn(ctx, pool->event_view, n) : 0;
 }
 
 /* ---- prefix-cache map ---------------------------------------------------------------------- */

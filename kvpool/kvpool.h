@@ -394,6 +394,11 @@ struct kvpool_event {
 typedef void (*kvpool_event_fn)(void *ctx, const struct kvpool_event *event);
 /* Hands every recorded event, in order, to fn, then forgets them. Returns the count. */
 KVSIM_EXTERN size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx);
+/* The same events at once: fn gets them as an array (their hashes valid during the call, and
+ * one event's right after the previous one's), then they are forgotten; fn is not called when
+ * there are none. Returns fn's return value, 0, or -ENOMEM (nothing drained). */
+typedef int (*kvpool_events_fn)(void *ctx, const struct kvpool_event *events, size_t n);
+KVSIM_EXTERN int kvpool_events_drain_batch(struct kvpool *pool, kvpool_events_fn fn, void *ctx);
 KVSIM_EXTERN const char *kvpool_event_type_name(enum kvpool_event_type type);
 
 /* ---- ownership checker ---------------------------------------------------------------------- */

@@ -306,21 +306,19 @@ void engine__publish(struct kvsim_engine *e)
 }
 
 /* The step sink (a router with a delayed view; engine.h, kvsim_step_sink), on the engine's thread:
- * the KV events recorded so far, handed over stamped with the end of the step they belong to
- * (sink_drain), and the load at every step's end (step_ended). */
+ * the KV events recorded so far, handed over at once stamped with the end of the step they belong
+ * to (sink_drain), and the load at every step's end (step_ended). */
 struct sink_event_ctx {
     const struct kvsim_step_sink *sink;
     uint32_t engine;
     int64_t t;
-    int rc; /* the first failure */
+    int64_t t_stored; /* a decode fast run's: its stored blocks' stamp (sink_fast_run) */
 };
 
-static void sink_event(void *ctx, const struct kvpool_event *ev)
+static int sink_events(void *ctx, const struct kvpool_event *evs, size_t n)
 {
-    struct sink_event_ctx *c = ctx;
-    int rc = c->sink->event(c->sink->ctx, c->engine, c->t, ev);
-    if (rc && !c->rc)
-        c->rc = rc;
+    const struct sink_event_ctx *c = ctx;
+    return c->sink->events(c->sink->ctx, c->engine, c->t, evs, n);
 }
 
 /* The events recorded so far, stamped t. Returns 0 or the sink's error (the engine failed). */
@@ -329,30 +327,29 @@ static int sink_drain(struct kvsim_engine *e, int64_t t)
     const struct kvsim_step_sink *sink = e->cfg.step_sink;
     if (!sink)
         return 0;
-    struct sink_event_ctx c = {sink, e->cfg.id, t, 0};
-    kvpool_events_drain(sched_pool(e->s), sink_event, &c);
-    return c.rc ? engine__fail(e, c.rc) : 0;
+    struct sink_event_ctx c = {sink, e->cfg.id, t, t};
+    int rc = kvpool_events_drain_batch(sched_pool(e->s), sink_events, &c);
+    return rc ? engine__fail(e, rc) : 0;
 }
 
 int kvsim_engine_sink_flush(struct kvsim_engine *e) { return sink_drain(e, e->now); }
 
 /* A decode fast run's events and load as its k steps one by one would have handed them over: the
  * removals of the first step's allocation stamped with that step's end t1, the blocks the last
- * step cached with the run's end (the caller's step_ended), and the load at t1 (every step of
- * the run ends with the same load: nothing is allocated after the first one). The engine's
- * thread, after the run. Returns as sink_drain. */
-struct sink_run_ctx {
-    struct sink_event_ctx c;
-    int64_t t_last;
-};
-
-static void sink_event_run(void *ctx, const struct kvpool_event *ev)
+ * step cached (after them: a run allocates in its first step only) with the run's end (the
+ * caller's step_ended), and the load at t1 (every step of the run ends with the same load:
+ * nothing is allocated after the first one). The engine's thread, after the run. Returns as
+ * sink_drain. */
+static int sink_events_run(void *ctx, const struct kvpool_event *evs, size_t n)
 {
-    struct sink_run_ctx *r = ctx;
-    int rc = r->c.sink->event(r->c.sink->ctx, r->c.engine,
-                              ev->type == KVPOOL_EVENT_STORED ? r->t_last : r->c.t, ev);
-    if (rc && !r->c.rc)
-        r->c.rc = rc;
+    const struct sink_event_ctx *c = ctx;
+    size_t k = 0;
+    while (k < n && evs[k].type != KVPOOL_EVENT_STORED)
+        k++;
+    int rc = k ? c->sink->events(c->sink->ctx, c->engine, c->t, evs, k) : 0;
+    if (rc == 0 && k < n)
+        rc = c->sink->events(c->sink->ctx, c->engine, c->t_stored, evs + k, n - k);
+    return rc;
 }
 
 static int sink_fast_run(struct kvsim_engine *e, int64_t t1)
@@ -360,10 +357,10 @@ static int sink_fast_run(struct kvsim_engine *e, int64_t t1)
     const struct kvsim_step_sink *sink = e->cfg.step_sink;
     if (!sink)
         return 0;
-    struct sink_run_ctx r = {{sink, e->cfg.id, t1, 0}, e->now};
-    kvpool_events_drain(sched_pool(e->s), sink_event_run, &r);
-    if (r.c.rc)
-        return engine__fail(e, r.c.rc);
+    struct sink_event_ctx c = {sink, e->cfg.id, t1, e->now};
+    int rc = kvpool_events_drain_batch(sched_pool(e->s), sink_events_run, &c);
+    if (rc)
+        return engine__fail(e, rc);
     struct kvsim_engine_pub load = e->pub;
     engine_load(e, &load);
     sink->load(sink->ctx, e->cfg.id, t1, &load);

@@ -665,14 +665,16 @@ struct kvsim_engine_config {
     const struct kvsim_step_sink *step_sink;
 };
 
-/* Where an engine's step ends go (kvsim_engine_config.step_sink). event and load run on the
- * engine's thread; ev is valid during the call only. A step's events are handed over when it is
+/* Where an engine's step ends go (kvsim_engine_config.step_sink). events and load run on the
+ * engine's thread; evs[0..n) (the events recorded since the last call, in order, all of one
+ * step) are valid during the call only. A step's events are handed over when it is
  * scheduled (what the schedule cached and evicted), stamped with the step's end, which is known
  * then (a step scheduled ahead: its own end); what a step's end or a transfer records, at the
  * next step's schedule or end, or at kvsim_engine_sink_flush. Loads come at every step's end. */
 struct kvsim_step_sink {
     /* returns 0 or a negative errno, which fails the engine's advance */
-    int (*event)(void *ctx, uint32_t engine, int64_t step_end, const struct kvpool_event *ev);
+    int (*events)(void *ctx, uint32_t engine, int64_t step_end, const struct kvpool_event *evs,
+                  size_t n);
     void (*load)(void *ctx, uint32_t engine, int64_t step_end, const struct kvsim_engine_pub *load);
     void *ctx;
 };

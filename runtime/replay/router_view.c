@@ -81,12 +81,15 @@ static int fifo_room(void **arr, size_t sz, size_t *head, size_t *len, size_t *c
     return 0;
 }
 
-int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
-                                   const struct kvpool_event *ev)
+int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
+                                    const struct kvpool_event *evs, size_t n)
 {
+    if (n == 0)
+        return 0;
     struct view_engine *v = &r->ve[engine];
     bool reset = v->ev_head == v->ev_len && v->ev_len > 0;
-    bool compact = v->ev_head >= v->ev_cap / 2 && v->ev_head > 0 && v->ev_len == v->ev_cap;
+    bool compact =
+        v->ev_head > 0 && v->ev_head >= v->ev_cap / 2 && v->ev_len + n > v->ev_cap && !reset;
     /* the released events' hashes are about to go: the unheard table takes them out first */
     if ((reset || compact) && v->pend.sync_len > v->pend.sync_head) {
         int rc = router__view_sync(r, engine);
@@ -96,30 +99,39 @@ int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int6
     if (reset) { /* nothing staged: the hashes start over */
         v->ev_head = v->ev_len = v->h_len = 0;
         v->pend.sync_head = v->pend.sync_len = 0;
-        compact = false;
     }
-    if (compact) { /* fifo_room compacts: drop the released ones' hashes too */
-        size_t from = v->ev[v->ev_head].off;
+    if (compact) { /* the staged events and their hashes move to the front */
+        size_t head = v->ev_head, from = v->ev[head].off;
         memmove(v->hashes, v->hashes + from, (v->h_len - from) * sizeof *v->hashes);
         v->h_len -= from;
-        for (size_t i = v->ev_head; i < v->ev_len; i++)
-            v->ev[i].off -= from;
+        memmove(v->ev, v->ev + head, (v->ev_len - head) * sizeof *v->ev);
+        v->ev_len -= head;
+        v->ev_head = 0;
+        for (size_t k = 0; k < v->ev_len; k++)
+            v->ev[k].off -= from;
+        if (v->pend.sync_len > v->pend.sync_head) { /* synced above: they moved too */
+            v->pend.sync_head -= head;
+            v->pend.sync_len -= head;
+        } else {
+            v->pend.sync_head = v->pend.sync_len = 0;
+        }
     }
-    void *arr = v->ev;
-    size_t head = v->ev_head;
-    int rc = fifo_room(&arr, sizeof *v->ev, &v->ev_head, &v->ev_len, &v->ev_cap);
-    v->ev = arr;
-    if (compact && v->pend.sync_len > v->pend.sync_head) { /* synced above: they moved too */
-        v->pend.sync_head -= head;
-        v->pend.sync_len -= head;
-    } else if (compact) {
-        v->pend.sync_head = v->pend.sync_len = 0;
+    size_t hashes = 0;
+    for (size_t k = 0; k < n; k++)
+        hashes += evs[k].num_hashes;
+    if (v->ev_len + n > v->ev_cap) {
+        size_t nc = v->ev_cap ? 2 * v->ev_cap : 16;
+        while (nc < v->ev_len + n)
+            nc *= 2;
+        struct staged_event *ne = realloc(v->ev, nc * sizeof *ne);
+        if (!ne)
+            return -ENOMEM;
+        v->ev = ne;
+        v->ev_cap = nc;
     }
-    if (rc)
-        return rc;
-    if (v->h_len + ev->num_hashes > v->h_cap) {
+    if (v->h_len + hashes > v->h_cap) {
         size_t nc = v->h_cap ? 2 * v->h_cap : 256;
-        while (nc < v->h_len + ev->num_hashes)
+        while (nc < v->h_len + hashes)
             nc *= 2;
         kvpool_hash *nh = realloc(v->hashes, nc * sizeof *nh);
         if (!nh)
@@ -127,11 +139,31 @@ int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int6
         v->hashes = nh;
         v->h_cap = nc;
     }
-    memcpy(v->hashes + v->h_len, ev->hashes, ev->num_hashes * sizeof *ev->hashes);
-    v->ev[v->ev_len++] =
-        (struct staged_event){step_end, (uint8_t)ev->type, ev->num_hashes, v->h_len};
-    v->h_len += ev->num_hashes;
+    for (size_t k = 0; k < n; k++) {
+        const struct kvpool_event *ev = &evs[k];
+        uint32_t m = ev->num_hashes;
+        if (m == 1)
+            v->hashes[v->h_len] = ev->hashes[0];
+        else
+            memcpy(v->hashes + v->h_len, ev->hashes, m * sizeof *ev->hashes);
+        /* A step's evictions come one block an event: one staged event for a run of them, unless
+         * the last one is heard of or counted as unheard already. */
+        struct staged_event *last = v->ev_len > v->ev_head ? &v->ev[v->ev_len - 1] : NULL;
+        if (ev->type == KVPOOL_EVENT_REMOVED && last && last->type == KVPOOL_EVENT_REMOVED &&
+            last->t == step_end && v->ev_len > v->pend.sync_len &&
+            last->off + last->num == v->h_len)
+            last->num += m;
+        else
+            v->ev[v->ev_len++] = (struct staged_event){step_end, (uint8_t)ev->type, m, v->h_len};
+        v->h_len += m;
+    }
     return 0;
+}
+
+int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
+                                   const struct kvpool_event *ev)
+{
+    return kvsim_router_stage_events_owner(r, engine, step_end, ev, 1);
 }
 
 void kvsim_router_stage_load_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,

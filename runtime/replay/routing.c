@@ -71,11 +71,12 @@ int replay__route_drain_events(struct replay *rp, uint32_t e)
  * advanced which engine.
  */
 
-static int sink_event(void *ctx, uint32_t e, int64_t step_end, const struct kvpool_event *ev)
+static int sink_events(void *ctx, uint32_t e, int64_t step_end, const struct kvpool_event *evs,
+                       size_t n)
 {
     uint32_t i;
     struct kvsim_router *r = router_of(ctx, e, &i);
-    return kvsim_router_stage_event_owner(r, i, step_end, ev);
+    return kvsim_router_stage_events_owner(r, i, step_end, evs, n);
 }
 
 static void sink_load(void *ctx, uint32_t e, int64_t step_end, const struct kvsim_engine_pub *load)
@@ -93,7 +94,7 @@ int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed)
                (p == KVSIM_ROUTER_KV || p == KVSIM_ROUTER_LEAST_LOADED);
     int64_t ttl = p == KVSIM_ROUTER_KV ? cfg->router_predict_ttl_ns : 0;
     rp->rt.predicts |= ttl > 0;
-    rp->rt.sink = (struct kvsim_step_sink){sink_event, sink_load, rp};
+    rp->rt.sink = (struct kvsim_step_sink){sink_events, sink_load, rp};
     if (!*delayed && ttl == 0)
         return 0;
     uint32_t ranks = r == rp->rt.router && rp->dp > 1 ? rp->dp : 1; /* a deployment's */

@@ -347,14 +347,17 @@ struct heard {
     int num_loads;
 };
 
-static int heard_event(void *ctx, uint32_t engine, int64_t t, const struct kvpool_event *ev)
+static int heard_events(void *ctx, uint32_t engine, int64_t t, const struct kvpool_event *evs,
+                        size_t n)
 {
     struct heard *h = ctx;
     cr_assert_eq(engine, 0);
-    if (h->num_events < 16 && ev->type == KVPOOL_EVENT_STORED) {
-        h->event_t[h->num_events] = t;
-        h->event_n[h->num_events++] = ev->num_hashes;
-    }
+    cr_assert_gt(n, 0, "a sink call without events");
+    for (size_t k = 0; k < n; k++)
+        if (h->num_events < 16 && evs[k].type == KVPOOL_EVENT_STORED) {
+            h->event_t[h->num_events] = t;
+            h->event_n[h->num_events++] = evs[k].num_hashes;
+        }
     return 0;
 }
 
@@ -381,7 +384,7 @@ static void sink_rig(struct rig *g, struct heard *h, struct kvsim_step_sink *sin
     remove(path);
     cr_assert_eq(kvsim_metrics_create((uint32_t)g->trace.num_reqs, 1, &g->metrics), 0);
     *h = (struct heard){0};
-    *sink = (struct kvsim_step_sink){heard_event, heard_load, h};
+    *sink = (struct kvsim_step_sink){heard_events, heard_load, h};
     struct kvsim_engine_config c = {
         .id = 0, .trace = &g->trace, .metrics = g->metrics, .kv_events = true, .step_sink = sink};
     sched_config_default(&c.sched);

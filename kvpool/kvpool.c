@@ -343,21 +343,27 @@ static int grow_u32cap(void **arr, uint32_t *cap, uint64_t need, size_t elem)
     return rc;
 }
 
-/*
- * Records an event. Event memory is amortized over the pool's lifetime; if it cannot grow, the
- * process is out of memory and continuing would silently drop an event a router relies on.
- */
-static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent, kvpool_hash parent,
-                 const kvpool_hash *hashes, uint32_t n)
+/* Room for one more event record of n hashes, or the process is out of memory: event memory is
+ * amortized over the pool's lifetime, and continuing would silently drop an event a router
+ * relies on. */
+static void event_room(struct kvpool *p, uint32_t n)
 {
-    if (!p->cfg.enable_kv_events)
-        return;
     if (grow((void **)&p->events, &p->cap_events, p->num_events + 1, sizeof *p->events) ||
         grow((void **)&p->event_hashes, &p->cap_event_hashes, p->num_event_hashes + n,
              sizeof *p->event_hashes)) {
         fprintf(stderr, "kvsim: out of memory recording KV events\n");
         abort();
     }
+}
+
+/* Records an event. */
+static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent, kvpool_hash parent,
+                 const kvpool_hash *hashes, uint32_t n)
+{
+    if (!p->cfg.enable_kv_events)
+        return;
+    if (p->num_events >= p->cap_events || p->num_event_hashes + n > p->cap_event_hashes)
+        event_room(p, n);
     struct kvpool_event_rec *e = &p->events[p->num_events++];
     e->type = type;
     e->has_parent = has_parent;
@@ -369,9 +375,27 @@ static void emit(struct kvpool *p, enum kvpool_event_type type, bool has_parent,
     p->num_event_hashes += n;
 }
 
+/* Records the eviction of a block cached under h: vLLM's one BlockRemoved per block, kept here as
+ * runs (the last record grows while evictions follow one another; kvpool_events_drain hands them
+ * out one a block). Inline: a commit evicts block after block. */
+static inline void emit_removed(struct kvpool *p, kvpool_hash h)
+{
+    if (!p->cfg.enable_kv_events)
+        return;
+    if (p->num_events >= p->cap_events || p->num_event_hashes >= p->cap_event_hashes)
+        event_room(p, 1);
+    struct kvpool_event_rec *last = p->num_events ? &p->events[p->num_events - 1] : NULL;
+    if (last && last->type == KVPOOL_EVENT_REMOVED)
+        last->num_hashes++; /* its hashes end where the next one goes */
+    else
+        p->events[p->num_events++] =
+            (struct kvpool_event_rec){KVPOOL_EVENT_REMOVED, false, 0, 1, p->num_event_hashes};
+    p->event_hashes[p->num_event_hashes++] = h;
+}
+
 size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx)
 {
-    size_t n = pool->num_events;
+    size_t n = pool->num_events, calls = 0;
     for (size_t i = 0; i < n; i++) {
         const struct kvpool_event_rec *r = &pool->events[i];
         struct kvpool_event ev = {
@@ -381,12 +405,20 @@ size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx)
             .num_hashes = r->num_hashes,
             .hashes = pool->event_hashes + r->hash_off,
         };
+        if (r->type == KVPOOL_EVENT_REMOVED) { /* a run of evictions: one event a block */
+            ev.num_hashes = 1;
+            for (uint32_t k = 0; k < r->num_hashes; k++, calls++, ev.hashes++)
+                if (fn)
+                    fn(ctx, &ev);
+            continue;
+        }
         if (fn)
             fn(ctx, &ev);
+        calls++;
     }
     pool->num_events = 0;
     pool->num_event_hashes = 0;
-    return n;
+    return calls;
 }
 
 int kvpool_events_drain_batch(struct kvpool *pool, kvpool_events_fn fn, void *ctx)
@@ -789,7 +821,7 @@ static inline kvpool_block_id take_front_block(struct kvpool *p, kvpool_block_id
     if (p->blk[b].flags & BLOCK_HASHED) {
         kvpool_hash h = p->blk[b].hash;
         map_remove(p, b);
-        emit(p, KVPOOL_EVENT_REMOVED, false, 0, &h, 1);
+        emit_removed(p, h);
     }
     p->blk[b].ref = 1;
     return b;

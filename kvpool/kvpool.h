@@ -396,7 +396,9 @@ typedef void (*kvpool_event_fn)(void *ctx, const struct kvpool_event *event);
 KVSIM_EXTERN size_t kvpool_events_drain(struct kvpool *pool, kvpool_event_fn fn, void *ctx);
 /* The same events at once: fn gets them as an array (their hashes valid during the call, and
  * one event's right after the previous one's), then they are forgotten; fn is not called when
- * there are none. Returns fn's return value, 0, or -ENOMEM (nothing drained). */
+ * there are none. Evictions that follow one another come as one removed event with all their
+ * hashes (kvpool_events_drain hands out one a block, as vLLM publishes them). Returns fn's
+ * return value, 0, or -ENOMEM (nothing drained). */
 typedef int (*kvpool_events_fn)(void *ctx, const struct kvpool_event *events, size_t n);
 KVSIM_EXTERN int kvpool_events_drain_batch(struct kvpool *pool, kvpool_events_fn fn, void *ctx);
 KVSIM_EXTERN const char *kvpool_event_type_name(enum kvpool_event_type type);

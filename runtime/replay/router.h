@@ -183,7 +183,8 @@ KVSIM_EXTERN void kvsim_router_book_rank(struct kvsim_router *r, uint32_t unit, 
  */
 KVSIM_EXTERN int kvsim_router_stage_event_owner(struct kvsim_router *r, uint32_t engine,
                                                 int64_t step_end, const struct kvpool_event *ev);
-/* evs[0..n), all of the step that ended at step_end, in order: as n stage_event calls. */
+/* evs[0..n), all of the step that ended at step_end, in order, each event's hashes right after
+ * the previous one's (as kvpool_events_drain_batch hands them): as n stage_event calls. */
 KVSIM_EXTERN int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine,
                                                  int64_t step_end, const struct kvpool_event *evs,
                                                  size_t n);

@@ -116,9 +116,9 @@ int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine, int
             v->pend.sync_head = v->pend.sync_len = 0;
         }
     }
-    size_t hashes = 0;
-    for (size_t k = 0; k < n; k++)
-        hashes += evs[k].num_hashes;
+    /* the events' hashes follow one another (kvpool_events_drain_batch): one copy for all */
+    size_t hashes = n == 1 ? evs[0].num_hashes
+                           : (size_t)(evs[n - 1].hashes + evs[n - 1].num_hashes - evs[0].hashes);
     if (v->ev_len + n > v->ev_cap) {
         size_t nc = v->ev_cap ? 2 * v->ev_cap : 16;
         while (nc < v->ev_len + n)
@@ -139,13 +139,11 @@ int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine, int
         v->hashes = nh;
         v->h_cap = nc;
     }
+    if (hashes)
+        memcpy(v->hashes + v->h_len, evs[0].hashes, hashes * sizeof *v->hashes);
     for (size_t k = 0; k < n; k++) {
         const struct kvpool_event *ev = &evs[k];
         uint32_t m = ev->num_hashes;
-        if (m == 1)
-            v->hashes[v->h_len] = ev->hashes[0];
-        else
-            memcpy(v->hashes + v->h_len, ev->hashes, m * sizeof *ev->hashes);
         /* A step's evictions come one block an event: one staged event for a run of them, unless
          * the last one is heard of or counted as unheard already. */
         struct staged_event *last = v->ev_len > v->ev_head ? &v->ev[v->ev_len - 1] : NULL;

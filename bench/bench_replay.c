@@ -65,6 +65,9 @@
 #define GOAL14_DISAGG_RATIO   1.3
 #define GOAL14_PARSE_MS       15.0
 #define GOAL14_AZURE_NS_TOKEN 40.0
+/* Issue 63: one core twice as fast (the conversation trace, 8 engines, kv router, 1 thread) */
+#define GOAL63_REQ_PER_CPU_S  60000.0
+#define GOAL63_BLOCK_RATIO    2.0
 #define MEMORY_COPIES         4u
 
 /* DESIGN.md, "Performance targets". */
@@ -444,6 +447,27 @@ static double wall_ratio(const struct bench_config *a, const struct bench_config
     const struct bench_rep *ra = a ? bench_best(a) : NULL, *rb = b ? bench_best(b) : NULL;
     *have = ra && rb && rb->msg.wall_ns > 0;
     return *have ? (double)ra->msg.wall_ns / (double)rb->msg.wall_ns : 0.0;
+}
+
+/* Issue 63's targets: requests per CPU-second (kv, 1 thread; 30 k when it was filed) and block
+ * size 16 against 512 at equal capacity in CPU (4.0x then). Prints them, returns the JSON. */
+static json_t *issue63_targets(const struct bench_suite *s)
+{
+    json_t *t = json_object();
+    printf("\ntargets (issue 63: one core, twice as fast), measured on this run\n");
+    bench_print_rule(100);
+    const struct bench_config *kv1 = find_config(s, KVSIM_ROUTER_KV, 1, SMALL_BLOCK);
+    const struct bench_config *kv512 = find_config(s, KVSIM_ROUTER_KV, 1, LARGE_BLOCK);
+    const struct bench_rep *b1 = kv1 ? bench_best(kv1) : NULL,
+                           *b512 = kv512 ? bench_best(kv512) : NULL;
+    struct bench_figures f1 = b1 ? bench_figures_of(b1) : (struct bench_figures){0};
+    bench_target(t, "requests_per_cpu_s_1_thread", "requests per CPU s, kv, 1 thread",
+                 b1 && f1.cpu_s > 0, f1.cpu_s > 0 ? (double)b1->msg.num_requests / f1.cpu_s : 0,
+                 false, GOAL63_REQ_PER_CPU_S, "req/CPU-s");
+    double c512 = b512 ? bench_figures_of(b512).cpu_s : 0;
+    bench_target(t, "block_16_vs_512_cpu", "block size 16 vs 512 (CPU), equal capacity",
+                 b1 && c512 > 0, c512 > 0 ? f1.cpu_s / c512 : 0, true, GOAL63_BLOCK_RATIO, "x");
+    return t;
 }
 
 /*
@@ -1103,6 +1127,7 @@ int main(int argc, char **argv)
 
     /* ---- targets ---- */
     json_t *t14 = issue14_targets(&suite, runs, ncfg, cfgs);
+    json_t *t63 = issue63_targets(&suite);
     printf("\ntargets (DESIGN.md); cells: measured (measured/goal)\n");
     printf("%-34s %-12s", "figure", "goal");
     for (size_t i = 0; i < NUM_ROUTERS; i++)
@@ -1193,6 +1218,7 @@ int main(int argc, char **argv)
                         json_pack("{s:b, s:b}", "goal", 1, "measured", all_identical));
     json_object_set_new(root, "targets", targets);
     json_object_set_new(root, "targets_issue_14", t14);
+    json_object_set_new(root, "targets_issue_63", t63);
     json_object_set_new(root, "threads_issue_39", threads);
     json_object_set_new(root, "projection_issue_40", projection);
     return bench_suite_finish(&suite, root, all_ok, all_identical, "thread counts or repetitions");

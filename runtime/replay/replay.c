@@ -322,7 +322,8 @@ static int setup_state(struct replay *rp)
     if ((rc = replay__route_view(rp, rp->rt.router, &rp->rt.delayed[0])) != 0)
         return rc;
     /* the decode router comes after the engines (it reads their pools), its engines before */
-    rp->rt.delayed[1] = rp->num_prefill && cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED &&
+    rp->rt.delayed[1] = rp->num_prefill && rp->num_decode > 1 &&
+                        cfg->router_view == KVSIM_ROUTER_VIEW_DELAYED &&
                         (cfg->disagg.decode_router == KVSIM_ROUTER_KV ||
                          cfg->disagg.decode_router == KVSIM_ROUTER_LEAST_LOADED);
     rp->arr.concurrency = cfg->replay_concurrency;
@@ -357,8 +358,8 @@ static int setup_state(struct replay *rp)
     const char *win_env = getenv("KVSIM_REPLAY_WINDOWS");
     bool windows = !rp->num_prefill && rp->dp == 1 && !cfg->g3_shared && !rp->arr.concurrency &&
                    rp->ep.admit_merged && !(win_env && strcmp(win_env, "0") == 0);
-    if (windows && cfg->router == KVSIM_ROUTER_ROUND_ROBIN)
-        rp->ep.lookahead_ns = INT64_MAX; /* it reads no engine */
+    if (windows && (cfg->router == KVSIM_ROUTER_ROUND_ROBIN || E == 1))
+        rp->ep.lookahead_ns = INT64_MAX; /* it reads no engine, or has one choice */
     else if (windows && rp->rt.delayed[0] && (!rp->rt.prep_on || !kv))
         rp->ep.lookahead_ns = cfg->kv_event_delay_ns;
     bool ok = (rp->engines = calloc(E, sizeof *rp->engines)) &&

@@ -212,6 +212,8 @@ struct replay_routing {
      * and release it at each phase's end (replay__route_release). predicts: a kv router
      * predicts on route (the whole prompt is hashed). */
     bool delayed[2];
+    bool view_reported; /* a delayed view asked of a router with one choice (not run: the
+                         * report still says it) */
     bool predicts;
     /* The delayed view through the event indexer even where it could read the pools less what
      * is not heard of yet (KVSIM_REPLAY_VIEW_INDEXER=1: the same decisions, slower; to compare;
@@ -361,6 +363,8 @@ int replay__route_drain_events(struct replay *rp, uint32_t e);
 /* Sets what router r sees from the run's options (router.h, kvsim_router_set_view) and says
  * whether its view is delayed (*delayed). Coordinator, at set-up. Returns 0 or -ENOMEM. */
 int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed);
+/* How many units router r chooses among (engines, deployments, or a pool's engines). */
+uint32_t replay__route_units(const struct replay *rp, const struct kvsim_router *r);
 /* Whether engine e's router has the delayed view (its engine then feeds rp->rt.sink). */
 bool replay__route_delayed(const struct replay *rp, uint32_t e);
 /* What engine e did that its router sees by now (kvsim_router_release_owner), with the

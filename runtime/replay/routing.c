@@ -97,9 +97,21 @@ int replay__route_view(struct replay *rp, struct kvsim_router *r, bool *delayed)
     rp->rt.sink = (struct kvsim_step_sink){sink_events, sink_load, rp};
     if (!*delayed && ttl == 0)
         return 0;
+    if (replay__route_units(rp, r) == 1) { /* one choice: what it sees decides nothing */
+        rp->rt.view_reported |= *delayed;
+        *delayed = false;
+        return 0;
+    }
     uint32_t ranks = r == rp->rt.router && rp->dp > 1 ? rp->dp : 1; /* a deployment's */
     return kvsim_router_set_view(r, *delayed ? KVSIM_ROUTER_VIEW_DELAYED : KVSIM_ROUTER_VIEW_EXACT,
                                  cfg->kv_event_delay_ns, ttl, ranks);
+}
+
+uint32_t replay__route_units(const struct replay *rp, const struct kvsim_router *r)
+{
+    if (r != rp->rt.router)
+        return rp->num_decode; /* the decode router */
+    return rp->num_prefill ? rp->num_prefill : rp->dp > 1 ? rp->num_deployments : rp->num_engines;
 }
 
 bool replay__route_delayed(const struct replay *rp, uint32_t e)

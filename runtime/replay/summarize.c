@@ -145,7 +145,7 @@ int replay__summarize(struct replay *rp, int64_t wall_ns, struct kvsim_report *r
                                  : "synthetic",
         .trace_sha256 = rp->trace.sha256[0] ? rp->trace.sha256 : NULL,
         .router = kvsim_router_policy_name(disagg ? cfg->disagg.prefill_router : cfg->router),
-        .router_view_delayed = rp->rt.delayed[0] || rp->rt.delayed[1],
+        .router_view_delayed = rp->rt.delayed[0] || rp->rt.delayed[1] || rp->rt.view_reported,
         .kv_event_delay_ns = cfg->kv_event_delay_ns,
         .predict_ttl_ns = rp->rt.predicts ? cfg->router_predict_ttl_ns : 0,
         .seed = cfg->seed,

@@ -668,6 +668,41 @@ Test(replay_router, delayed_view_sees_a_step_at_its_end_plus_the_delay)
 }
 
 /*
+ * The delayed view over the engines' own caches (the replay's: kvsim_router_use_pools): the
+ * router sees a cache as it is now less what it has not heard of yet, counted when it looks. Two
+ * evictions of one step, the second staged after the router looked: both stay cached in its view
+ * until the step's end + the delay (the pool has them no more), then neither.
+ */
+Test(replay_router, delayed_view_over_pools_counts_evictions_staged_after_a_look)
+{
+    struct kvpool_config pc = {.num_blocks = 16, .block_size = 16, .enable_prefix_caching = true};
+    struct kvpool *pool[2];
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(kvpool_create(&pc, &pool[k]), 0);
+    struct kvsim_router *r;
+    cr_assert_eq(kvsim_router_create(KVSIM_ROUTER_KV, 2, 1.0, &r), 0);
+    kvsim_router_use_pools(r, (const struct kvpool *const *)pool);
+    cr_assert_eq(kvsim_router_set_view(r, KVSIM_ROUTER_VIEW_DELAYED, 5 * MS, 0, 1), 0);
+    static const kvpool_hash x = 101, y = 102;
+    stage(r, 0, 10 * MS, KVPOOL_EVENT_REMOVED, &x, 1);
+    kvsim_router_view_at(r, 11 * MS);
+    cr_assert_eq(kvsim_router_overlap_begin(r), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, &x, 1), 1, "x's eviction is not heard of yet");
+    stage(r, 0, 10 * MS, KVPOOL_EVENT_REMOVED, &y, 1); /* the same step's next eviction */
+    cr_assert_eq(kvsim_router_overlap_begin(r), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, &y, 1), 1, "nor y's");
+    cr_assert_eq(kvsim_router_overlap_on(r, 1, &y, 1), 0, "on its engine only");
+    cr_assert_eq(kvsim_router_release_owner(r, 0, 15 * MS), 0);
+    kvsim_router_view_at(r, 15 * MS);
+    cr_assert_eq(kvsim_router_overlap_begin(r), 0);
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, &x, 1), 0, "x's eviction heard of");
+    cr_assert_eq(kvsim_router_overlap_on(r, 0, &y, 1), 0, "y's too");
+    kvsim_router_destroy(r);
+    for (int k = 0; k < 2; k++)
+        kvpool_destroy(pool[k]);
+}
+
+/*
  * The router's own decisions count at once and stay counted until a load it sees was taken
  * after them: a prompt routed to engine 0 at 50 ms keeps engine 0's 4 blocks booked at later
  * boundaries (the exact view forgets them at the next boundary, when the engines publish), and

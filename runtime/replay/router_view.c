@@ -58,6 +58,23 @@ int kvsim_router_set_view(struct kvsim_router *r, enum kvsim_router_view view, i
     return 0;
 }
 
+/* Grows *arr (elements of size sz, *cap of them) by doubling from `first` until need fit.
+ * Returns 0 or -ENOMEM (*arr unchanged). */
+static int grow_to(void **arr, size_t sz, size_t *cap, size_t need, size_t first)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? 2 * *cap : first;
+    while (nc < need)
+        nc *= 2;
+    void *na = realloc(*arr, nc * sz);
+    if (!na)
+        return -ENOMEM;
+    *arr = na;
+    *cap = nc;
+    return 0;
+}
+
 /* Grows a FIFO's array (elements of size sz, [head, len) live) so that one more fits: moves the
  * live ones to the front first when at least half of it is released (amortized O(1)). Returns 0
  * or -ENOMEM. */
@@ -72,13 +89,7 @@ static int fifo_room(void **arr, size_t sz, size_t *head, size_t *len, size_t *c
         if (*len < *cap)
             return 0;
     }
-    size_t nc = *cap ? 2 * *cap : 16;
-    void *na = realloc(*arr, nc * sz);
-    if (!na)
-        return -ENOMEM;
-    *arr = na;
-    *cap = nc;
-    return 0;
+    return grow_to(arr, sz, cap, *len + 1, 16);
 }
 
 int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine, int64_t step_end,
@@ -119,26 +130,14 @@ int kvsim_router_stage_events_owner(struct kvsim_router *r, uint32_t engine, int
     /* the events' hashes follow one another (kvpool_events_drain_batch): one copy for all */
     size_t hashes = n == 1 ? evs[0].num_hashes
                            : (size_t)(evs[n - 1].hashes + evs[n - 1].num_hashes - evs[0].hashes);
-    if (v->ev_len + n > v->ev_cap) {
-        size_t nc = v->ev_cap ? 2 * v->ev_cap : 16;
-        while (nc < v->ev_len + n)
-            nc *= 2;
-        struct staged_event *ne = realloc(v->ev, nc * sizeof *ne);
-        if (!ne)
-            return -ENOMEM;
-        v->ev = ne;
-        v->ev_cap = nc;
-    }
-    if (v->h_len + hashes > v->h_cap) {
-        size_t nc = v->h_cap ? 2 * v->h_cap : 256;
-        while (nc < v->h_len + hashes)
-            nc *= 2;
-        kvpool_hash *nh = realloc(v->hashes, nc * sizeof *nh);
-        if (!nh)
-            return -ENOMEM;
-        v->hashes = nh;
-        v->h_cap = nc;
-    }
+    void *evp = v->ev, *hs = v->hashes;
+    int rc = grow_to(&evp, sizeof *v->ev, &v->ev_cap, v->ev_len + n, 16);
+    v->ev = evp;
+    if (rc == 0)
+        rc = grow_to(&hs, sizeof *v->hashes, &v->h_cap, v->h_len + hashes, 256);
+    v->hashes = hs;
+    if (rc)
+        return rc;
     if (hashes)
         memcpy(v->hashes + v->h_len, evs[0].hashes, hashes * sizeof *v->hashes);
     for (size_t k = 0; k < n; k++) {

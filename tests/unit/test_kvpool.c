@@ -878,6 +878,85 @@ Test(kvpool, duplicate_hashes_find_the_earliest_block_then_the_survivor)
     kvpool_destroy(pool);
 }
 
+/* What a test remembers of each block entering the cache, in the order the store hook saw. */
+struct kp_cache_model {
+    uint32_t n;
+    kvpool_block_id blocks[4096];
+    kvpool_hash hashes[4096];
+};
+
+static void kp_model_on_stored(void *ctx, const kvpool_block_id *blocks, const kvpool_hash *hashes,
+                               uint32_t n)
+{
+    struct kp_cache_model *m = ctx;
+    for (uint32_t i = 0; i < n; i++, m->n++) {
+        cr_assert(m->n < 4096, "cache model full");
+        m->blocks[m->n] = blocks[i];
+        m->hashes[m->n] = hashes[i];
+    }
+}
+
+/* The earliest-cached block still cached under h (its latest insertion, and still hashed h),
+ * and how many such blocks there are. */
+static kvpool_block_id kp_model_find(const struct kvpool *pool, const struct kp_cache_model *m,
+                                     kvpool_hash h, uint32_t *count)
+{
+    kvpool_block_id first = -ENOENT;
+    *count = 0;
+    for (uint32_t i = 0; i < m->n; i++) {
+        kvpool_hash now;
+        if (m->hashes[i] != h || !kvpool_block_hash(pool, m->blocks[i], &now) || now != h)
+            continue;
+        bool latest = true; /* not cached again since */
+        for (uint32_t j = i + 1; j < m->n && latest; j++)
+            latest = m->blocks[j] != m->blocks[i];
+        if (!latest)
+            continue;
+        if (first < 0)
+            first = m->blocks[i];
+        ++*count;
+    }
+    return first;
+}
+
+/* Many evictions and re-cachings on a small pool, with duplicates (requests that do not read the
+ * cache): after each admission every hash ever cached must still find its earliest-cached block and count its duplicates. */
+Test(kvpool, cache_find_stays_the_earliest_cached_block_through_evictions)
+{
+    struct kvpool *pool = kp_pool(9, true, false, 0.0);
+    static struct kp_cache_model model;
+    memset(&model, 0, sizeof model);
+    kvpool_set_store_hook(pool, kp_model_on_stored, &model);
+    struct kvpool_seq live[2];
+    bool used[2] = {false, false};
+    uint64_t rng = 12345;
+    for (uint32_t step = 0; step < 600; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t slot = (uint32_t)(rng >> 33) % 2, prompt = (uint32_t)(rng >> 40) % 5;
+        if (used[slot])
+            kp_done(pool, &live[slot]);
+        kp_seq(pool, &live[slot], step, 1000 * (prompt + 1), 33 + 16 * (prompt % 2));
+        live[slot].skip_reading_prefix_cache = (rng >> 50) % 3 == 0; /* caches duplicates */
+        kp_admit(pool, &live[slot]);
+        used[slot] = true;
+        for (uint32_t i = 0; i < model.n; i++) {
+            uint32_t want_count, got_count = kvpool_cache_count(pool, model.hashes[i]);
+            kvpool_block_id want = kp_model_find(pool, &model, model.hashes[i], &want_count);
+            cr_assert_eq(kvpool_cache_find(pool, model.hashes[i]), want,
+                         "step %u: hash of insertion %u finds block %d, expected %d", step, i,
+                         kvpool_cache_find(pool, model.hashes[i]), want);
+            cr_assert_eq(got_count, want_count, "step %u: insertion %u's hash counted %u, not %u",
+                         step, i, got_count, want_count);
+        }
+        kvsim_test_assert_pool_ok(pool, "after a step");
+    }
+    cr_assert_gt(model.n, 200, "the pool cached only %u blocks", model.n);
+    for (uint32_t s = 0; s < 2; s++)
+        if (used[s])
+            kp_done(pool, &live[s]);
+    kvpool_destroy(pool);
+}
+
 /* ---- lookup ---------------------------------------------------------------------------------- */
 
 Test(kvpool, lookup_returns_the_longest_cached_prefix)

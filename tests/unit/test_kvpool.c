@@ -920,7 +920,8 @@ static kvpool_block_id kp_model_find(const struct kvpool *pool, const struct kp_
 }
 
 /* Many evictions and re-cachings on a small pool, with duplicates (requests that do not read the
- * cache): after each admission every hash ever cached must still find its earliest-cached block and count its duplicates. */
+ * cache): after each admission every hash ever cached must still find its earliest-cached block and
+ * count its duplicates. */
 Test(kvpool, cache_find_stays_the_earliest_cached_block_through_evictions)
 {
     struct kvpool *pool = kp_pool(9, true, false, 0.0);

@@ -89,6 +89,10 @@ struct kvsim_options {
     const char *given[KVSIM_OPTIONS_MAX_IDS];
     const char *given_from[KVSIM_OPTIONS_MAX_IDS];
     const char *setting_from; /* the --config file being read, while it is */
+    /* The --config and --engine-args files read, in order (their option in read_options): no
+     * output may overwrite one (kvsim_options_check_outputs). Owned; kvsim_options_fini frees. */
+    const char **read_files, **read_options;
+    size_t num_read_files;
 };
 /* `kvsim replay`'s defaults. */
 void kvsim_options_default(struct kvsim_options *o);

@@ -580,6 +580,30 @@ void kvsim_options_fini(struct kvsim_options *o)
 {
     json_decref(o->config_doc);
     o->config_doc = NULL;
+    free(o->read_files);
+    free(o->read_options);
+    o->read_files = o->read_options = NULL;
+    o->num_read_files = 0;
+}
+
+/* Remembers a file an option read (kvsim_options_check_outputs). Returns 0 or -ENOMEM (err). */
+static int note_read_file(struct kvsim_options *o, const char *option, const char *path, char *err,
+                          size_t errlen)
+{
+    size_t n = o->num_read_files + 1;
+    const char **files = realloc(o->read_files, n * sizeof *files);
+    if (files)
+        o->read_files = files;
+    const char **options = files ? realloc(o->read_options, n * sizeof *options) : NULL;
+    if (!options) {
+        snprintf(err, errlen, "option %s: out of memory", option);
+        return -ENOMEM;
+    }
+    o->read_options = options;
+    files[n - 1] = path;
+    options[n - 1] = option;
+    o->num_read_files = n;
+    return 0;
 }
 
 void kvsim_replay_config_default(struct kvsim_replay_config *c)
@@ -776,6 +800,10 @@ static int apply_field(struct kvsim_options *o, const struct opt *d, const char 
 static int apply_special(struct kvsim_options *o, const struct opt *d, const char *value, char *err,
                          size_t errlen)
 {
+    int rc =
+        note_read_file(o, d->id == O_CONFIG ? "--config" : "--engine-args", value, err, errlen);
+    if (rc)
+        return rc;
     if (d->id == O_CONFIG)
         return read_run_config(o, value, err, errlen);
     /* --engine-args: applied where it stands: options after it override its keys, options before
@@ -1311,6 +1339,23 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
             outs[N].option = opts[i].name;
             outs[N++].path = *(const char *const *)((const char *)o + opts[i].off);
         }
+    /* What the run reads: the trace, the profiles' root (nothing is written inside it), the
+     * pools' engine arguments, every --config and --engine-args file. */
+    size_t num_inputs = 0;
+    struct kvsim_input_path *inputs = malloc((o->num_read_files + 4) * sizeof *inputs);
+    if (!inputs) {
+        snprintf(err, errlen, "out of memory checking the outputs");
+        return -ENOMEM;
+    }
+    inputs[num_inputs++] = (struct kvsim_input_path){"the trace", o->replay.trace_path, false};
+    inputs[num_inputs++] =
+        (struct kvsim_input_path){"the profiles' root (--profiles)", o->timing.profiles, true};
+    inputs[num_inputs++] =
+        (struct kvsim_input_path){"--prefill-engine-args", o->prefill_args, false};
+    inputs[num_inputs++] = (struct kvsim_input_path){"--decode-engine-args", o->decode_args, false};
+    for (size_t i = 0; i < o->num_read_files; i++)
+        inputs[num_inputs++] =
+            (struct kvsim_input_path){o->read_options[i], o->read_files[i], false};
     char ids[MAX_OUTPUTS][4096 + 256];
     for (size_t i = 0; i < N; i++) {
         ids[i][0] = 0;
@@ -1327,15 +1372,20 @@ int kvsim_options_check_outputs(const struct kvsim_options *o, char *err, size_t
                 snprintf(err, errlen, "options --%s and --%s name the same %s (%s)", outs[j].option,
                          outs[i].option, is_stdout ? "output" : "file",
                          is_stdout ? "standard output" : outs[i].path);
+                free(inputs);
                 return -EINVAL;
             }
-        char why[512];
-        int rc = kvsim_output_check(outs[i].path, why, sizeof why);
+        char why[1024];
+        int rc = kvsim_output_check_inputs(outs[i].path, inputs, num_inputs, why, sizeof why);
+        if (rc == 0)
+            rc = kvsim_output_check(outs[i].path, why, sizeof why);
         if (rc) {
             snprintf(err, errlen, "option --%s: %s", outs[i].option, why);
+            free(inputs);
             return rc;
         }
     }
+    free(inputs);
     return 0;
 }
 

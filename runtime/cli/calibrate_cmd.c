@@ -226,11 +226,8 @@ static int calibrate_run(struct cli_parser *p, const char *dir, struct calibrate
 {
     struct fid_run run;
     int orc = fid_open(p, dir, &a->fo, &a->timing, &run);
-    char err[512];
-    if (!orc && kvsim_output_check(a->output, err, sizeof err)) {
-        cli_error(p, "--output: %s", err); /* before the fit */
-        orc = -EINVAL;
-    }
+    if (!orc) /* before the fit */
+        orc = fid_check_output(p, dir, &a->fo, &a->timing, "--output", a->output);
     if (orc) {
         fid_close(&run);
         return CLI_EXIT_USAGE;

@@ -606,6 +606,26 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
     return fid_check_real(p, run, 0, run->real.n, NULL, false);
 }
 
+int fid_check_output(struct cli_parser *p, const char *dir, const struct fid_opts *o,
+                     const struct cli_timing *t, const char *option, const char *path)
+{
+    if (!path)
+        return 0;
+    const struct kvsim_input_path inputs[] = {
+        {"the recorded run", dir, true},
+        {"--config", o->config_path, false},
+        {"the profiles' root (--profiles)", t->o.profiles, true},
+    };
+    char err[1024];
+    int rc =
+        kvsim_output_check_inputs(path, inputs, sizeof inputs / sizeof inputs[0], err, sizeof err);
+    if (rc == 0)
+        rc = kvsim_output_check(path, err, sizeof err);
+    if (rc)
+        cli_error(p, "option %s: %s", option, err);
+    return rc;
+}
+
 int fid_replay(struct cli_parser *p, struct fid_run *run, const struct kvsim_step_model *m,
                struct fid_side *sim, struct kvsim_report *rep)
 {

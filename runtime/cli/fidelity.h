@@ -54,6 +54,12 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
 int fid_replay(struct cli_parser *p, struct fid_run *run, const struct kvsim_step_model *m,
                struct fid_side *sim, struct kvsim_report *rep);
 void fid_close(struct fid_run *run);
+/* Before the work: refuses (reported, "option --NAME: ...") an output path that is one of what
+ * the command reads (a file of the run directory dir or anything inside it, the --config file,
+ * the profiles' root) or that cannot be written. NULL: nothing to check. Returns 0 or a negative
+ * errno. */
+int fid_check_output(struct cli_parser *p, const char *dir, const struct fid_opts *o,
+                     const struct cli_timing *t, const char *option, const char *path);
 
 /* The rows of requests [lo, hi) of s into out. Returns 0 or -ENOMEM. */
 int fid_rows(const struct fid_side *s, size_t lo, size_t hi, double out[FID_NUM_ROWS]);

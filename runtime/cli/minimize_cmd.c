@@ -105,9 +105,12 @@ int cli_minimize_main(int argc, char **argv)
             cli_error(&p, "%s", jerr.text);
         return CLI_EXIT_USAGE;
     }
-    char err[512];
-    if (strcmp(out, "-") && kvsim_output_check(out, err, sizeof err)) { /* before the work */
-        cli_error(&p, "%s", err);
+    char err[1024];
+    const struct kvsim_input_path scenario = {"the scenario", path, false};
+    if (strcmp(out, "-") && /* before the work */
+        (kvsim_output_check_inputs(out, &scenario, 1, err, sizeof err) ||
+         kvsim_output_check(out, err, sizeof err))) {
+        cli_error(&p, "option --output: %s", err);
         json_decref(doc);
         return CLI_EXIT_USAGE;
     }

@@ -72,7 +72,8 @@ static void plan_usage(FILE *out)
         "\n"
         "Exit status: 0 an answer (also when LO, or HI for --max, already meets); 1 nothing\n"
         "in the range meets (the best probe is shown) or a probe failed to run (its error);\n"
-        "2 usage error or bad input; 130 interrupted (the probes so far are kept).\n");
+        "2 usage error or bad input; 130 (SIGINT; 143 SIGTERM, 129 SIGHUP) interrupted (the\n"
+        "probes so far are kept).\n");
 }
 
 /* Candidates at most (each one a point resolved up front). */
@@ -1039,10 +1040,8 @@ int cli_plan_main(int argc, char **argv)
         free(pl.probes);
         return rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
-    if ((rc = sweep_make_out_dirs(sw->out)) != 0 || !(pl.rows = sweep_open_rows(sw))) {
-        if (rc)
-            fprintf(stderr, "kvsim plan: option --out: %s: cannot write there: %s\n", sw->out,
-                    kvsim_strerror(rc));
+    static const char *const own_files[] = {"rows.jsonl", "rows.csv", "plan.json", "plan.svg"};
+    if ((rc = sweep_prepare_out(sw, own_files, 4)) != 0 || !(pl.rows = sweep_open_rows(sw))) {
         sweep_free(sw);
         free(pl.probes);
         return CLI_EXIT_USAGE;
@@ -1055,8 +1054,8 @@ int cli_plan_main(int argc, char **argv)
     sw->own_failures = true; /* plan_probe says why a probe failed */
     sw->quiet = true;        /* the plan prints its own line per probe (plan_probe) */
     sweep_note_inputs(sw);
-    struct sigaction old_sa;
-    sweep_signals_begin(&old_sa);
+    struct sweep_signals saved;
+    sweep_signals_begin(&saved);
     sw->t0 = t0;
     enum probe_result r = plan_bisect(&pl);
     if (r == PROBE_MEETS && pl.answer >= 0)
@@ -1069,7 +1068,7 @@ int cli_plan_main(int argc, char **argv)
         pl.answer = pl.neighbour = -1;
         pl.checked = false;
     }
-    sweep_signals_end(&old_sa);
+    sweep_signals_end(&saved);
     fclose(pl.rows);
     rc = sweep_write_rows(sw);
     if (!rc)
@@ -1098,7 +1097,7 @@ int cli_plan_main(int argc, char **argv)
     switch (pl.outcome) {
     case PLAN_FOUND:
     case PLAN_HARDEST: return CLI_EXIT_OK;
-    case PLAN_INTERRUPTED: return CLI_EXIT_INTERRUPTED;
+    case PLAN_INTERRUPTED: return 128 + (sweep_interrupted ? sweep_interrupted : SIGINT);
     case PLAN_PROBE_ERROR: return pl.error_status ? pl.error_status : CLI_EXIT_FAILED;
     default: return CLI_EXIT_FAILED;
     }

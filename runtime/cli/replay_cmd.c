@@ -24,19 +24,22 @@ static void replay_usage(FILE *out)
     fprintf(out, "  -h, --help                 this help\n"
                  "\n" CLI_EXIT_HELP
                  "130 interrupted (the first SIGINT ends the replay at its next epoch with a\n"
-                 "partial report, marked \"interrupted\"; a second one kills it at once). A run\n"
-                 "ended by --max-sim-time-s exits 0, its report marked incomplete.\n");
+                 "partial report, marked \"interrupted\"; a second one kills it at once); SIGTERM\n"
+                 "and SIGHUP alike, exiting 143 and 129. A run ended by --max-sim-time-s exits\n"
+                 "0, its report marked incomplete.\n");
 }
 
-/* SIGINT: the first ends the replay at its next epoch boundary with a partial report; a second
- * one kills the process as usual (the handler gives SIGINT back its default). */
+/* SIGINT, SIGTERM or SIGHUP: the first ends the replay at its next epoch boundary with a partial
+ * report (exit 128 + the signal); a second one of any kills the process as usual (the handler
+ * gives the three back their defaults). 0 or the first signal. */
 static volatile sig_atomic_t replay_interrupted;
 
-static void on_sigint(int sig)
+static void on_stop_signal(int sig)
 {
-    (void)sig;
-    replay_interrupted = 1;
+    replay_interrupted = sig;
     signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
 }
 
 /* The getopt table, generated from the option table (api/config.c) on first use: every
@@ -131,10 +134,12 @@ int cli_replay_main(int argc, char **argv)
     struct kvsim_report report;
     run.replay.config_text = config;
     run.replay.stop_flag = &replay_interrupted;
-    struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+    struct sigaction sa = {.sa_handler = on_stop_signal}, old_int, old_term, old_hup;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, &old_sa);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
     if (status == CLI_EXIT_OK && (rc = kvsim_replay_run(&run.replay, &report, err, sizeof err))) {
         cli_error(&p, "%s", err);
         status = cli_status_of(rc);
@@ -146,8 +151,8 @@ int cli_replay_main(int argc, char **argv)
             kvsim_report_print(json && strcmp(json, "-") == 0 ? stderr : stdout, &report);
         if (!report.complete && strcmp(report.end_reason, "interrupted") == 0) {
             fprintf(stderr, "kvsim replay: interrupted: the report and outputs are partial\n");
-            if (status == CLI_EXIT_OK)
-                status = CLI_EXIT_INTERRUPTED;
+            if (status == CLI_EXIT_OK) /* 130 for SIGINT, 143 SIGTERM, 129 SIGHUP */
+                status = 128 + (replay_interrupted ? replay_interrupted : SIGINT);
         }
         if (report.num_requests && report.rejected == report.num_requests)
             fprintf(stderr,
@@ -155,7 +160,9 @@ int cli_replay_main(int argc, char **argv)
                     report.num_reject_reasons ? report.rejects[0].reason : "unknown");
         kvsim_report_fini(&report);
     }
-    sigaction(SIGINT, &old_sa, NULL);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
     free(config);
     kvsim_run_fini(&run);
     kvsim_options_fini(&o);

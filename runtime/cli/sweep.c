@@ -26,6 +26,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -34,26 +37,69 @@
 #include "kvpool/base.h"
 #include "runtime/report/report.h"
 
-/* SIGINT: the parent stops handing out points and passes it on to the running ones; a child's
- * replay ends at its next epoch and the child exits CLI_EXIT_INTERRUPTED without a report (a
- * point cut short never becomes a row). */
+/* SIGINT, SIGTERM or SIGHUP: the parent stops handing out points and passes SIGINT on to the
+ * running ones; a child's replay ends at its next epoch and the child exits CLI_EXIT_INTERRUPTED
+ * without a report (a point cut short never becomes a row). Each child runs in its own process
+ * group (a terminal's ^C reaches the parent only, which passes it on once) with a parent-death
+ * signal (a parent killed outright leaves no worker running). */
 volatile sig_atomic_t sweep_interrupted;
 
-static void on_sweep_sigint(int sig)
+/* The running children, for the handler's second signal (async-signal-safe reads only). */
+enum { SWEEP_MAX_LIVE = 1024 };
+static pid_t sweep_live[SWEEP_MAX_LIVE];
+static volatile sig_atomic_t sweep_num_live;
+
+static void sweep_live_add(pid_t pid)
 {
-    (void)sig;
-    sweep_interrupted = 1;
+    if (sweep_num_live < SWEEP_MAX_LIVE) {
+        sweep_live[sweep_num_live] = pid;
+        sweep_num_live = sweep_num_live + 1;
+    }
 }
 
-void sweep_signals_begin(struct sigaction *old_sigint)
+static void sweep_live_remove(pid_t pid)
+{
+    for (int i = 0; i < sweep_num_live; i++)
+        if (sweep_live[i] == pid) {
+            sweep_live[i] = sweep_live[sweep_num_live - 1];
+            sweep_num_live = sweep_num_live - 1;
+            return;
+        }
+}
+
+/* The first signal is passed on from here, so that a parent waiting for a child (whatever
+ * instant the signal came) sees that child end soon; a child's handler only sets its flag, so
+ * the one SIGINT it gets stops its replay at the next epoch. */
+static void on_sweep_signal(int sig)
+{
+    if (sweep_interrupted) { /* the second: everything stops now */
+        for (int i = 0; i < sweep_num_live; i++)
+            kill(-sweep_live[i], SIGKILL);
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    sweep_interrupted = sig;
+    for (int i = 0; i < sweep_num_live; i++)
+        kill(sweep_live[i], SIGINT);
+}
+
+void sweep_signals_begin(struct sweep_signals *saved)
 {
     signal(SIGCHLD, SIG_DFL);
-    struct sigaction sa = {.sa_handler = on_sweep_sigint};
+    struct sigaction sa = {.sa_handler = on_sweep_signal};
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, old_sigint);
+    sigaction(SIGINT, &sa, &saved->old_int);
+    sigaction(SIGTERM, &sa, &saved->old_term);
+    sigaction(SIGHUP, &sa, &saved->old_hup);
 }
 
-void sweep_signals_end(const struct sigaction *old_sigint) { sigaction(SIGINT, old_sigint, NULL); }
+void sweep_signals_end(const struct sweep_signals *saved)
+{
+    sigaction(SIGINT, &saved->old_int, NULL);
+    sigaction(SIGTERM, &saved->old_term, NULL);
+    sigaction(SIGHUP, &saved->old_hup, NULL);
+}
 
 /* The value of axis a at point index i. */
 const char *sweep_axis_value(const struct sweep *sw, size_t a, size_t index)
@@ -948,6 +994,7 @@ static int reap_one(struct sweep *sw, struct sweep_child *kids, uint32_t *nkids,
         got += r > 0 ? (size_t)r : 0;
     msg[got] = 0;
     close(kids[k].errfd);
+    sweep_live_remove(pid);
     kids[k] = kids[--*nkids];
     if (WIFEXITED(status) && WEXITSTATUS(status) == CLI_EXIT_INTERRUPTED) {
         sw->started--; /* cut short: not a row, it runs again next time */
@@ -995,8 +1042,30 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
         pid_t pid = -1;
         if (!e) {
             fflush(NULL); /* nothing buffered is written twice */
+            pid_t parent = getpid();
+            /* The stop signals wait until each side has its state: the child must not act on
+             * the parent's list of workers, nor the parent miss the new one. */
+            sigset_t stops, old_mask;
+            sigemptyset(&stops);
+            sigaddset(&stops, SIGINT);
+            sigaddset(&stops, SIGTERM);
+            sigaddset(&stops, SIGHUP);
+            sigprocmask(SIG_BLOCK, &stops, &old_mask);
             pid = fork();
             if (pid == 0) {
+                sweep_num_live = 0;    /* its siblings are not its to kill */
+                if (sweep_interrupted) /* stopped between the check and the fork */
+                    _exit(CLI_EXIT_INTERRUPTED);
+                sigprocmask(SIG_SETMASK, &old_mask, NULL);
+                setpgid(0, 0);
+                /* the parent killed outright: this worker stops too (SIGTERM: at its next
+                 * epoch, without a report); the parent may have died before this line */
+#ifdef __linux__
+                if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0)
+                    _exit(CLI_EXIT_INTERRUPTED);
+#endif
+                if (getppid() != parent)
+                    _exit(CLI_EXIT_INTERRUPTED);
                 close(fds[0]);
                 for (uint32_t k = 0; k < *nkids; k++)
                     close(kids[k].errfd);
@@ -1004,6 +1073,11 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
                 run_point_child(sw, pt, trace, fds[1]);
             }
             e = pid < 0 ? errno : 0;
+            if (pid > 0) {
+                setpgid(pid, pid); /* as the child does: whichever runs first */
+                sweep_live_add(pid);
+            }
+            sigprocmask(SIG_SETMASK, &old_mask, NULL);
             close(fds[1]);
             if (pid < 0)
                 close(fds[0]);
@@ -1088,17 +1162,6 @@ int sweep_group_load(struct sweep *sw, size_t g)
     return grp->load_rc;
 }
 
-/* Passes SIGINT on to the running children (once each: a child's handler only sets its flag,
- * so the terminal's copy and ours do not kill it). */
-static void pass_on_sigint(struct sweep_child *kids, uint32_t nkids, bool *passed)
-{
-    if (*passed)
-        return;
-    for (uint32_t k = 0; k < nkids; k++)
-        kill(kids[k].pid, SIGINT);
-    *passed = true;
-}
-
 /* Runs every valid point, group by group, at most sw->jobs at a time, keeping the reports a
  * rerun may keep (reusable_report); stops handing out points after sw->max_points or on SIGINT.
  * A point whose trace cannot be loaded or whose process cannot start fails (a row saying why).
@@ -1110,7 +1173,6 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
         return -ENOMEM;
     uint32_t nkids = 0;
     int rc = 0;
-    bool passed = false;
     for (size_t g = 0; g < sw->ngroups && !rc; g++) {
         struct sweep_group *grp = &sw->groups[g];
         bool wanted = false;
@@ -1165,8 +1227,6 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
         }
     }
     while (nkids) {
-        if (sweep_interrupted)
-            pass_on_sigint(kids, nkids, &passed);
         int r = reap_one(sw, kids, &nkids, rows);
         if (r == -EINTR)
             continue;
@@ -1187,6 +1247,108 @@ int sweep_make_out_dirs(const char *out)
     if (snprintf(p, sizeof p, "%s/reports", out) >= (int)sizeof p)
         return -ENAMETOOLONG;
     return cli_make_dirs(p);
+}
+
+/* The option as messages spell it ("--config") if option name reads a file of its own (the
+ * inputs an output must not overwrite), else NULL. */
+static const char *sweep_option_reads_file(const char *name)
+{
+    static const char *const readers[] = {"--trace", "--config", "--engine-args",
+                                          "--prefill-engine-args", "--decode-engine-args"};
+    for (size_t i = 0; i < sizeof readers / sizeof readers[0]; i++)
+        if (!strcmp(name, readers[i] + 2))
+            return readers[i];
+    return NULL;
+}
+
+/* Every file the sweep reads: the groups' traces, the spec, and each value of an option that
+ * reads a file, given or swept. Returns how many went into in (at most cap), or -ENOMEM when
+ * more than cap. */
+static long sweep_inputs(const struct sweep *sw, struct kvsim_input_path *in, size_t cap)
+{
+    size_t n = 0;
+#define SWEEP_ADD_INPUT(w, pth)                                                                    \
+    do {                                                                                           \
+        if (n == cap)                                                                              \
+            return -ENOMEM;                                                                        \
+        in[n++] = (struct kvsim_input_path){(w), (pth), false};                                    \
+    } while (0)
+    if (sw->spec_path)
+        SWEEP_ADD_INPUT("--spec", sw->spec_path);
+    for (size_t g = 0; g < sw->ngroups; g++)
+        if (sw->groups[g].trace_path)
+            SWEEP_ADD_INPUT("the trace", sw->groups[g].trace_path);
+    for (size_t i = 0; i < sw->nbase; i++)
+        if (sweep_option_reads_file(sw->base[i].name))
+            SWEEP_ADD_INPUT(sweep_option_reads_file(sw->base[i].name), sw->base[i].value);
+    for (size_t a = 0; a < sw->naxes; a++)
+        if (sweep_option_reads_file(sw->axes[a].name))
+            for (size_t v = 0; v < sw->axes[a].n; v++)
+                SWEEP_ADD_INPUT(sweep_option_reads_file(sw->axes[a].name), sw->axes[a].values[v]);
+#undef SWEEP_ADD_INPUT
+    return (long)n;
+}
+
+int sweep_prepare_out(const struct sweep *sw, const char *const *files, size_t nfiles)
+{
+    const char *out = sw->out;
+    if (!out || !*out) {
+        fprintf(stderr, "%s: option --out: an empty directory name\n", sw->cmd);
+        return -EINVAL;
+    }
+    /* The longest path formed in DIR: a report's temporary file, DIR/reports/.<id>.json.XXXXXX,
+     * in buffers of 4096 bytes (and PATH_MAX). */
+    size_t longest = strlen(out) + strlen("/reports/.") + 16 + strlen(".json.XXXXXX");
+    for (size_t f = 0; f < nfiles; f++) {
+        size_t len = strlen(out) + 2 + strlen(files[f]) + strlen(".XXXXXX");
+        longest = len > longest ? len : longest;
+    }
+    if (longest >= 4096) {
+        fprintf(stderr,
+                "%s: option --out: '%.60s...' is too long: the paths formed in it would be %zu "
+                "bytes (at most 4095)\n",
+                sw->cmd, out, longest);
+        return -ENAMETOOLONG;
+    }
+    int rc = sweep_make_out_dirs(out);
+    if (rc) {
+        fprintf(stderr, "%s: option --out: %s: cannot write there: %s\n", sw->cmd, out,
+                kvsim_strerror(rc));
+        return rc;
+    }
+    size_t cap = 16 + sw->ngroups + sw->nbase;
+    for (size_t a = 0; a < sw->naxes; a++)
+        cap += sw->axes[a].n;
+    struct kvsim_input_path *in = malloc(cap * sizeof *in);
+    long nin = in ? sweep_inputs(sw, in, cap) : -ENOMEM;
+    if (nin < 0) {
+        fprintf(stderr, "%s: out of memory\n", sw->cmd);
+        free(in);
+        return -ENOMEM;
+    }
+    char path[4096], err[2048];
+    snprintf(path, sizeof path, "%s/reports", out);
+    /* DIR/reports is the command's: an input inside it may be replaced by a point's report */
+    struct kvsim_input_path reports = {"the reports' directory", path, true};
+    for (long i = 0; i < nin && !rc; i++)
+        if (in[i].path && strcmp(in[i].path, "-") &&
+            kvsim_output_check_inputs(in[i].path, &reports, 1, err, sizeof err)) {
+            fprintf(stderr,
+                    "%s: option --out: %s (%s) is inside %s, where the command writes its "
+                    "reports: move it, or give another --out\n",
+                    sw->cmd, in[i].what, in[i].path, path);
+            rc = -EINVAL;
+        }
+    for (size_t f = 0; f < nfiles && !rc; f++) {
+        snprintf(path, sizeof path, "%s/%s", out, files[f]);
+        rc = kvsim_output_check_inputs(path, in, (size_t)nin, err, sizeof err);
+        if (rc == 0)
+            rc = kvsim_output_check(path, err, sizeof err);
+        if (rc)
+            fprintf(stderr, "%s: option --out: %s\n", sw->cmd, err);
+    }
+    free(in);
+    return rc;
 }
 
 FILE *sweep_open_rows(const struct sweep *sw)

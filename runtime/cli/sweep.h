@@ -88,6 +88,7 @@ struct sweep {
     struct sweep_group *groups;
     size_t ngroups;
     const char *out;
+    const char *spec_path; /* --spec FILE, or NULL */
     uint32_t jobs;
     bool jobs_given; /* -j given (refused under MPI) */
     bool quiet;
@@ -115,12 +116,19 @@ struct sweep {
     size_t npareto;
 };
 
-/* Set by SIGINT while sweep_signals_begin's handler is installed. */
+/* 0, or the signal (SIGINT, SIGTERM, SIGHUP) that stopped the command while sweep_signals_begin's
+ * handler was installed: the command exits 128 + it. */
 extern volatile sig_atomic_t sweep_interrupted;
-/* SIGINT sets sweep_interrupted (no SA_RESTART: a wait for a child returns); SIGCHLD default
- * (an ignored one, inherited, would leave no child to wait for). */
-void sweep_signals_begin(struct sigaction *old_sigint);
-void sweep_signals_end(const struct sigaction *old_sigint);
+/* The handlers sweep_signals_begin replaced, for sweep_signals_end. */
+struct sweep_signals {
+    struct sigaction old_int, old_term, old_hup;
+};
+/* SIGINT, SIGTERM and SIGHUP set sweep_interrupted (no SA_RESTART: a wait for a child returns),
+ * which stops handing out points and is passed on to the running children; a second one kills
+ * the children's process groups and then the process at once. SIGCHLD default (an ignored one,
+ * inherited, would leave no child to wait for). Main thread. */
+void sweep_signals_begin(struct sweep_signals *saved);
+void sweep_signals_end(const struct sweep_signals *saved);
 
 /* ---- points ------------------------------------------------------------------------------- */
 
@@ -242,6 +250,16 @@ int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool
 int sweep_run_points(struct sweep *sw, FILE *rows);
 /* mkdir -p DIR/reports. Returns 0 or a negative errno. */
 int sweep_make_out_dirs(const char *out);
+/*
+ * sweep_prepare_out - before any point runs: --out is non-empty and short enough for every path
+ * the command forms in it (DIR/reports/<id>.json and the temporary file beside it), DIR and
+ * DIR/reports are made, each of the command's own files (names relative to DIR: "rows.jsonl",
+ * "rows.csv", ...) can be written and is none of the inputs (a trace, the --spec, a --config or
+ * --engine-args file, given or swept), and no input lies inside DIR/reports, which the command
+ * owns. Main thread. Returns 0, or a negative errno with the refusal printed ("<cmd>: option
+ * --out: ...").
+ */
+int sweep_prepare_out(const struct sweep *sw, const char *const *files, size_t nfiles);
 /* Opens DIR/rows.jsonl for writing (NULL: printed). */
 FILE *sweep_open_rows(const struct sweep *sw);
 

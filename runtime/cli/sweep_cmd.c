@@ -67,13 +67,14 @@ static void sweep_usage(FILE *out)
             "--timeseries-out, --html, --handoff-events) are refused: the sweep writes its own.\n"
             "A point's id is a hash of its whole configuration (the --config-out text).\n"
             "\n"
-            "SIGINT stops handing out points, passes it on to the running ones (cut short,\n"
-            "they are no rows and run again next time), writes the rows so far and exits 130.\n"
+            "SIGINT (or SIGTERM, SIGHUP) stops handing out points, passes it on to the running\n"
+            "ones (cut short, they are no rows and run again next time), writes the rows so far\n"
+            "and exits 128 + the signal (130, 143, 129); a second one stops everything at once.\n"
             "\n"
             "Exit status: 0 every point ran (or --max-points stopped it); 1 a point failed or\n"
             "was an invalid combination (its row says why; the others ran); 2 usage error or\n"
             "bad input (a grid value refused by the option table, no point valid, an --out\n"
-            "that cannot be written); 130 interrupted.\n");
+            "that cannot be written or is an input); 130 (143, 129) interrupted.\n");
 }
 
 /* --grid NAME=V1,V2,...: the axis of the option NAME. Returns 0 or -EINVAL (printed). */
@@ -276,6 +277,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
             break;
         case 'o': sw->out = p.arg; break;
         case 'S':
+            sw->spec_path = p.arg;
             if (read_spec(&p, sw, p.arg))
                 return -EINVAL;
             break;
@@ -625,12 +627,10 @@ static void print_table(const struct sweep *sw)
  * ranks > 0: the other ranks are waiting for points). Returns the exit status. */
 static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
 {
-    int rc = sweep_make_out_dirs(sw->out);
+    static const char *const own_files[] = {"rows.jsonl", "rows.csv", "pareto.svg"};
+    int rc = sweep_prepare_out(sw, own_files, sw->npareto ? 3 : 2);
     FILE *rows = NULL;
-    if (rc)
-        fprintf(stderr, "kvsim sweep: option --out: %s: cannot write there: %s\n", sw->out,
-                kvsim_strerror(rc));
-    else if (!(rows = sweep_open_rows(sw)))
+    if (!rc && !(rows = sweep_open_rows(sw)))
         rc = -EINVAL;
     if (rc) {
 #ifdef KVSIM_HAVE_MPI
@@ -660,11 +660,11 @@ static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
         rc = sweep_mpi_coordinate(sw, rc ? NULL : rows, ranks);
 #endif
     } else {
-        struct sigaction old_sa; /* SIGINT: the parent passes it on to the running points */
-        sweep_signals_begin(&old_sa);
+        struct sweep_signals saved; /* the parent passes SIGINT on to the running points */
+        sweep_signals_begin(&saved);
         if (!rc)
             rc = sweep_run_points(sw, rows);
-        sweep_signals_end(&old_sa); /* the rest is quick; a SIGINT now ends it */
+        sweep_signals_end(&saved); /* the rest is quick; a signal now ends it */
     }
     fclose(rows);
     long front = 0;
@@ -704,7 +704,7 @@ static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
     if (rc)
         return CLI_EXIT_FAILED;
     if (sweep_interrupted && left)
-        return CLI_EXIT_INTERRUPTED;
+        return 128 + sweep_interrupted; /* 130 for SIGINT, 143 SIGTERM, 129 SIGHUP */
     return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }
 

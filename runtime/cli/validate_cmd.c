@@ -73,9 +73,21 @@ static int write_report(const struct cli_parser *p, const char *path, const stru
                                               fid_diff_pct(real[i], sim[i])));
     json_object_set_new(root, "rows", rows);
     json_object_set_new(root, "worst_abs_diff_pct", json_real(worst));
-    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    /* through kvsim_output: written beside, renamed into place, never half a file */
+    struct kvsim_output out;
+    char err[1024];
+    int rc = kvsim_output_open(&out, path, err, sizeof err);
+    if (rc == 0 && json_dumpf(root, out.f, JSON_INDENT(2) | JSON_REAL_PRECISION(10)) != 0) {
+        kvsim_output_discard(&out);
+        snprintf(err, sizeof err, "%s: write failed", path);
+        rc = -EIO;
+    }
+    if (rc == 0) {
+        fputc('\n', out.f);
+        rc = kvsim_output_commit(&out, err, sizeof err);
+    }
     json_decref(root);
-    return rc ? cli_error(p, "--report %s: cannot write", path) : 0;
+    return rc ? cli_error(p, "--report: %s", err) : 0;
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
@@ -92,11 +104,10 @@ static int validate_run(struct cli_parser *p, const char *dir, struct validate_a
     struct fid_run run;
     struct cli_timing *t = &a->timing;
     int rc = fid_open(p, dir, &a->fo, t, &run);
-    char err[512];
-    if (!rc && a->report_path && kvsim_output_check(a->report_path, err, sizeof err)) {
-        cli_error(p, "--report: %s", err); /* before the work */
-        rc = -EINVAL;
-    }
+    if (!rc) /* before the work */
+        rc = fid_check_output(p, dir, &a->fo, t, "--report", a->report_path);
+    if (!rc)
+        rc = fid_check_output(p, dir, &a->fo, t, "--requests-out", a->fo.requests_path);
     if (rc) {
         fid_close(&run);
         return CLI_EXIT_USAGE;

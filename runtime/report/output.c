@@ -160,6 +160,63 @@ int kvsim_output_check(const char *path, char *err, size_t errlen)
     return rc;
 }
 
+/* The real path of the directory path would be created in (its parent), in buf. Returns false
+ * when that directory cannot be resolved (the output check says why later). */
+static bool parent_realpath(const char *path, char *buf)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return false;
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    return realpath(dir, buf) != NULL;
+}
+
+/* Whether the directory real path dir holds (at any depth) the directory real path at. */
+static bool path_within(const char *at, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (n == 1 && dir[0] == '/')
+        return true;
+    return strncmp(at, dir, n) == 0 && (at[n] == '/' || at[n] == 0);
+}
+
+int kvsim_output_check_inputs(const char *out, const struct kvsim_input_path *inputs,
+                              size_t num_inputs, char *err, size_t errlen)
+{
+    if (!out || !*out || strcmp(out, "-") == 0)
+        return 0;
+    struct stat so;
+    bool out_exists = stat(out, &so) == 0;
+    char out_dir[PATH_MAX];
+    bool have_dir = parent_realpath(out, out_dir);
+    for (size_t i = 0; i < num_inputs; i++) {
+        const char *in = inputs[i].path;
+        struct stat si;
+        if (!in || !*in || strcmp(in, "-") == 0 || stat(in, &si) != 0)
+            continue;
+        bool same = out_exists && so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+        char in_real[PATH_MAX];
+        bool inside = !same && inputs[i].is_dir && S_ISDIR(si.st_mode) && have_dir &&
+                      realpath(in, in_real) && path_within(out_dir, in_real);
+        if (same || inside) {
+            if (err && errlen)
+                snprintf(err, errlen,
+                         same ? "'%s' is %s (%s): an output never overwrites an input"
+                              : "'%s' is inside %s (%s): an output is never written into an "
+                                "input",
+                         out, inputs[i].what, in);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
 int kvsim_write_text(const char *path, const char *text, char *err, size_t errlen)
 {
     struct kvsim_output o;

@@ -639,6 +639,25 @@ KVSIM_EXTERN int kvsim_output_commit(struct kvsim_output *o, char *err, size_t e
 KVSIM_EXTERN void kvsim_output_discard(struct kvsim_output *o);
 /* Whether path could be written, leaving it as it is (opened, then discarded). */
 KVSIM_EXTERN int kvsim_output_check(const char *path, char *err, size_t errlen);
+/*
+ * An input of a command, for kvsim_output_check_inputs: what it is ("the trace", "--engine-args"),
+ * its path, and whether it is a directory the command reads whole (a recorded run: nothing may be
+ * written inside it).
+ */
+struct kvsim_input_path {
+    const char *what;
+    const char *path;
+    bool is_dir;
+};
+/*
+ * kvsim_output_check_inputs - refuses an output that would overwrite one of the inputs: the same
+ * file (device and inode, through links, so another spelling or a hard link is caught), or a
+ * path inside an input directory. Standard output ("-"), NULL and inputs that do not exist are
+ * skipped. Returns 0, or -EINVAL with "'OUT' is the trace (IN): an output never overwrites an
+ * input" in err. Any thread.
+ */
+KVSIM_EXTERN int kvsim_output_check_inputs(const char *out, const struct kvsim_input_path *inputs,
+                                           size_t num_inputs, char *err, size_t errlen);
 /* Writes text and a newline to path as one output. Returns 0 or a negative errno. */
 KVSIM_EXTERN int kvsim_write_text(const char *path, const char *text, char *err, size_t errlen);
 

@@ -132,6 +132,9 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
 bool kvsim_options_known(const char *name, bool *is_flag);
 /* The i-th option's long name (table order), NULL past the last: for the documentation test. */
 const char *kvsim_options_name(size_t i);
+/* Row i's vLLM long name where it differs from kvsim's ("tensor-parallel-size" for "tp"), or
+ * NULL: accepted wherever kvsim's name is. */
+const char *kvsim_options_vllm_name(size_t i);
 /* The i-th option's help text (its default last in parentheses, where it has one), NULL past the
  * last. */
 const char *kvsim_options_help(size_t i);

@@ -169,6 +169,9 @@ struct opt {
     double scale;      /* F_SCALED: units of the member per unit of the option */
     const int *values; /* F_ENUM: the member's value for each choice */
     enum opt_omit omit;
+    /* vLLM's long name where it differs from kvsim's: accepted on the command line, in --grid,
+     * in --config and the C API, under both spellings (- or _), and shown by --help. */
+    const char *vllm;
 };
 
 /* The type of the member a row stores into (_Generic on the member itself: a row cannot name a
@@ -302,7 +305,8 @@ static const struct opt opts[] = {
     {"num-gpu-blocks", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE, "N",
      "KV blocks per engine, null block included (16384; the default capacity is 262144 tokens "
      "at any --block-size: 8192 blocks of 32)",
-     AT(replay.sched.num_blocks), MARK(timing.blocks_given), .omit = OMIT_UNGIVEN},
+     AT(replay.sched.num_blocks), MARK(timing.blocks_given), .omit = OMIT_UNGIVEN,
+     .vllm = "num-gpu-blocks-override"},
     {"max-num-seqs", O_GENERIC, K_U32, G_NONE, 1, 1 << 20, false, NULL, S_ENGINE, "N",
      "running-set cap (256)", AT(replay.sched.max_num_seqs)},
     {"max-num-batched-tokens", O_GENERIC, K_U32, G_NONE, 1, U32MAX, false, NULL, S_ENGINE, "N",
@@ -349,9 +353,6 @@ static const struct opt opts[] = {
      "vLLM's batch queue: schedule each step while the one before it runs (off; aggregated engines "
      "without offload tiers; others keep only the placeholders)",
      AT(replay.sched.async_scheduling)},
-    {"num-gpu-blocks-override", O_GENERIC, K_U32, G_NONE, 2, 2147483645.0, false, NULL, S_ENGINE,
-     "N", "vLLM's name for --num-gpu-blocks", AT(replay.sched.num_blocks),
-     MARK(timing.blocks_given), .omit = OMIT_ALWAYS},
     {"watermark", O_GENERIC, K_DBL, G_NONE, 0, 0.99, false, NULL, S_VLLM, "W",
      "keep int(W x blocks) free for running requests (0)", AT(replay.sched.watermark)},
     {"engine-args", O_EARGS, K_STR, G_NONE, 0, 0, false, NULL, S_VLLM, "FILE.json",
@@ -370,7 +371,7 @@ static const struct opt opts[] = {
     {"model", O_GENERIC, K_STR, G_NONE, 0, 0, false, NULL, S_TIMING, "ORG/NAME",
      "the model (ROOT/configs/model/ORG/NAME.json)", AT(timing.model)},
     {"tp", O_TP, K_U32, G_NONE, 1, 64, false, NULL, S_TIMING, "N", "tensor parallel degree (1)",
-     AT(timing.tp)},
+     AT(timing.tp), .vllm = "tensor-parallel-size"},
     {"tp-link-gbps", O_TPGBPS, K_DBL, G_NONE, 1e-3, 1e6, false, NULL, S_TIMING, "X",
      "all-reduce link bandwidth, GiB/s, >= 0.001 (16)", AT(timing.tp_link_gbps)},
     {"tp-link-latency-us", O_TPLAT, K_DBL, G_NONE, 0, 1e9, false, NULL, S_TIMING, "X",
@@ -487,10 +488,11 @@ static const struct opt opts[] = {
 #define NUM_OPTS (sizeof opts / sizeof opts[0])
 _Static_assert(NUM_OPTS <= KVSIM_OPTIONS_MAX_IDS, "struct kvsim_options tracks every row");
 
+/* The row named name, by kvsim's name or vLLM's (the spelling as the table has it: dashes). */
 static const struct opt *find_opt(const char *name)
 {
     for (size_t i = 0; i < NUM_OPTS; i++)
-        if (!strcmp(opts[i].name, name))
+        if (!strcmp(opts[i].name, name) || (opts[i].vllm && !strcmp(opts[i].vllm, name)))
             return &opts[i];
     return NULL;
 }
@@ -501,12 +503,18 @@ static void print_option_help(FILE *out, const struct opt *d)
 {
     enum { TEXT_COL = 29, WIDTH = 84 };
     int col = fprintf(out, "  --%s%s%s", d->name, d->arg ? " " : "", d->arg ? d->arg : "");
+    char text[1024]; /* vLLM's name after the help: "... (vLLM: --tensor-parallel-size)" */
+    const char *help = d->help;
+    if (d->vllm) {
+        snprintf(text, sizeof text, "%s (vLLM: --%s)", d->help, d->vllm);
+        help = text;
+    }
     if (col < TEXT_COL - 1)
         col += fprintf(out, "%*s", TEXT_COL - col, "");
     else
         col += fprintf(out, "  ");
     bool first = true;
-    for (const char *w = d->help; *w; first = false) {
+    for (const char *w = help; *w; first = false) {
         size_t len = strcspn(w, " ");
         if (!first && col + 1 + (int)len > WIDTH) {
             fprintf(out, "\n%*s", TEXT_COL, "");
@@ -544,6 +552,8 @@ bool kvsim_options_known(const char *name, bool *is_flag)
 
 const char *kvsim_options_name(size_t i) { return i < NUM_OPTS ? opts[i].name : NULL; }
 
+const char *kvsim_options_vllm_name(size_t i) { return i < NUM_OPTS ? opts[i].vllm : NULL; }
+
 const char *kvsim_options_help(size_t i) { return i < NUM_OPTS ? opts[i].help : NULL; }
 
 const char *kvsim_options_arg(size_t i) { return i < NUM_OPTS ? opts[i].arg : NULL; }
@@ -571,8 +581,9 @@ const char *kvsim_options_canonical(const char *name, char *buf, size_t len)
     for (; name[i] && i + 1 < len; i++)
         buf[i] = name[i] == '_' ? '-' : name[i];
     buf[i] = 0;
-    if (!strcmp(buf, "num-gpu-blocks-override")) /* vLLM's name */
-        snprintf(buf, len, "num-gpu-blocks");
+    const struct opt *d = find_opt(buf); /* vLLM's name: kvsim's */
+    if (d && d->vllm && !strcmp(buf, d->vllm))
+        snprintf(buf, len, "%s", d->name);
     return buf;
 }
 
@@ -843,7 +854,7 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
     if (rc == 1)
         rc = apply_special(o, d, value, err, errlen);
     if (rc == 0) {
-        o->given[d - opts] = d->name;
+        o->given[d - opts] = d->vllm && !strcmp(name, d->vllm) ? d->vllm : d->name;
         o->given_from[d - opts] = o->setting_from;
         if (d->mark)
             *(bool *)((char *)o + d->mark - 1) = true;

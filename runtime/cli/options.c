@@ -25,6 +25,13 @@ void cli_begin(struct cli_parser *p, const char *prog, int argc, char **argv,
     p->shortopts = shortopts;
     optind = 0; /* 0, not 1: glibc re-reads the ordering mode (kvsim's main parsed with "+") */
     opterr = 0; /* our own messages, naming the option */
+    /* vLLM's parser (FlexibleArgumentParser) takes --max_num_seqs for --max-num-seqs: so does
+     * every kvsim command, the name's underscores read as dashes (not the value's). */
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (!strncmp(argv[i], "--", 2))
+            for (char *c = argv[i] + 2; *c && *c != '='; c++)
+                if (*c == '_')
+                    *c = '-';
 }
 
 /* The long options that begin with name[0..len) as "--a, --b" in list (truncated to size).

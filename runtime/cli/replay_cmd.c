@@ -49,7 +49,7 @@ static void on_stop_signal(int sig)
 
 const struct option *cli_replay_options(void)
 {
-    static struct option table[KVSIM_OPTIONS_MAX_IDS * 2 + 2];
+    static struct option table[KVSIM_OPTIONS_MAX_IDS * 3 + 2];
     if (table[0].name)
         return table;
     size_t n = 0;
@@ -58,9 +58,12 @@ const struct option *cli_replay_options(void)
         bool flag = false;
         if (!kvsim_options_on_command_line(i) || !kvsim_options_known(name, &flag))
             continue;
-        if (n + 2 >= sizeof table / sizeof table[0])
+        if (n + 3 >= sizeof table / sizeof table[0])
             abort(); /* the table outgrew this array: a kvsim bug, caught by any test */
-        table[n++] = (struct option){name, flag ? no_argument : required_argument, NULL, O_RUN};
+        int has_arg = flag ? no_argument : required_argument;
+        table[n++] = (struct option){name, has_arg, NULL, O_RUN};
+        if (kvsim_options_vllm_name(i)) /* vLLM's name: the same row */
+            table[n++] = (struct option){kvsim_options_vllm_name(i), has_arg, NULL, O_RUN};
     }
     table[n++] = (struct option){"help", no_argument, NULL, 'h'};
     table[n] = (struct option){NULL, 0, NULL, 0};

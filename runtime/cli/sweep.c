@@ -157,12 +157,15 @@ bool sweep_writes_a_file(const char *name)
     return false;
 }
 
-/* The option table's own (static) spelling of the canonical name canon, or NULL. */
-static const char *table_name(const char *canon)
+/* The option table's own (static) spelling of name, kvsim's or vLLM's (dashes), or NULL. */
+static const char *table_name(const char *name)
 {
-    for (size_t i = 0; kvsim_options_name(i); i++)
-        if (!strcmp(kvsim_options_name(i), canon))
+    for (size_t i = 0; kvsim_options_name(i); i++) {
+        if (!strcmp(kvsim_options_name(i), name))
             return kvsim_options_name(i);
+        if (kvsim_options_vllm_name(i) && !strcmp(kvsim_options_vllm_name(i), name))
+            return kvsim_options_vllm_name(i);
+    }
     return NULL;
 }
 

@@ -421,3 +421,46 @@ Test(options, every_help_default_is_the_default)
     cr_log_info("defaults not stated in a form read here:%s", unread);
     cr_expect_geq(checked, 50, "help defaults checked: %zu (not read:%s)", checked, unread);
 }
+
+/* Issue 65: every vLLM name in the table is accepted wherever kvsim's is, under both spellings,
+ * and sets exactly what kvsim's name sets (the same configuration); the option given keeps the
+ * spelling it was given under (messages name it). The table has at least tp's and
+ * num-gpu-blocks' (vLLM: --tensor-parallel-size, --num-gpu-blocks-override). */
+Test(options, every_vllm_name_sets_what_kvsims_name_sets)
+{
+    size_t aliases = 0;
+    for (size_t i = 0; kvsim_options_name(i); i++) {
+        const char *name = kvsim_options_name(i), *vllm = kvsim_options_vllm_name(i);
+        if (!vllm)
+            continue;
+        aliases++;
+        cr_assert_str_neq(vllm, name, "row %s: a vLLM name equal to kvsim's", name);
+        cr_assert(kvsim_options_known(vllm, NULL), "--%s (vLLM's --%s) is not known", name, vllm);
+        char under[80], canon[80];
+        snprintf(under, sizeof under, "--%s", vllm);
+        for (char *c = under + 2; *c; c++)
+            *c = *c == '-' ? '_' : *c;
+        cr_assert_str_eq(kvsim_options_canonical(under, canon, sizeof canon), name,
+                         "%s is not --%s", under, name);
+        /* the row's value: the default's text, or 2 for a number without one */
+        char value[64] = "2";
+        if (!kvsim_options_default_text(i, value, sizeof value) || !strcmp(value, "0"))
+            snprintf(value, sizeof value, "2");
+        struct kvsim_options a, b;
+        kvsim_options_default(&a);
+        kvsim_options_default(&b);
+        char err[256];
+        cr_assert_eq(kvsim_options_set(&a, name, value, err, sizeof err), 0, "--%s %s: %s", name,
+                     value, err);
+        cr_assert_eq(kvsim_options_set(&b, vllm, value, err, sizeof err), 0, "--%s %s: %s", vllm,
+                     value, err);
+        cr_assert_str_eq(b.given[i], vllm, "--%s given: recorded as '%s'", vllm, b.given[i]);
+        b.given[i] = a.given[i];
+        cr_assert(memcmp(&a.replay, &b.replay, sizeof a.replay) == 0 &&
+                      memcmp(&a.timing, &b.timing, sizeof a.timing) == 0,
+                  "--%s %s and --%s %s set different values", name, value, vllm, value);
+        kvsim_options_fini(&a);
+        kvsim_options_fini(&b);
+    }
+    cr_assert_geq(aliases, 2, "only %zu vLLM names in the table", aliases);
+}

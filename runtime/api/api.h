@@ -44,6 +44,10 @@ struct kvsim_timing_opts {
     bool blocks_given, kv_bytes_given; /* --num-gpu-blocks / --kv-bytes-per-token win */
     bool enable_expert_parallel;       /* a MoE model's experts split over tp x dp ranks */
     uint32_t data_parallel_size;       /* the replay's (set by kvsim_options_resolve) */
+    /* How a refusal names where the model, expert parallelism and the GPU's memory came from
+     * when not from their options (NULL: --model, --enable-expert-parallel, --gpu-memory-gib):
+     * a recorded run's file and key ("RUN/meta.json: key 'model'"). */
+    const char *model_from, *expert_parallel_from, *gpu_memory_from;
 };
 /* Fills t with the defaults (tp 1, a 16 GiB/s 20 us link, utilization 0.9, no profile). */
 void kvsim_timing_opts_default(struct kvsim_timing_opts *t);

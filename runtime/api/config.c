@@ -902,9 +902,9 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
                  t->model);
         return -EINVAL;
     }
+    const char *ep = t->expert_parallel_from ? t->expert_parallel_from : "--enable-expert-parallel";
     if (t->enable_expert_parallel && !t->model) {
-        snprintf(err, errlen,
-                 "--enable-expert-parallel needs a mixture-of-experts --model (its experts)");
+        snprintf(err, errlen, "%s needs a mixture-of-experts --model (its experts)", ep);
         return -EINVAL;
     }
     if (!t->model)
@@ -914,20 +914,23 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
     snprintf(path, sizeof path, "%s/configs/model/%s.json", t->profiles, t->model);
     int rc = kvsim_model_arch_load(path, t->model, &arch, why, sizeof why);
     if (rc) {
-        snprintf(err, errlen, "--model %s", why);
+        if (t->model_from)
+            snprintf(err, errlen, "%s: %s", t->model_from, why);
+        else
+            snprintf(err, errlen, "--model %s", why);
         return -EINVAL;
     }
     if (t->enable_expert_parallel && !arch.num_experts) {
         snprintf(err, errlen,
-                 "--enable-expert-parallel: --model %s is dense (no experts to split); vLLM "
-                 "ignores the flag there, kvsim refuses it",
-                 t->model);
+                 "%s: %s %s is dense (no experts to split); vLLM ignores the flag there, kvsim "
+                 "refuses it",
+                 ep, t->model_from ? "the model" : "--model", t->model);
         return -EINVAL;
     }
     /* with or without a memory size: the profile's MoE layers need whole experts per rank too */
     if (kvsim_expert_parallel_check(&arch, t->tp, t->data_parallel_size, t->enable_expert_parallel,
                                     why, sizeof why)) {
-        snprintf(err, errlen, "--enable-expert-parallel: %s", why);
+        snprintf(err, errlen, "%s: %s", ep, why);
         return -EINVAL;
     }
     if (t->hardware) {
@@ -947,6 +950,7 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
         }
     }
     if (t->gpu_memory_gib > 0) {
+        const char *mem = t->gpu_memory_from ? t->gpu_memory_from : "--gpu-memory-gib";
         struct kvsim_gpu_config g = {
             .gpu_memory_gib = t->gpu_memory_gib,
             .gpu_memory_utilization = t->gpu_memory_utilization,
@@ -958,9 +962,9 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
             .max_num_seqs = sc->max_num_seqs,
         };
         if ((rc = kvsim_gpu_capacity_derive(&arch, &g, &out->capacity, why, sizeof why)))
-            snprintf(err, errlen, "--gpu-memory-gib: %s", why);
+            snprintf(err, errlen, "%s: %s", mem, why);
         else if (out->capacity.num_gpu_blocks > INT32_MAX - 2) {
-            snprintf(err, errlen, "--gpu-memory-gib: %llu blocks are more than kvsim handles",
+            snprintf(err, errlen, "%s: %llu blocks are more than kvsim handles", mem,
                      (unsigned long long)out->capacity.num_gpu_blocks);
             rc = -EINVAL;
         }

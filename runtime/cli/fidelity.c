@@ -21,6 +21,7 @@ struct run_info {
     uint32_t dp; /* data-parallel ranks (engine cores behind one API server) */
     bool ep;     /* enable_expert_parallel */
     uint32_t max_num_seqs, max_num_batched_tokens, max_model_len, block_size;
+    bool seqs_given, batched_given; /* max_num_seqs, max_num_batched_tokens in meta.json */
     bool prefix_caching;
     bool async_scheduling;
     char scheduling[96];     /* where async_scheduling came from, for the table */
@@ -166,6 +167,10 @@ static int read_meta(const struct cli_parser *p, const char *dir, struct run_inf
     if (!rc)
         rc = get_uint(p, path, kw, "max_num_batched_tokens", "engine_kwargs.max_num_batched_tokens",
                       1, INT32_MAX, &ri->max_num_batched_tokens);
+    json_t *seqs = json_object_get(kw, "max_num_seqs");
+    json_t *batched = json_object_get(kw, "max_num_batched_tokens");
+    ri->seqs_given = seqs && !json_is_null(seqs);
+    ri->batched_given = batched && !json_is_null(batched);
     if (!rc)
         rc = get_uint(p, path, kw, "max_model_len", "engine_kwargs.max_model_len", 2, INT32_MAX,
                       &ri->max_model_len);
@@ -563,13 +568,41 @@ int fid_open(struct cli_parser *p, const char *dir, const struct fid_opts *o, st
         cfg->sched.num_blocks = o->blocks ? o->blocks : (uint32_t)ri.num_gpu_blocks;
         t->o.blocks_given = true;
     }
-    if (cli_timing_apply(p, t, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token))
+    /* The run's files set the model, expert parallelism and the GPU's memory, not options: a
+     * refusal names the file and the key. */
+    char model_from[1200], ep_from[1200], mem_from[1200];
+    snprintf(model_from, sizeof model_from, "%s/meta.json: key 'model'", dir);
+    snprintf(ep_from, sizeof ep_from, "%s/meta.json: key 'engine_kwargs.enable_expert_parallel'",
+             dir);
+    snprintf(mem_from, sizeof mem_from, "%s/config.json: key 'instances[0].npu_mem.mem_size'", dir);
+    if (ri.ep && !t->o.model)
+        return cli_error(p,
+                         "%s: expert parallelism needs the model's experts: give --profiles ROOT "
+                         "(ROOT/configs/model/%s.json)",
+                         ep_from, ri.model);
+    t->o.model_from = model_from;
+    t->o.expert_parallel_from = ep_from;
+    t->o.gpu_memory_from = mem_from;
+    int arc = cli_timing_apply(p, t, &cfg->sched, &cfg->model, &cfg->kv_bytes_per_token);
+    t->o.model_from = t->o.expert_parallel_from = t->o.gpu_memory_from = NULL;
+    if (arc)
         return -EINVAL;
     if (kvsim_step_model_check(&cfg->model, cfg->sched.max_num_batched_tokens,
-                               cfg->sched.max_num_seqs, err, sizeof err))
-        return cfg->model.profile ? cli_error(p, "--profiles %s", err)
-               : o->config_path   ? cli_error(p, "--config %s: %s", o->config_path, err)
-                                  : cli_error(p, "the default step model: %s", err);
+                               cfg->sched.max_num_seqs, err, sizeof err)) {
+        /* A step model that takes the smallest batch but not the run's largest: the key of
+         * meta.json that sized it (a profile's steps grow with the sequences, a polynomial's
+         * with the tokens). */
+        char sized[1200] = "", e1[768];
+        bool profile = cfg->model.profile != NULL;
+        if (!kvsim_step_model_check(&cfg->model, 1, 1, e1, sizeof e1) &&
+            (profile ? ri.seqs_given : ri.batched_given))
+            snprintf(sized, sizeof sized, "; %s/meta.json: key 'engine_kwargs.%s' is %u", dir,
+                     profile ? "max_num_seqs" : "max_num_batched_tokens",
+                     profile ? ri.max_num_seqs : ri.max_num_batched_tokens);
+        return profile          ? cli_error(p, "--profiles %s%s", err, sized)
+               : o->config_path ? cli_error(p, "--config %s: %s%s", o->config_path, err, sized)
+                                : cli_error(p, "the default step model: %s%s", err, sized);
+    }
     const struct kvsim_model_arch *arch = t->r.profile ? kvsim_profile_arch(t->r.profile) : NULL;
     if (ri.max_model_len)
         cfg->sched.max_model_len = ri.max_model_len;

@@ -164,6 +164,10 @@ int sweep_take_replay_option(struct cli_parser *p, struct sweep *sw);
  * also a base option. Returns 0 or -EINVAL (printed). */
 int sweep_take_trace(struct cli_parser *p, struct sweep *sw, int argc, char **argv);
 int sweep_check_axes_vs_base(struct cli_parser *p, const struct sweep *sw);
+/* --spec FILE: reads the grid's axes and base options of a spec into sw (sweep_cmd.c says what
+ * a spec holds; tests/fuzz/fuzz_sweep_spec.c fuzzes it). Returns 0 or -EINVAL (printed, naming
+ * the file and the key). */
+int sweep_read_spec(struct cli_parser *p, struct sweep *sw, const char *file);
 
 /* Resolves every point (sw->npoints of them): its id, its group, or why it is invalid.
  * Returns 0, or -EINVAL when no point is valid, two points are one configuration, a trace

@@ -154,7 +154,7 @@ static int spec_axis(struct cli_parser *p, struct sweep *sw, const char *file, c
  * "options": {OPTION: value, ...}}, every key optional: the grid's axes (traces and seeds are
  * the axes "trace" and "seed"), and base options applied before the command line's. Returns 0
  * or -EINVAL (printed, naming the file and the key). */
-static int read_spec(struct cli_parser *p, struct sweep *sw, const char *file)
+int sweep_read_spec(struct cli_parser *p, struct sweep *sw, const char *file)
 {
     json_error_t jerr;
     json_t *doc;
@@ -278,7 +278,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         case 'o': sw->out = p.arg; break;
         case 'S':
             sw->spec_path = p.arg;
-            if (read_spec(&p, sw, p.arg))
+            if (sweep_read_spec(&p, sw, p.arg))
                 return -EINVAL;
             break;
         case 'j':

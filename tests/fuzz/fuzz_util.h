@@ -1,7 +1,7 @@
 /*
  * fuzz_util.h - what the libFuzzer targets share: the input as a file the readers can open (a
- * memfd, /proc/self/fd/N: the readers take paths), and a check that aborts with a message (the
- * fuzzer then keeps the input as a crash).
+ * memfd, /proc/self/fd/N: the readers take paths), the messages a command-line reader prints,
+ * and a check that aborts with a message (the fuzzer then keeps the input as a crash).
  */
 #ifndef KVSIM_FUZZ_UTIL_H
 #define KVSIM_FUZZ_UTIL_H
@@ -44,6 +44,33 @@ static inline int fuzz_input_file(const uint8_t *data, size_t size, char *path, 
     }
     snprintf(path, len, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* What the command line's readers print (cli_error writes to stderr) while one runs: stderr is
+ * swapped for a memory stream, and fd 2 is left alone so that a sanitizer's or libFuzzer's
+ * report still shows. fuzz_capture_end restores stderr and returns the text (malloc'd: free it;
+ * "" when nothing was printed). */
+struct fuzz_capture {
+    FILE *saved, *stream;
+    char *text;
+    size_t len;
+};
+
+static inline void fuzz_capture_begin(struct fuzz_capture *c)
+{
+    c->text = NULL;
+    c->len = 0;
+    c->saved = stderr;
+    c->stream = open_memstream(&c->text, &c->len);
+    FUZZ_CHECK(c->stream != NULL, "open_memstream");
+    stderr = c->stream;
+}
+
+static inline char *fuzz_capture_end(struct fuzz_capture *c)
+{
+    stderr = c->saved;
+    FUZZ_CHECK(fclose(c->stream) == 0 && c->text != NULL, "the captured messages");
+    return c->text;
 }
 
 #endif /* KVSIM_FUZZ_UTIL_H */

@@ -42,6 +42,14 @@ fuzz_engine_args)
 fuzz_config)
   seed "$src"/tests/golden/config-out-*.json "$inputs"/step_model.json "$inputs"/bad/config_*.json
   seed "$inputs"/bad/step_model_*.json "$inputs"/bad/speedup_ratio_*.json ;;
+fuzz_sweep_spec) ;; # its hand-made seeds only (the tests write their specs at configure time)
+fuzz_validate_run) # a recorded run: META \f CONFIG \f REQUESTS (fuzz_validate_run.c)
+  run_seed() { # run_seed DIR NAME LINES: DIR's meta.json, config.json and first LINES requests
+    [ -f "$1/meta.json" ] && [ -f "$1/config.json" ] || return 0
+    { cat "$1/meta.json"; printf '\f'; cat "$1/config.json"; printf '\f'
+      head -n "$3" "$1/requests.jsonl" 2>/dev/null; } > "$corpus/run_$2"; }
+  for d in "$inputs"/vllm-run/*/; do run_seed "$d" "$(basename "$d")" 100; done
+  for d in "$shared"/groundtruth/*/; do run_seed "$d" "groundtruth_$(basename "$d")" 4; done ;;
 *) echo "run.sh: unknown target $target" >&2; exit 2 ;;
 esac
 findings=${TMPDIR:-/tmp}/kvsim-fuzz-$target-findings

@@ -967,6 +967,15 @@ int kvsim_timing_resolve(const struct kvsim_timing_opts *t, struct sched_config 
             snprintf(err, errlen, "%s: %llu blocks are more than kvsim handles", mem,
                      (unsigned long long)out->capacity.num_gpu_blocks);
             rc = -EINVAL;
+        } else if (out->capacity.num_gpu_blocks < 2 && !t->blocks_given) {
+            /* One block is the null block alone (vLLM's BlockPool): nothing for a request, and
+             * the engine refuses it. --num-gpu-blocks, which wins, starts at 2 too. */
+            snprintf(err, errlen,
+                     "%s: model '%s' at tp %" PRIu32 " leaves room for 1 KV block of %.2f MiB "
+                     "beside its weights and activations; a run needs at least 2 (vLLM's null "
+                     "block and one for the requests)",
+                     mem, t->model, t->tp, (double)out->capacity.block_bytes / (1 << 20));
+            rc = -EINVAL;
         }
         if (rc) {
             kvsim_timing_fini(out);

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +60,22 @@ static inline void base_format_wall(char *buf, size_t len, double s)
         snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
     else
         snprintf(buf, len, "%lds", t);
+}
+
+/* x as the shortest decimal that reads back as the same double ("2.12204", not
+ * "2.1220400000000001"): an integer below 2^53 in full ("1000", not "1e+03"), else %.{1..17}g,
+ * the first that round-trips (17 always does). */
+static inline void base_format_double(char *buf, size_t len, double x)
+{
+    if (x > -9007199254740992.0 && x < 9007199254740992.0 && x == (double)(long long)x) {
+        snprintf(buf, len, "%lld", (long long)x);
+        return;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, len, "%.*g", p, x);
+        if (p == 17 || strtod(buf, NULL) == x)
+            return;
+    }
 }
 
 /* One iteration of a spin loop: a pause hint where the CPU has one, nothing elsewhere. */

@@ -5,6 +5,7 @@
  */
 #include "runtime/api/api.h"
 #include "runtime/input/input.h"
+#include "kvpool/base.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -1468,7 +1469,7 @@ static bool field_value(const struct kvsim_options *o, const struct opt *d, char
     else if (d->field == F_U32 || d->field == F_U64)
         snprintf(buf, len, "%" PRIu64, u);
     else
-        snprintf(buf, len, "%.17g", x);
+        base_format_double(buf, len, x); /* the shortest text that reads back */
     return true;
 }
 

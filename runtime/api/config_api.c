@@ -4,6 +4,7 @@
  * thread-safe: one thread uses a configuration at a time.
  */
 #include "runtime/api/api.h"
+#include "kvpool/base.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -124,7 +125,7 @@ int kvsim_config_set_json(kvsim_config_t *c, const char *text)
         else if (json_is_integer(v))
             snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
         else if (json_is_real(v))
-            snprintf(buf, sizeof buf, "%.17g", json_real_value(v));
+            base_format_double(buf, sizeof buf, json_real_value(v));
         else {
             snprintf(c->err, sizeof c->err,
                      "kvsim_config_set_json: key '%s' must be a string, a number or a boolean",

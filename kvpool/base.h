@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <linux/futex.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stddef.h>
@@ -76,6 +77,22 @@ static inline void base_format_double(char *buf, size_t len, double x)
         if (p == 17 || strtod(buf, NULL) == x)
             return;
     }
+}
+
+/* A byte count for people: "512 B", "1.50 KiB", "12.3 MiB", "4.00 GiB" (three digits). */
+static inline void base_format_bytes(char *buf, size_t len, uint64_t bytes)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 6) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%" PRIu64 " B", bytes);
+    else
+        snprintf(buf, len, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
 /* One iteration of a spin loop: a pause hint where the CPU has one, nothing elsewhere. */

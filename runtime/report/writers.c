@@ -3,6 +3,7 @@
  * records and the time series CSV.
  */
 #include "runtime/report/report_internal.h"
+#include "kvpool/base.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -200,10 +201,12 @@ void kvsim_report_print(FILE *f, const struct kvsim_report *r)
         static const char *const lane[4] = {"G1->G2", "G2->G3", "G3->G2", "G2->G1"};
         fprintf(f, "\n  offload %-16s %12s %12s %14s %8s\n", "lane", "batches", "blocks", "bytes",
                 "failed");
-        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++)
-            fprintf(f, "          %-16s %12" PRIu64 " %12" PRIu64 " %14" PRIu64 " %8" PRIu64 "\n",
-                    lane[l], o->lanes[l].batches, o->lanes[l].blocks, o->lanes[l].bytes,
-                    o->lanes[l].failed);
+        for (int l = 0; l < KVSIM_REPORT_NUM_LANES; l++) {
+            char bytes[32]; /* in human units here; exact in the JSON report */
+            base_format_bytes(bytes, sizeof bytes, o->lanes[l].bytes);
+            fprintf(f, "          %-16s %12" PRIu64 " %12" PRIu64 " %14s %8" PRIu64 "\n", lane[l],
+                    o->lanes[l].batches, o->lanes[l].blocks, bytes, o->lanes[l].failed);
+        }
         fprintf(f, ROW "%.2f %% (%" PRIu64 " of %" PRIu64 " G1-miss blocks)\n", "G2 hit rate",
                 o->g2_hit_rate * 100.0, o->g2_hit_blocks, o->g1_miss_blocks);
         fprintf(f, ROW "%.2f %% (%" PRIu64 " blocks)%s\n", "G3 hit rate", o->g3_hit_rate * 100.0,

@@ -1186,3 +1186,41 @@ Test(pareto, marks_exactly_the_non_dominated_rows)
     cr_expect(!f1[0] && f1[1] && !f1[2] && f1[3]);
     cr_assert_eq(kvsim_pareto_front(NULL, 0, 2, lower, NULL), 0);
 }
+
+/* Issue 65: text output gives bytes in human units and --config-out reals as the shortest text
+ * that reads back (kvpool/base.h). */
+Test(metrics, bytes_and_reals_for_people)
+{
+    static const struct {
+        uint64_t bytes;
+        const char *text;
+    } b[] = {{0, "0 B"},
+             {1023, "1023 B"},
+             {1024, "1.00 KiB"},
+             {1536, "1.50 KiB"},
+             {10 * 1024, "10.0 KiB"},
+             {1048575, "1024 KiB"},
+             {12943819571ull, "12.1 GiB"},
+             {UINT64_MAX, "16.0 EiB"}};
+    char buf[64];
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) {
+        base_format_bytes(buf, sizeof buf, b[i].bytes);
+        cr_expect_str_eq(buf, b[i].text, "%" PRIu64 " bytes: '%s', not '%s'", b[i].bytes, buf,
+                         b[i].text);
+    }
+    static const struct {
+        double x;
+        const char *text;
+    } d[] = {{2.12204, "2.12204"},
+             {0.1, "0.1"},
+             {1000, "1000"},
+             {-3, "-3"},
+             {1e300, "1e+300"},
+             {1.0 / 3, "0.3333333333333333"},
+             {0.015183439999999999, "0.01518344"}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        base_format_double(buf, sizeof buf, d[i].x);
+        cr_expect_str_eq(buf, d[i].text, "%.17g: '%s', not '%s'", d[i].x, buf, d[i].text);
+        cr_expect_eq(strtod(buf, NULL), d[i].x, "'%s' does not read back", buf);
+    }
+}

@@ -20,6 +20,7 @@
 #include "runtime/cli/sweep.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -1097,43 +1098,386 @@ static int start_point(struct sweep *sw, struct sweep_point *pt, const struct kv
     }
 }
 
-/* The report of point pt already in DIR that a rerun keeps (NULL: run it): complete or ended by
- * its own bounds (not interrupted), of this kvsim version, of the same trace bytes (sha256: the
- * id names the trace's path, not its content). */
-static json_t *reusable_report(const struct sweep *sw, const struct sweep_point *pt,
-                               const char *trace_sha256)
+/* ---- what a rerun keeps ---------------------------------------------------------------------- */
+
+/* A JSON value for a message: an integer or real as its shortest text, a string quoted, else
+ * its type; at most len bytes. */
+static void value_text(const json_t *v, char *buf, size_t len)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
-    if (sw->force || sw->reads_other_files || access(path, F_OK) != 0)
-        return NULL;
-    json_t *r = NULL;
-    if (kvsim_json_load_file(path, JSON_REJECT_DUPLICATES, &r, NULL) != 0)
-        return NULL;
-    const char *version = json_string_value(sweep_json_at(r, "run.kvsim"));
-    const char *reason = json_string_value(sweep_json_at(r, "run.end.reason"));
-    json_t *sha = sweep_json_at(r, "run.trace_sha256");
-    bool same_trace = trace_sha256 && trace_sha256[0]
-                          ? json_is_string(sha) && !strcmp(json_string_value(sha), trace_sha256)
-                          : json_is_null(sha);
-    if (!version || strcmp(version, sw->version) || !reason || !strcmp(reason, "interrupted") ||
-        !same_trace) {
-        json_decref(r);
-        return NULL;
+    if (!v)
+        snprintf(buf, len, "absent");
+    else if (json_is_integer(v))
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else if (json_is_real(v)) {
+        double x = json_real_value(v);
+        for (int prec = fabs(x) >= 1 && fabs(x) < 1e15 ? 1 + (int)log10(fabs(x)) : 1; prec <= 17;
+             prec++) { /* 150, not 1.5e+02 */
+            snprintf(buf, len, "%.*g", prec, x);
+            if (strtod(buf, NULL) == x)
+                break;
+        }
+    } else if (json_is_string(v))
+        snprintf(buf, len, "\"%.60s%s\"", json_string_value(v),
+                 strlen(json_string_value(v)) > 60 ? "..." : "");
+    else {
+        static const char *const types[] = {"an object", "a list", "a string", "an integer",
+                                            "a real",    "true",   "false",    "null"};
+        snprintf(buf, len, "%s", types[json_typeof(v)]);
     }
-    return r;
+}
+
+/* Whether got differs from want; where first, appended to path (size len: "options.seed",
+ * "step_model.prefill_ms[1]"), left as it was when they are equal. Objects are compared key by
+ * key (want's keys first, in order), lists element by element. */
+static bool first_difference(const json_t *got, const json_t *want, char *path, size_t len)
+{
+    size_t at = strlen(path);
+    if (json_is_object(got) && json_is_object(want)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)want, key, v)
+        {
+            snprintf(path + at, len - at, "%s%s", at ? "." : "", key);
+            if (first_difference(json_object_get(got, key), v, path, len))
+                return true;
+        }
+        json_object_foreach((json_t *)got, key, v)
+        {
+            snprintf(path + at, len - at, "%s%s", at ? "." : "", key);
+            if (!json_object_get(want, key))
+                return true;
+        }
+        path[at] = 0;
+        return false;
+    }
+    if (json_is_array(got) && json_is_array(want) &&
+        json_array_size(got) == json_array_size(want)) {
+        for (size_t i = 0; i < json_array_size(want); i++) {
+            snprintf(path + at, len - at, "[%zu]", i);
+            if (first_difference(json_array_get(got, i), json_array_get(want, i), path, len))
+                return true;
+        }
+        path[at] = 0;
+        return false;
+    }
+    return !got || !json_equal(got, want);
+}
+
+/* The configuration of point index as its report records it (run.config: the --config-out text,
+ * its reals rounded as a report writes them), and whether it scores SLOs. Returns 0, -ENOMEM,
+ * or -EINVAL with the message in err (the point no longer resolves). */
+static int point_recorded_config(const struct sweep *sw, size_t index, json_t **out, bool *has_slo,
+                                 char *err, size_t errlen)
+{
+    struct kvsim_options o;
+    struct kvsim_run run;
+    *out = NULL;
+    int rc = sweep_point_options(sw, index, &o, err, errlen);
+    if (!rc && (rc = kvsim_options_resolve(&o, &run, err, errlen)) != 0)
+        kvsim_options_fini(&o);
+    if (rc)
+        return rc == -ENOMEM ? rc : -EINVAL;
+    const struct kvsim_slo *slo = &run.replay.slo;
+    *has_slo = slo->ttft_ns > 0 || slo->itl_ns > 0 || slo->e2e_ns > 0;
+    char *config = kvsim_options_config_text(&o, &run);
+    kvsim_run_fini(&run);
+    kvsim_options_fini(&o);
+    json_t *doc = config ? json_loads(config, 0, NULL) : NULL;
+    free(config);
+    char *rounded = doc ? json_dumps(doc, JSON_ENCODE_ANY | JSON_COMPACT |
+                                              JSON_REAL_PRECISION(KVSIM_REPORT_REAL_DIGITS))
+                        : NULL;
+    json_decref(doc);
+    *out = rounded ? json_loads(rounded, 0, NULL) : NULL;
+    free(rounded);
+    return *out ? 0 : -ENOMEM;
+}
+
+/* Whether the configuration a report records (rec: its run.config) is the point's (want, from
+ * point_recorded_config); why not, naming the first key that differs, in why. */
+static bool config_matches(const json_t *rec, const json_t *want, char *why, size_t len)
+{
+    char key[256] = "", a[96], b[96];
+    if (!first_difference(rec, want, key, sizeof key))
+        return true;
+    const char *lead = "its configuration is not this point's";
+    if (!key[0]) {
+        value_text(rec, a, sizeof a);
+        snprintf(why, len, "%s: run.config is %s", lead, a);
+    } else if (strchr(key, '[')) /* in a list: sweep_json_at does not index lists */
+        snprintf(why, len, "%s: run.config.%s differs", lead, key);
+    else {
+        value_text(sweep_json_at(rec, key), a, sizeof a);
+        value_text(sweep_json_at(want, key), b, sizeof b);
+        snprintf(why, len, "%s: run.config.%s is %s, the point's %s", lead, key, a, b);
+    }
+    return false;
+}
+
+/* Whether a report's run.trace_sha256 (sha) is of the trace's bytes (trace_sha256; NULL or
+ * "": the synthetic workload, whose sha256 is null); why not, in why. */
+static bool trace_matches(const json_t *sha, const char *trace_sha256, char *why, size_t len)
+{
+    bool file = trace_sha256 && trace_sha256[0];
+    if (file ? json_is_string(sha) && !strcmp(json_string_value(sha), trace_sha256)
+             : json_is_null(sha))
+        return true;
+    char v[96];
+    value_text(sha, v, sizeof v);
+    snprintf(why, len,
+             "its trace bytes are not the trace's: run.trace_sha256 is %s, the trace's %s", v,
+             file ? trace_sha256 : "null");
+    return false;
+}
+
+/* Whether a report's run.end.reason says its replay ended by its own bounds (finished, or
+ * --max-sim-time-s), not interrupted; why not, in why. */
+static bool ended_by_itself(const char *reason, char *why, size_t len)
+{
+    if (reason && strcmp(reason, "interrupted"))
+        return true;
+    snprintf(why, len, "its replay %s", reason ? "was interrupted" : "records no end reason");
+    return false;
+}
+
+/* The figures a row is made of, and what each must be. */
+enum figure_kind { FIG_COUNT, FIG_RATE, FIG_RATIO, FIG_PERCENT };
+static const struct {
+    const char *path;
+    enum figure_kind kind;
+    bool slo; /* present exactly when the point scores SLOs */
+} row_figures[] = {
+    {"requests.completed", FIG_COUNT, false},
+    {"requests.rejected", FIG_COUNT, false},
+    {"requests.incomplete", FIG_COUNT, false},
+    {"requests.arrived", FIG_COUNT, false},
+    {"requests.cut_off", FIG_COUNT, false},
+    {"run.gpus", FIG_COUNT, false},
+    {"preemptions", FIG_COUNT, false},
+    {"throughput.requests_per_s", FIG_RATE, false},
+    {"throughput.output_tokens_per_s", FIG_RATE, false},
+    {"prefix_cache_reuse_ratio", FIG_RATIO, false},
+    {"slo.attainment_pct.all", FIG_PERCENT, true},
+    {"slo.goodput_requests_per_s", FIG_RATE, true},
+};
+/* The latency distributions of a row: each statistic null when its count is 0, else a finite
+ * number >= 0 (ms). */
+static const char *const row_latencies[] = {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"};
+static const char *const row_statistics[] = {"avg", "p50", "p90", "p99"};
+
+/* Whether the figures rows are made of are sane (counts integers >= 0, latencies and rates
+ * finite and >= 0, a ratio in [0, 1], percentages in [0, 100], the SLO figures present exactly
+ * when the point scores SLOs); why not, in why. */
+static bool figures_sane(const json_t *r, bool has_slo, char *why, size_t len)
+{
+    char v[96];
+    if (!json_is_boolean(json_object_get(r, "complete"))) {
+        value_text(json_object_get(r, "complete"), v, sizeof v);
+        snprintf(why, len, "its complete %s is not true or false", v);
+        return false;
+    }
+    for (size_t i = 0; i < sizeof row_figures / sizeof row_figures[0]; i++) {
+        const json_t *x = sweep_json_at(r, row_figures[i].path);
+        if (row_figures[i].slo && !has_slo) {
+            if (x) {
+                snprintf(why, len, "it has %s, and the point sets no SLO", row_figures[i].path);
+                return false;
+            }
+            continue;
+        }
+        value_text(x, v, sizeof v);
+        double d = json_number_value(x);
+        bool ok = false;
+        const char *what = "";
+        switch (row_figures[i].kind) {
+        case FIG_COUNT:
+            ok = json_is_integer(x) && json_integer_value(x) >= 0;
+            what = "a count, an integer >= 0";
+            break;
+        case FIG_RATE:
+            ok = json_is_number(x) && isfinite(d) && d >= 0;
+            what = "a rate, finite and >= 0";
+            break;
+        case FIG_RATIO:
+            ok = json_is_number(x) && d >= 0 && d <= 1;
+            what = "a ratio in [0, 1]";
+            break;
+        case FIG_PERCENT:
+            ok = json_is_number(x) && d >= 0 && d <= 100;
+            what = "a percentage in [0, 100]";
+            break;
+        }
+        if (!ok) {
+            snprintf(why, len, "its %s %s is not %s", row_figures[i].path, v, what);
+            return false;
+        }
+    }
+    for (size_t l = 0; l < sizeof row_latencies / sizeof row_latencies[0]; l++) {
+        char path[64];
+        snprintf(path, sizeof path, "%s.count", row_latencies[l]);
+        const json_t *count = sweep_json_at(r, path);
+        if (!json_is_integer(count) || json_integer_value(count) < 0) {
+            value_text(count, v, sizeof v);
+            snprintf(why, len, "its %s %s is not a count, an integer >= 0", path, v);
+            return false;
+        }
+        for (size_t s = 0; s < sizeof row_statistics / sizeof row_statistics[0]; s++) {
+            snprintf(path, sizeof path, "%s.%s", row_latencies[l], row_statistics[s]);
+            const json_t *x = sweep_json_at(r, path);
+            double d = json_number_value(x);
+            value_text(x, v, sizeof v);
+            if (json_integer_value(count) == 0 ? !json_is_null(x)
+                                               : !json_is_number(x) || !isfinite(d) || d < 0) {
+                if (json_integer_value(count) == 0)
+                    snprintf(why, len, "its %s is %s, and %s.count is 0", path, v,
+                             row_latencies[l]);
+                else
+                    snprintf(why, len, "its %s %s is not a latency in ms, finite and >= 0", path,
+                             v);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* "a FIFO" ... for a file that is not a regular one. */
+static const char *file_type(mode_t m)
+{
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+                         : "not a file";
+}
+
+/* Reads the report at path: a regular file (opened without blocking, so a FIFO or a device
+ * there is refused, never waited on), at most KVSIM_INPUT_MAX_JSON_BYTES, parsed. Returns 0
+ * with *out, -ENOENT (no file: nothing to say), -ENOMEM, or -EINVAL with why. */
+static int read_report(const char *path, json_t **out, char *why, size_t len)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        struct stat ls;
+        if (e == ENOENT && lstat(path, &ls) != 0)
+            return -ENOENT;
+        snprintf(why, len, "it cannot be opened: %s", strerror(e));
+        return -EINVAL;
+    }
+    struct stat st;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        snprintf(why, len, "it cannot be examined: %s", strerror(errno));
+        rc = -EINVAL;
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(why, len, "it is %s, not a regular file", file_type(st.st_mode));
+        rc = -EINVAL;
+    } else if ((uint64_t)st.st_size > KVSIM_INPUT_MAX_JSON_BYTES) {
+        snprintf(why, len, "it is larger than %zu MiB", KVSIM_INPUT_MAX_JSON_BYTES >> 20);
+        rc = -EINVAL;
+    } else if (!(buf = malloc((size_t)st.st_size + 1)))
+        rc = -ENOMEM;
+    for (ssize_t r = 1; !rc && r != 0;) { /* to its end (a file that grew stops at the limit) */
+        r = read(fd, buf + n, (size_t)st.st_size + 1 - n);
+        if (r < 0 && errno != EINTR) {
+            snprintf(why, len, "it cannot be read: %s", strerror(errno));
+            rc = -EINVAL;
+        } else if (r > 0 && (n += (size_t)r) > (size_t)st.st_size) {
+            snprintf(why, len, "it grew while being read");
+            rc = -EINVAL;
+        }
+    }
+    close(fd);
+    if (!rc) {
+        json_error_t jerr;
+        if (!(*out = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr))) {
+            rc = json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0] ? -ENOMEM
+                                                                                     : -EINVAL;
+            snprintf(why, len, "it is not a JSON report: line %d: %s", jerr.line, jerr.text);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/*
+ * Whether the report of point pt already in DIR may stand for a run of it (*out: the report,
+ * or NULL: run it, saying why in why unless why[0] is 0: no report there). Kept only when it is
+ * a regular file; of this kvsim version; recording the point's very configuration (run.config,
+ * the text its id hashes); of the same trace bytes (sha256: the id names the trace's path, not
+ * its content); not interrupted; and with figures that pass figures_sane. Returns 0 or -ENOMEM.
+ */
+static int reusable_report(const struct sweep *sw, const struct sweep_point *pt,
+                           const char *trace_sha256, json_t **out, char *why, size_t len)
+{
+    char path[4096], err[1024];
+    *out = NULL;
+    why[0] = 0;
+    snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+    if (sw->force || sw->reads_other_files)
+        return 0;
+    json_t *r = NULL, *cfg = NULL;
+    int rc = read_report(path, &r, why, len);
+    if (rc == -ENOENT || rc == -EINVAL)
+        return 0;
+    if (rc)
+        return rc;
+    const char *version = json_string_value(sweep_json_at(r, "run.kvsim"));
+    bool has_slo = false;
+    if (!version || strcmp(version, sw->version))
+        snprintf(why, len, "it was written by %s, not %s", version ? version : "no kvsim version",
+                 sw->version);
+    else if ((rc = point_recorded_config(sw, pt->index, &cfg, &has_slo, err, sizeof err)) != 0) {
+        if (rc == -EINVAL) /* cannot happen: the point resolved when the sweep began */
+            snprintf(why, len, "the point's configuration: %.900s", err);
+    } else if (config_matches(sweep_json_at(r, "run.config"), cfg, why, len) &&
+               trace_matches(sweep_json_at(r, "run.trace_sha256"), trace_sha256, why, len) &&
+               ended_by_itself(json_string_value(sweep_json_at(r, "run.end.reason")), why, len))
+        figures_sane(r, has_slo, why, len);
+    json_decref(cfg);
+    if (rc == -ENOMEM || why[0]) {
+        json_decref(r);
+        return rc == -ENOMEM ? rc : 0;
+    }
+    *out = r;
+    return 0;
 }
 
 int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows)
 {
     const struct sweep_group *g = &sw->groups[pt->group];
-    json_t *kept =
-        reusable_report(sw, pt, g->trace_path && g->loaded && !g->load_rc ? g->trace.sha256 : NULL);
-    if (!kept)
+    json_t *kept = NULL;
+    char why[1024];
+    int rc =
+        reusable_report(sw, pt, g->trace_path && g->loaded && !g->load_rc ? g->trace.sha256 : NULL,
+                        &kept, why, sizeof why);
+    if (rc)
+        return rc;
+    if (!kept) {
+        if (why[0]) { /* said: a report there that cannot stand for the point */
+            char path[4096];
+            struct stat ls;
+            snprintf(path, sizeof path, "%s/reports/%s.json", sw->out, pt->id);
+            /* The point's report replaces it: a FIFO, a device or a link would be written
+             * through (report.h, kvsim_output_open), so it goes first. */
+            bool removed = lstat(path, &ls) == 0 && !S_ISREG(ls.st_mode) && !S_ISDIR(ls.st_mode) &&
+                           unlink(path) == 0;
+            if (sw->progress)
+                fprintf(stderr, "\r%70s\r", "");
+            fprintf(stderr, "%s: %s: not kept (%s%s): the point runs again\n", sw->cmd, path, why,
+                    removed ? "; removed" : "");
+        }
         return 0;
+    }
     sw->reused++;
     pt->reused = true;
-    int rc = sweep_finish_point(sw, pt, rows, kept, NULL);
+    rc = sweep_finish_point(sw, pt, rows, kept, NULL);
     json_decref(kept);
     return rc ? rc : 1;
 }

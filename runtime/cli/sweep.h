@@ -237,9 +237,13 @@ int sweep_group_load(struct sweep *sw, size_t g);
  * a negative errno with the message in err. Any thread; no shared state but sweep_interrupted. */
 int sweep_replay_point(const struct sweep *sw, const struct sweep_point *pt,
                        const struct kvsim_trace *trace, char **text, char *err, size_t errlen);
-/* Ends point pt with the report already in DIR when a rerun keeps it (of this kvsim version,
- * ended by its own bounds, of the same trace bytes: its group's, loaded). Returns 1 (kept: the
- * point has its row), 0 (run it) or -ENOMEM. */
+/* Ends point pt with the report already in DIR when a rerun keeps it: a regular file (opened
+ * without blocking), of this kvsim version, recording the point's configuration (run.config),
+ * of the same trace bytes (its group's, loaded), ended by its own bounds, and with sane figures
+ * (counts, latencies, rates, percentages). A report there that is not kept is said on stderr
+ * (the file and why); one that is not a regular file (a FIFO, a link) is removed, so that the
+ * point's new report replaces it. Returns 1 (kept: the point has its row), 0 (run it) or
+ * -ENOMEM. */
 int sweep_keep_reusable(struct sweep *sw, struct sweep_point *pt, FILE *rows);
 /* The topology of point index (resolved once, by sweep_plan_points). Returns 0, or -EINVAL when
  * it is not a valid configuration. */

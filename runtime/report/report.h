@@ -587,6 +587,10 @@ KVSIM_EXTERN void kvsim_latency_of(double *vals, size_t n, struct kvsim_latency 
 KVSIM_EXTERN int kvsim_report_write_json(const char *path, const struct kvsim_report *r, char *err,
                                          size_t errlen);
 
+/* The significant digits of the reals in a JSON report (jansson's JSON_REAL_PRECISION): a
+ * reader comparing a value it computed with the report's rounds it the same way. */
+#define KVSIM_REPORT_REAL_DIGITS 15
+
 /* The JSON kvsim_report_write_json writes (without its final newline), malloc'd (free()), or
  * NULL when memory runs out. */
 KVSIM_EXTERN char *kvsim_report_json_text(const struct kvsim_report *r);

@@ -709,10 +709,9 @@ static json_t *report_json(const struct kvsim_report *r)
 char *kvsim_report_json_text(const struct kvsim_report *r)
 {
     json_t *root = report_json(r);
-    char *text =
-        root != NULL
-            ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15))
-            : NULL;
+    char *text = root != NULL ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                                     JSON_REAL_PRECISION(KVSIM_REPORT_REAL_DIGITS))
+                              : NULL;
     json_decref(root);
     return text;
 }

@@ -1504,6 +1504,7 @@ int sweep_group_load(struct sweep *sw, size_t g)
         if (grp->load_rc && !(grp->load_error = strdup(err)))
             return -ENOMEM;
         grp->loaded = !sweep_interrupted || !grp->load_rc; /* an interrupted read: again */
+        sw->trace_refused |= grp->loaded && cli_status_of(grp->load_rc) == CLI_EXIT_USAGE;
         sw->trace_loads++;
     }
     return grp->load_rc;

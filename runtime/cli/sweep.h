@@ -99,6 +99,7 @@ struct sweep {
     size_t done;         /* points ended so far */
     size_t nfailed;      /* of which failed or invalid */
     size_t trace_loads;  /* traces parsed (once per group) */
+    bool trace_refused;  /* a trace its reader refused: bad input, the sweep exits 2 */
     /* The configuration reads files besides the trace (profiles, --config, engine arguments):
      * their content is in no report's digest, so no report is reused. */
     bool reads_other_files;

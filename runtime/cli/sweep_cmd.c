@@ -75,8 +75,9 @@ static void sweep_usage(FILE *out)
             "\n"
             "Exit status: 0 every point ran (or --max-points stopped it); 1 a point failed or\n"
             "was an invalid combination (its row says why; the others ran); 2 usage error or\n"
-            "bad input (a grid value refused by the option table, no point valid, an --out\n"
-            "that cannot be written or is an input); 130 (143, 129) interrupted.\n");
+            "bad input (a grid value refused by the option table, no point valid, a trace\n"
+            "refused by its reader, an --out that cannot be written or is an input); 130\n"
+            "(143, 129) interrupted.\n");
 }
 
 /* --grid NAME=V1,V2,...: the axis of the option NAME. Returns 0 or -EINVAL (printed). */
@@ -707,6 +708,8 @@ static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
         return CLI_EXIT_FAILED;
     if (sweep_interrupted && left)
         return 128 + sweep_interrupted; /* 130 for SIGINT, 143 SIGTERM, 129 SIGHUP */
+    if (sw->trace_refused) /* bad input, as in every command (its points failed, saying why) */
+        return CLI_EXIT_USAGE;
     return failed || invalid ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }
 

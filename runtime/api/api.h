@@ -127,7 +127,8 @@ int kvsim_write_text_file(const char *what, const char *path, const char *text, 
  * kvsim_options_set - one option: name is its long name without dashes, as `kvsim replay`
  * spells it (kvsim_options_canonical maps the API's spellings); value its text (NULL for a
  * flag: true). Returns 0, 1 (not an option of a run: the caller decides), or -EINVAL with
- * "option --NAME: ..." in err. String values are stored as given (borrowed).
+ * "option --NAME: ..." in err; -ENOMEM (the same message) when memory ran out reading a file
+ * the option names (--engine-args). String values are stored as given (borrowed).
  */
 int kvsim_options_set(struct kvsim_options *o, const char *name, const char *value, char *err,
                       size_t errlen);
@@ -167,7 +168,8 @@ struct kvsim_run {
  * kvsim_options_resolve - check the options that need each other and build the run: the timing
  * and capacity first (the pools' settings and the offload checks read what it derives), then
  * the offload and disaggregation checks and the pools' engine-args files, then the --config
- * step model. Returns 0, or -EINVAL/-ENOENT with the message; on error *run holds nothing.
+ * step model. Returns 0, or -EINVAL/-ENOENT with the message (-ENOMEM: memory ran out reading
+ * a file); on error *run holds nothing.
  */
 int kvsim_options_resolve(const struct kvsim_options *o, struct kvsim_run *run, char *err,
                           size_t errlen);

@@ -808,7 +808,7 @@ static int apply_field(struct kvsim_options *o, const struct opt *d, const char 
 }
 
 /* The rows whose reading is more than a store (F_SPECIAL): the files --config and --engine-args
- * read where they stand. Returns 0 or -EINVAL (err says why). */
+ * read where they stand. Returns 0, -EINVAL (err says why) or -ENOMEM. */
 static int apply_special(struct kvsim_options *o, const struct opt *d, const char *value, char *err,
                          size_t errlen)
 {
@@ -827,9 +827,10 @@ static int apply_special(struct kvsim_options *o, const struct opt *d, const cha
     struct sched_config sc = cfg->sched;
     sc.num_blocks = UINT32_MAX;
     struct kvsim_parallel_args par = {cfg->data_parallel_size, o->timing.enable_expert_parallel};
-    if (kvsim_engine_args_load(value, &sc, &par, e, sizeof e)) {
+    rc = kvsim_engine_args_load(value, &sc, &par, e, sizeof e);
+    if (rc) {
         snprintf(err, errlen, "option --engine-args: %s", e);
-        return -EINVAL;
+        return rc == -ENOMEM ? rc : -EINVAL; /* out of memory is not bad input */
     }
     if (sc.num_blocks != UINT32_MAX)
         o->timing.blocks_given = true;
@@ -1153,7 +1154,8 @@ static int check_idle_options(const struct kvsim_options *o, char *err, size_t e
 
 /* ---- resolving a run ------------------------------------------------------------------------- */
 
-/* The checks of disaggregated serving and the pools' settings. Returns 0 or -EINVAL. */
+/* The checks of disaggregated serving and the pools' settings. Returns 0, -EINVAL, or -ENOMEM
+ * (reading a pool's engine arguments). */
 static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_config *cfg, char *err,
                           size_t errlen)
 {
@@ -1190,9 +1192,10 @@ static int resolve_disagg(const struct kvsim_options *o, struct kvsim_replay_con
         if (!file)
             continue;
         sc->num_blocks = UINT32_MAX; /* no file gives it (at most INT32_MAX - 2) */
-        if (kvsim_engine_args_load(file, sc, NULL, e, sizeof e)) {
+        int rc = kvsim_engine_args_load(file, sc, NULL, e, sizeof e);
+        if (rc) {
             snprintf(err, errlen, "%s %s", k ? "--decode-engine-args" : "--prefill-engine-args", e);
-            return -EINVAL;
+            return rc == -ENOMEM ? rc : -EINVAL;
         }
         if (sc->num_blocks == UINT32_MAX)
             sc->num_blocks = cfg->kv_capacity == KVSIM_KV_CAPACITY_DEFAULT_TOKENS
@@ -1296,10 +1299,11 @@ static int resolve_run(const struct kvsim_options *o, struct kvsim_run *run, cha
     if (!why && !(o->offload_opt && !cfg->offload) && synth_misused)
         snprintf(err, errlen, "%s shapes the synthetic workload: it does not apply to a trace",
                  option_where(o, o->synth_opt, where, sizeof where));
+    int drc = 0;
     if (why || (o->offload_opt && !cfg->offload) || synth_misused ||
-        resolve_disagg(o, cfg, err, errlen) || check_idle_options(o, err, errlen)) {
+        (drc = resolve_disagg(o, cfg, err, errlen)) != 0 || check_idle_options(o, err, errlen)) {
         kvsim_run_fini(run);
-        return -EINVAL;
+        return drc == -ENOMEM ? drc : -EINVAL; /* out of memory reading a pool's arguments */
     }
     char e[512];
     if (o->config_path && (rc = kvsim_step_model_load(o->config_path, &cfg->model, e, sizeof e))) {

@@ -489,9 +489,11 @@ static int plan_parse_args(struct plan *pl, int argc, char **argv)
         case O_OUT: sw->out = p.arg; break;
         case O_FORCE: sw->force = true; break;
         case 'h': plan_usage(stdout); return 1;
-        default:
-            if (sweep_take_replay_option(&p, sw))
-                return -EINVAL;
+        default: {
+            int rc = sweep_take_replay_option(&p, sw);
+            if (rc)
+                return rc; /* -EINVAL, or -ENOMEM reading a file it names */
+        }
         }
     }
     if (c < 0) {
@@ -1027,7 +1029,7 @@ int cli_plan_main(int argc, char **argv)
     int prc = plan_parse_args(&pl, argc, argv);
     if (prc) {
         sweep_free(sw);
-        return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+        return prc > 0 ? CLI_EXIT_OK : prc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
     int64_t t0 = base_monotonic_ns();
     int rc = sweep_plan_points(sw);

@@ -86,9 +86,10 @@ int cli_replay_main(int argc, char **argv)
         }
         /* Every long option is one of the option table's (api/config.c): its range, its
          * message. */
-        if (kvsim_options_set(&o, p.long_name, p.arg, err, sizeof err) != 0) {
+        int src = kvsim_options_set(&o, p.long_name, p.arg, err, sizeof err);
+        if (src != 0) {
             cli_error(&p, "%s", err);
-            c = -EINVAL;
+            c = src == -ENOMEM ? src : -EINVAL; /* out of memory reading a file it names */
             break;
         }
     }
@@ -111,7 +112,7 @@ int cli_replay_main(int argc, char **argv)
     }
     if (c < 0) {
         kvsim_options_fini(&o);
-        return CLI_EXIT_USAGE;
+        return c == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
     struct kvsim_run run;
     int rc = kvsim_options_resolve(&o, &run, err, sizeof err);
@@ -120,7 +121,7 @@ int cli_replay_main(int argc, char **argv)
     if (rc) {
         kvsim_options_fini(&o);
         cli_error(&p, "%s", err);
-        return CLI_EXIT_USAGE;
+        return rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
     /* The whole configuration: in the report, and (written before the run, so a bad path
      * fails first) in --config-out. */

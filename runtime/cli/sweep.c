@@ -142,7 +142,7 @@ int sweep_point_options(const struct sweep *sw, size_t index, struct kvsim_optio
         rc = kvsim_options_set(o, sw->axes[a].name, sweep_axis_value(sw, a, index), err, errlen);
     if (rc) {
         kvsim_options_fini(o);
-        return -EINVAL;
+        return rc == -ENOMEM ? rc : -EINVAL;
     }
     return 0;
 }
@@ -370,6 +370,8 @@ int sweep_plan_points(struct sweep *sw)
         int rc = sweep_point_options(sw, i, &o, err, sizeof err);
         if (!rc && (rc = kvsim_options_resolve(&o, &run, err, sizeof err)) != 0)
             kvsim_options_fini(&o);
+        if (rc == -ENOMEM)
+            return rc; /* reading a file an option names: not the point's fault */
         if (rc) {
             pt->state = POINT_INVALID;
             if (!(pt->error = strdup(err)))
@@ -1759,8 +1761,10 @@ int sweep_take_replay_option(struct cli_parser *p, struct sweep *sw)
     kvsim_options_default(&o);
     int rc = kvsim_options_set(&o, name, p->arg, err, sizeof err);
     kvsim_options_fini(&o);
-    if (rc)
-        return cli_error(p, "%s", err);
+    if (rc) {
+        cli_error(p, "%s", err);
+        return rc == -ENOMEM ? rc : -EINVAL; /* out of memory reading a file it names */
+    }
     if (sweep_base_put(sw, name, p->arg, false))
         return cli_error(p, "out of memory");
     return 0;

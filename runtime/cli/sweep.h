@@ -22,9 +22,12 @@
 #include "runtime/input/input.h"
 
 /* A set of more points than this is refused (each point is a process and a report file). */
-#define SWEEP_MAX_POINTS 100000u
-#define SWEEP_MAX_AXES   16
-#define SWEEP_MAX_PARETO 8
+#define SWEEP_MAX_POINTS      100000u
+#define SWEEP_MAX_AXES        16
+#define SWEEP_MAX_PARETO      8
+/* The values a --spec may hold (every number, string, list and object; keys not counted),
+ * counted as it is parsed: room for a grid of SWEEP_MAX_POINTS points and every option. */
+#define SWEEP_SPEC_MAX_VALUES (2 * (size_t)SWEEP_MAX_POINTS)
 
 struct sweep_axis {
     char name[64]; /* canonical option name */
@@ -138,7 +141,8 @@ const char *sweep_axis_value(const struct sweep *sw, size_t a, size_t index);
 /* "engines=2 router=kv" for messages. */
 void sweep_point_label(const struct sweep *sw, size_t index, char *buf, size_t len);
 /* The options of point index: the base in order, --threads 1 unless given, then the axes'
- * values. Returns 0 or -EINVAL with the message in err (o is then finished). */
+ * values. Returns 0, or -EINVAL (-ENOMEM: memory ran out reading a file an option names) with
+ * the message in err (o is then finished). */
 int sweep_point_options(const struct sweep *sw, size_t index, struct kvsim_options *o, char *err,
                         size_t errlen);
 /* Whether the replay option name writes a file (the sweep writes its own). */
@@ -159,15 +163,17 @@ const char *sweep_setting_key(const char *name, char *buf, size_t len);
 int sweep_getopt_table(const struct sweep *sw, struct option *opts, size_t cap,
                        const struct option *extra);
 /* A replay option the parser returned (p->long_name, p->arg): --quiet, or a base option checked
- * now so that the message names it; one that writes a file is refused. Returns 0 or -EINVAL. */
+ * now so that the message names it; one that writes a file is refused. Returns 0, -EINVAL, or
+ * -ENOMEM: out of memory reading a file it names (--engine-args; printed, the command exits 1). */
 int sweep_take_replay_option(struct cli_parser *p, struct sweep *sw);
 /* After the options: the positional trace (at most one, not also --trace) and that no axis is
  * also a base option. Returns 0 or -EINVAL (printed). */
 int sweep_take_trace(struct cli_parser *p, struct sweep *sw, int argc, char **argv);
 int sweep_check_axes_vs_base(struct cli_parser *p, const struct sweep *sw);
 /* --spec FILE: reads the grid's axes and base options of a spec into sw (sweep_cmd.c says what
- * a spec holds; tests/fuzz/fuzz_sweep_spec.c fuzzes it). Returns 0 or -EINVAL (printed, naming
- * the file and the key). */
+ * a spec holds; tests/fuzz/fuzz_sweep_spec.c fuzzes it). Its values are counted as it is
+ * parsed (at most SWEEP_SPEC_MAX_VALUES). Returns 0, -EINVAL (printed, naming the file and the
+ * key) or -ENOMEM (printed: "--spec FILE: out of memory"). */
 int sweep_read_spec(struct cli_parser *p, struct sweep *sw, const char *file);
 
 /* Resolves every point (sw->npoints of them): its id, its group, or why it is invalid.

@@ -161,10 +161,22 @@ int sweep_read_spec(struct cli_parser *p, struct sweep *sw, const char *file)
 {
     json_error_t jerr;
     json_t *doc;
-    if (kvsim_json_load_file(file, JSON_REJECT_DUPLICATES, &doc, &jerr)) {
+    /* Its values counted as it is parsed: a document past the limit is refused there, before
+     * a tree of all of it is built (a grid has at most SWEEP_MAX_POINTS points). */
+    int lrc = kvsim_json_load_file_values(file, JSON_REJECT_DUPLICATES, SWEEP_SPEC_MAX_VALUES, &doc,
+                                          &jerr);
+    if (lrc) {
+        char count[64];
+        snprintf(count, sizeof count, ": more than %zu values", (size_t)SWEEP_SPEC_MAX_VALUES);
         if (jerr.line > 0)
-            return cli_error(p, "--spec %s:%d: %s", file, jerr.line, jerr.text);
-        return cli_error(p, "--spec: %s", jerr.text); /* the text names the file */
+            cli_error(p, "--spec %s:%d: %s", file, jerr.line, jerr.text);
+        else if (json_error_code(&jerr) == json_error_cannot_open_file)
+            cli_error(p, "--spec: %s", jerr.text); /* jansson's words: "unable to open FILE" */
+        else if (strstr(jerr.text, count))         /* the text begins with the file */
+            cli_error(p, "--spec %s (a sweep has at most %u points)", jerr.text, SWEEP_MAX_POINTS);
+        else
+            cli_error(p, "--spec %s", jerr.text);
+        return lrc == -ENOMEM ? -ENOMEM : -EINVAL;
     }
     int rc = json_is_object(doc) ? 0 : cli_error(p, "--spec %s: must be a JSON object", file);
     const char *key;
@@ -270,7 +282,7 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
     cli_begin(&p, "kvsim sweep", argc, argv, opts, "j:h");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sw->jobs = cores > 0 ? (uint32_t)(cores < 1024 ? cores : 1024) : 1;
-    int c;
+    int c, rc;
     char err[1024];
     while ((c = cli_next(&p)) > 0) {
         switch (c) {
@@ -281,8 +293,8 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
         case 'o': sw->out = p.arg; break;
         case 'S':
             sw->spec_path = p.arg;
-            if (sweep_read_spec(&p, sw, p.arg))
-                return -EINVAL;
+            if ((rc = sweep_read_spec(&p, sw, p.arg)) != 0)
+                return rc; /* -EINVAL, or -ENOMEM */
             break;
         case 'j':
             if (cli_u32(&p, 1, 1024, &sw->jobs))
@@ -316,8 +328,8 @@ static int parse_sweep_args(struct sweep *sw, int argc, char **argv)
             break;
         case 'h': sweep_usage(stdout); return 1;
         default:
-            if (sweep_take_replay_option(&p, sw))
-                return -EINVAL;
+            if ((rc = sweep_take_replay_option(&p, sw)) != 0)
+                return rc; /* -EINVAL, or -ENOMEM reading a file it names */
         }
     }
     if (c < 0) {
@@ -749,7 +761,7 @@ int cli_sweep_main(int argc, char **argv)
     }
     if (prc) {
         sweep_free(&sw);
-        return prc > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+        return prc > 0 ? CLI_EXIT_OK : prc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
     }
     if (rc) {
         if (rc == -ENOMEM)

@@ -296,8 +296,8 @@ struct json_error_t;
  *   -ENOENT, -EACCES, ...  jerr->line -1, text "unable to open <file>: <strerror>" (jansson's
  *            own words);
  *   -EIO, ...  jerr->line -1, text "<file>:<line>: read error: <strerror>";
- *   -ENOMEM  jansson's "out of memory" at jerr->line, or jerr->line -1 and
- *            "<file>:<line>: out of memory".
+ *   -ENOMEM  jerr->line -1, text "<file>: out of memory" (reading, or building the tree:
+ *            where jansson fails an allocation without a message, too).
  * So jerr->line >= 1 means a syntax error at that line; otherwise jerr->text is the whole
  * message (cut, as jansson's own, at JSON_ERROR_TEXT_LENGTH - 2 bytes); json_error_code() is
  * json_error_cannot_open_file, json_error_invalid_argument (too large), json_error_unknown (a
@@ -309,6 +309,17 @@ KVSIM_EXTERN void kvsim_json_error_message(const char *path, const struct json_e
                                            char *err, size_t errlen);
 KVSIM_EXTERN int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
                                       struct json_error_t *jerr);
+/*
+ * kvsim_json_load_file_values - kvsim_json_load_file for a document whose size in values is
+ * bounded too: its values (every scalar, list and object; an object's keys are not values) are
+ * counted as the file is read and parsed, piece by piece, and the document is refused as soon
+ * as it holds more than max_values: -EINVAL, jerr->line -1, text "<file>: more than N values"
+ * (json_error_invalid_argument). So a refused document costs what its first max_values values
+ * do, never a tree of all of them. The other outcomes are kvsim_json_load_file's (a read error
+ * names the line it reached).
+ */
+KVSIM_EXTERN int kvsim_json_load_file_values(const char *path, size_t flags, size_t max_values,
+                                             struct json_t **out, struct json_error_t *jerr);
 
 #ifdef __cplusplus
 }

@@ -154,6 +154,22 @@ static int too_large(json_error_t *jerr, const char *path)
                      KVSIM_INPUT_MAX_JSON_BYTES >> 20);
 }
 
+/* "<file>: out of memory" (-ENOMEM). */
+static int out_of_memory(json_error_t *jerr, const char *path)
+{
+    return json_fail(jerr, -ENOMEM, json_error_out_of_memory, "", path, ": out of memory");
+}
+
+/* The return of a parse jansson refused: -ENOMEM ("<file>: out of memory") when memory ran
+ * out, which jansson says with json_error_out_of_memory or, where an allocation of its tree
+ * fails, with no message at all; else -EINVAL (jerr as jansson set it). */
+static int jansson_failed(json_error_t *jerr, const char *path)
+{
+    if (json_error_code(jerr) == json_error_out_of_memory || !jerr->text[0])
+        return out_of_memory(jerr, path);
+    return -EINVAL;
+}
+
 /* The 1-based line of the byte at offset n of s. */
 static size_t line_at(const char *s, size_t n)
 {
@@ -204,8 +220,7 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
                 break;
             }
             if (!reserve(&buf, &cap, cap ? cap + 1 : first, READ_GROWTH, max + 1)) {
-                rc = json_fail(jerr, -ENOMEM, json_error_out_of_memory, "", path,
-                               ":%zu: out of memory", line_at(buf, n));
+                rc = out_of_memory(jerr, path);
                 break;
             }
         }
@@ -224,11 +239,166 @@ int kvsim_json_load_file(const char *path, size_t flags, struct json_t **out,
     fclose(f);
     if (!rc) {
         *out = json_loadb(buf, n, flags, jerr);
-        if (!*out)
-            rc = json_error_code(jerr) == json_error_out_of_memory ? -ENOMEM : -EINVAL;
+        rc = *out ? 0 : jansson_failed(jerr, path);
         path_fit(jerr->source, sizeof jerr->source, path);
     }
     free(buf);
+    return rc;
+}
+
+/* ---- a JSON document whose values are counted as it is parsed ------------------------------- */
+
+/* Containers deeper than this count their keys as values (jansson refuses past 2048 anyway). */
+#define COUNT_DEPTH 4096
+
+/* The values of a JSON text as it streams by, fed in pieces: every scalar, list and object (an
+ * object's keys are not values). It only tells values apart; jansson checks the syntax. */
+struct value_count {
+    size_t values, lines;
+    bool in_string, escaped, in_scalar, key_next;
+    size_t depth;
+    unsigned char object[COUNT_DEPTH / 8]; /* bit d: the container at depth d is an object */
+};
+
+static bool count_in_object(const struct value_count *c)
+{
+    return c->depth && c->depth <= COUNT_DEPTH &&
+           (c->object[(c->depth - 1) / 8] >> ((c->depth - 1) % 8) & 1);
+}
+
+static void count_feed(struct value_count *c, const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        c->lines += ch == '\n';
+        if (c->in_string) {
+            if (c->escaped)
+                c->escaped = false;
+            else if (ch == '\\')
+                c->escaped = true;
+            else if (ch == '"')
+                c->in_string = false;
+            continue;
+        }
+        switch (ch) {
+        case '"':
+            c->in_string = true;
+            c->values += !c->key_next;
+            c->key_next = c->in_scalar = false;
+            break;
+        case '{':
+        case '[':
+            c->values++;
+            if (++c->depth <= COUNT_DEPTH) {
+                unsigned char bit = (unsigned char)(1u << ((c->depth - 1) % 8));
+                if (ch == '{')
+                    c->object[(c->depth - 1) / 8] |= bit;
+                else
+                    c->object[(c->depth - 1) / 8] &= (unsigned char)~bit;
+            }
+            c->key_next = ch == '{';
+            c->in_scalar = false;
+            break;
+        case '}':
+        case ']':
+            c->depth -= c->depth > 0;
+            c->key_next = c->in_scalar = false;
+            break;
+        case ',':
+            c->key_next = count_in_object(c);
+            c->in_scalar = false;
+            break;
+        case ':':
+        case ' ':
+        case '\t':
+        case '\r':
+        case '\n':
+            c->key_next = c->key_next && ch != ':';
+            c->in_scalar = false;
+            break;
+        default: /* a number or a literal (true, false, null), or what jansson refuses */
+            c->values += !c->in_scalar;
+            c->in_scalar = true;
+            c->key_next = false;
+        }
+    }
+}
+
+/* The source of kvsim_json_load_file_values: the file, counted. */
+struct counted_source {
+    FILE *f;
+    size_t bytes, max_values;
+    int error; /* why the reading stopped early: -E2BIG (values), -EFBIG (bytes), a read's */
+    struct value_count count;
+};
+
+/* jansson's callback: the next piece of the file, or (size_t)-1 to stop (error says why). */
+static size_t counted_read(void *buf, size_t len, void *arg)
+{
+    struct counted_source *s = arg;
+    if (s->error)
+        return (size_t)-1;
+    errno = 0;
+    size_t got = fread(buf, 1, len, s->f);
+    if (got < len && ferror(s->f)) {
+        s->error = errno ? -errno : -EIO;
+        return (size_t)-1;
+    }
+    if ((s->bytes += got) > KVSIM_INPUT_MAX_JSON_BYTES) {
+        s->error = -EFBIG;
+        return (size_t)-1;
+    }
+    count_feed(&s->count, buf, got);
+    if (s->count.values > s->max_values) {
+        s->error = -E2BIG;
+        return (size_t)-1;
+    }
+    return got;
+}
+
+int kvsim_json_load_file_values(const char *path, size_t flags, size_t max_values,
+                                struct json_t **out, struct json_error_t *jerr)
+{
+    json_error_t scratch;
+    if (!jerr)
+        jerr = &scratch;
+    *out = NULL;
+    memset(jerr, 0, sizeof *jerr);
+    path_fit(jerr->source, sizeof jerr->source, path);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        int e = errno;
+        return json_fail(jerr, -e, json_error_cannot_open_file, "unable to open ", path, ": %s",
+                         strerror(e));
+    }
+    struct stat st; /* a regular file: refused by its size, before reading */
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size > KVSIM_INPUT_MAX_JSON_BYTES) {
+        fclose(f);
+        return too_large(jerr, path);
+    }
+    struct counted_source *s = calloc(1, sizeof *s);
+    if (!s) {
+        fclose(f);
+        return out_of_memory(jerr, path);
+    }
+    s->f = f;
+    s->max_values = max_values;
+    *out = json_load_callback(counted_read, s, flags, jerr);
+    fclose(f);
+    int rc = 0;
+    if (!*out && s->error == -E2BIG)
+        rc = json_fail(jerr, -EINVAL, json_error_invalid_argument, "", path,
+                       ": more than %zu values", max_values);
+    else if (!*out && s->error == -EFBIG)
+        rc = too_large(jerr, path);
+    else if (!*out && s->error)
+        rc = json_fail(jerr, s->error, json_error_unknown, "", path, ":%zu: read error: %s",
+                       s->count.lines + 1, strerror(-s->error));
+    else if (!*out)
+        rc = jansson_failed(jerr, path);
+    path_fit(jerr->source, sizeof jerr->source, path);
+    free(s);
     return rc;
 }
 

@@ -1143,3 +1143,36 @@ Test(trace, json_load_file_is_bounded_and_names_the_file)
     unlink(good);
     unlink(bad);
 }
+
+/* kvsim_json_load_file_values counts every scalar, list and object (not an object's keys, nor
+ * what a string holds) as it reads, and refuses the document past max_values (#64). */
+Test(trace, json_load_file_values_counts_values_not_keys)
+{
+    /* 8 values: the root, the list, 1, the string, the inner object, null, -2.5e3, true. */
+    static const char text[] = "{\"a[{\": [1, \"x,]\\\"{\", {\"k,\": null}, -2.5e3],\n\"b\": true}";
+    const char *path = write_tmp(0, ".json", text, sizeof text - 1);
+    json_t *doc;
+    json_error_t jerr;
+    cr_assert_eq(kvsim_json_load_file_values(path, JSON_REJECT_DUPLICATES, 8, &doc, &jerr), 0, "%s",
+                 jerr.text);
+    cr_assert_str_eq(json_string_value(json_array_get(json_object_get(doc, "a[{"), 1)), "x,]\"{");
+    json_decref(doc);
+    doc = (json_t *)1;
+    cr_assert_eq(kvsim_json_load_file_values(path, JSON_REJECT_DUPLICATES, 7, &doc, &jerr),
+                 -EINVAL);
+    cr_assert_null(doc);
+    cr_assert_eq(jerr.line, -1);
+    char want[4200];
+    snprintf(want, sizeof want, "%s: more than 7 values", path);
+    cr_assert_str_eq(jerr.text, want);
+    /* jansson's own refusals and ours are kvsim_json_load_file's. */
+    const char *dup = write_tmp(1, ".json", "{\n\"a\": 1,\n\"a\": 2}", 17);
+    cr_assert_eq(kvsim_json_load_file_values(dup, JSON_REJECT_DUPLICATES, 100, &doc, &jerr),
+                 -EINVAL);
+    cr_assert_eq(jerr.line, 3);
+    cr_assert_eq(json_error_code(&jerr), json_error_duplicate_key);
+    cr_assert_eq(kvsim_json_load_file_values("/dev/zero", 0, 100, &doc, &jerr), -EINVAL);
+    cr_assert_null(doc);
+    unlink(path);
+    unlink(dup);
+}

@@ -13,8 +13,9 @@ fails.
 
 Then a projection to 100 ranks of a 2,000-point grid of this trace, from those figures:
 wall ~ max(points x mean point time / ranks, points x rank 0's serial time per point) + the
-start-up of the R = 1 run, the mean point time being the R = 1 run's wall over its points (rank 0
-alone replays every point). It assumes one core per rank and points of the mean cost.
+start-up of the R = 1 run, the mean point time being the R = 1 run's wall over its points (one
+rank is no MPI sweep since issue 64: it runs with -j 1, one point at a time, in worker
+processes). It assumes one core per rank and points of the mean cost.
 
 Prints a table and writes JSON (default bench/results/bench_sweep_mpi.json).
 """
@@ -82,7 +83,9 @@ def main():
         results["-j 2"], ref = run([*sweep, "-j", "2"], os.path.join(tmp, "local"))
         for r in [int(x) for x in a.ranks.split(",")]:
             name = f"mpirun -np {r}"
-            results[name], rows = run([*MPIRUN, "-np", str(r), *sweep],
+            # One rank is no MPI sweep (issue 64): it forks workers, -j 1 keeps it serial.
+            one = ["-j", "1"] if r == 1 else []
+            results[name], rows = run([*MPIRUN, "-np", str(r), *sweep, *one],
                                       os.path.join(tmp, f"np{r}"))
             if rows != ref:
                 sys.exit(f"bench_sweep_mpi: rows.jsonl of {name} differs from -j 2's")

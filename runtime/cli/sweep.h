@@ -280,8 +280,9 @@ FILE *sweep_open_rows(const struct sweep *sw);
 
 /* ---- MPI (sweep_mpi.c: in the kvsim executable when built with Open MPI, KVSIM_HAVE_MPI) ---- */
 
-/* The rank the launcher (mpirun, srun) gave this process, from its environment, or -1: not
- * launched by MPI. Callable before sweep_mpi_init. */
+/* The rank a launcher's variable in the environment names (OMPI_COMM_WORLD_RANK, PMIX_RANK,
+ * PMI_RANK), or -1: none. Only a hint that mpirun or srun may have started this process (the
+ * variable may be left over from something else): sweep_mpi_init's count of ranks decides. */
 int sweep_mpi_env_rank(void);
 /* "Open MPI v4.1.4": the MPI library kvsim was built with. */
 const char *sweep_mpi_library(void);

@@ -46,8 +46,9 @@ static void sweep_usage(FILE *out)
             "                   no wall-clock figure), reports/<id>.json (each point's report,\n"
             "                   as `kvsim replay --report` writes it)\n"
             "  -j, --jobs N     worker processes (default: the number of cores); under\n"
-            "                   mpirun (mpirun -np R kvsim sweep ...: docs/scale.md) every\n"
-            "                   rank replays one point at a time and -j is refused\n"
+            "                   mpirun with R > 1 ranks (mpirun -np R kvsim sweep ...:\n"
+            "                   docs/scale.md) every rank replays one point at a time and\n"
+            "                   -j is refused\n"
             "  --max-points K   start at most K points, then stop (a rerun does the rest)\n"
             "  --force          rerun the points whose report is already in DIR (by default\n"
             "                   a rerun keeps them: a regular file, same kvsim, same recorded\n"
@@ -728,11 +729,22 @@ static int sweep_owner(struct sweep *sw, int64_t t0, int ranks)
 int cli_sweep_main(int argc, char **argv)
 {
     struct sweep sw = {.cmd = "kvsim sweep", .axis_what = "both in a --grid and outside it"};
-    int env_rank = -1, saved_out = -1, saved_err = -1;
+    int rank = 0, ranks = 0, saved_out = -1, saved_err = -1; /* ranks 0: no MPI job */
 #ifdef KVSIM_HAVE_MPI
-    env_rank = sweep_mpi_env_rank(); /* launched by mpirun or srun */
+    /* A launcher's variable (mpirun, srun) says MPI may have started this process; only
+     * MPI_Init can say whether it did. Several ranks: an MPI sweep. One (the variable left in
+     * the environment by something else, or mpirun -np 1): a process alone, which sweeps as
+     * without MPI (MPI finalized first: its worker processes are forked after that). */
+    if (sweep_mpi_env_rank() >= 0) {
+        if (sweep_mpi_init(&sw, &rank, &ranks) != 0)
+            return CLI_EXIT_FAILED;
+        if (ranks < 2) {
+            sweep_mpi_fini();
+            rank = ranks = 0;
+        }
+    }
 #endif
-    if (env_rank > 0) { /* every rank parses the same line: rank 0 says what is wrong */
+    if (rank > 0) { /* every rank parses the same line: rank 0 says what is wrong */
         int null_fd = open("/dev/null", O_WRONLY);
         fflush(NULL);
         saved_out = dup(STDOUT_FILENO);
@@ -744,7 +756,7 @@ int cli_sweep_main(int argc, char **argv)
         }
     }
     int prc = parse_sweep_args(&sw, argc, argv);
-    if (!prc && env_rank >= 0 && sw.jobs_given) {
+    if (!prc && ranks && sw.jobs_given) {
         fprintf(stderr, "kvsim sweep: option -j: under mpirun every rank replays one point at a "
                         "time (Open MPI does not support fork() after MPI_Init): give more "
                         "ranks instead\n");
@@ -759,37 +771,27 @@ int cli_sweep_main(int argc, char **argv)
         close(saved_out);
         close(saved_err);
     }
-    if (prc) {
-        sweep_free(&sw);
-        return prc > 0 ? CLI_EXIT_OK : prc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
-    }
-    if (rc) {
+    int status;
+    if (prc)
+        status = prc > 0 ? CLI_EXIT_OK : prc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
+    else if (rc) {
         if (rc == -ENOMEM)
             fprintf(stderr, "kvsim sweep: out of memory\n");
-        sweep_free(&sw);
-        return rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
-    }
-    int status;
-    if (env_rank < 0)
+        status = rc == -ENOMEM ? CLI_EXIT_FAILED : CLI_EXIT_USAGE;
+    } else if (!ranks)
         status = sweep_owner(&sw, t0, 0);
+    else if (rank == 0)
+        status = sweep_owner(&sw, t0, ranks);
     else {
+        status = CLI_EXIT_OK;
 #ifdef KVSIM_HAVE_MPI
-        int rank = 0, ranks = 1;
-        if (sweep_mpi_init(&sw, &rank, &ranks) != 0)
-            status = CLI_EXIT_FAILED;
-        else {
-            if (rank == 0)
-                status = sweep_owner(&sw, t0, ranks);
-            else {
-                sweep_mpi_serve(&sw);
-                status = CLI_EXIT_OK;
-            }
-            sweep_mpi_fini();
-        }
-#else
-        status = CLI_EXIT_FAILED; /* env_rank is -1 without MPI */
+        sweep_mpi_serve(&sw);
 #endif
     }
+#ifdef KVSIM_HAVE_MPI
+    if (ranks)
+        sweep_mpi_fini();
+#endif
     sweep_free(&sw);
     return status;
 }

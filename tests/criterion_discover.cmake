@@ -27,8 +27,12 @@ foreach(_line IN LISTS _lines)
   elseif(_line MATCHES "── ([A-Za-z0-9_]+)" AND NOT _suite STREQUAL "")
     set(_t "${_suite}/${CMAKE_MATCH_1}")
     add_test("${KVSIM_CD_NAME}/${_t}" "${KVSIM_CD_EXE}" --filter "${_t}" -j1)
+    set(_labels "${KVSIM_CD_LABELS}")
+    if("${KVSIM_CD_NAME}/${_t}" MATCHES "${KVSIM_CD_SLOW}") # testing.cmake's slow tests
+      list(APPEND _labels slow)
+    endif()
     set_tests_properties("${KVSIM_CD_NAME}/${_t}" PROPERTIES
-                         SKIP_RETURN_CODE 77 TIMEOUT ${KVSIM_CD_TIMEOUT} LABELS "${KVSIM_CD_LABELS}"
+                         SKIP_RETURN_CODE 77 TIMEOUT ${KVSIM_CD_TIMEOUT} LABELS "${_labels}"
                          FIXTURES_REQUIRED kvsim_tmpdir
                          ENVIRONMENT_MODIFICATION
                          "TMPDIR=set:${KVSIM_CD_TMPDIR};KVSIM_REPLAY_OVERSUBSCRIBE=set:1")

@@ -77,7 +77,9 @@ def main():
             return 1
         loads = int(p.stdout.split(" trace loads")[0].rsplit(" ", 1)[1])
         rows = [json.loads(line) for line in open(os.path.join(out, "rows.jsonl"))]
-        by_config = {tuple(r["config"][n] for n in names): r["id"] for r in rows}
+        # a row types its values (8, 0.5, true): as the grid's text
+        by_config = {tuple(v if isinstance(v, str) else json.dumps(v)
+                           for v in (r["config"][n] for n in names)): r["id"] for r in rows}
 
         # the loop: one replay per point, a.jobs at a time
         loop = os.path.join(tmp, "loop")

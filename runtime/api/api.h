@@ -137,6 +137,15 @@ int kvsim_options_set(struct kvsim_options *o, const char *name, const char *val
 bool kvsim_options_known(const char *name, bool *is_flag);
 /* The i-th option's long name (table order), NULL past the last: for the documentation test. */
 const char *kvsim_options_name(size_t i);
+/* What an option's value is, for outputs that type it (a sweep row's config): a whole number, a
+ * real, true/false (a flag, or a boolean), or text (paths, choices). name: kvsim's or vLLM's. */
+enum kvsim_option_type {
+    KVSIM_OPTION_TEXT,
+    KVSIM_OPTION_INTEGER,
+    KVSIM_OPTION_REAL,
+    KVSIM_OPTION_BOOLEAN
+};
+enum kvsim_option_type kvsim_options_type(const char *name);
 /* Row i's vLLM long name where it differs from kvsim's ("tensor-parallel-size" for "tp"), or
  * NULL: accepted wherever kvsim's name is. */
 const char *kvsim_options_vllm_name(size_t i);

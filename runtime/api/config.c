@@ -553,6 +553,23 @@ bool kvsim_options_known(const char *name, bool *is_flag)
 
 const char *kvsim_options_name(size_t i) { return i < NUM_OPTS ? opts[i].name : NULL; }
 
+enum kvsim_option_type kvsim_options_type(const char *name)
+{
+    const struct opt *d = find_opt(name);
+    if (!d)
+        return KVSIM_OPTION_TEXT;
+    switch (d->kind) {
+    case K_U32:
+    case K_U64: return KVSIM_OPTION_INTEGER;
+    case K_DBL: return KVSIM_OPTION_REAL;
+    case K_FLAG:
+    case K_BOOL: return KVSIM_OPTION_BOOLEAN;
+    case K_STR:
+    case K_CHOICE: break;
+    }
+    return KVSIM_OPTION_TEXT;
+}
+
 const char *kvsim_options_vllm_name(size_t i) { return i < NUM_OPTS ? opts[i].vllm : NULL; }
 
 const char *kvsim_options_help(size_t i) { return i < NUM_OPTS ? opts[i].help : NULL; }

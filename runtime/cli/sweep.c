@@ -489,18 +489,29 @@ static const struct {
     {"ttft_mean_ms", "ttft_ms.avg"},
     {"ttft_p50_ms", "ttft_ms.p50"},
     {"ttft_p90_ms", "ttft_ms.p90"},
+    {"ttft_p95_ms", "ttft_ms.p95"},
     {"ttft_p99_ms", "ttft_ms.p99"},
+    /* itl: AIPerf's, one value per request ((last - first token) / (tokens - 1)), as tpot */
     {"itl_mean_ms", "itl_ms.avg"},
     {"itl_p50_ms", "itl_ms.p50"},
     {"itl_p90_ms", "itl_ms.p90"},
+    {"itl_p95_ms", "itl_ms.p95"},
     {"itl_p99_ms", "itl_ms.p99"},
     {"tpot_mean_ms", "tpot_ms.avg"},
     {"tpot_p50_ms", "tpot_ms.p50"},
     {"tpot_p90_ms", "tpot_ms.p90"},
+    {"tpot_p95_ms", "tpot_ms.p95"},
     {"tpot_p99_ms", "tpot_ms.p99"},
+    /* token_gap: vLLM's benchmark ITL, every gap between two tokens of a request, pooled */
+    {"token_gap_mean_ms", "token_gap_ms.avg"},
+    {"token_gap_p50_ms", "token_gap_ms.p50"},
+    {"token_gap_p90_ms", "token_gap_ms.p90"},
+    {"token_gap_p95_ms", "token_gap_ms.p95"},
+    {"token_gap_p99_ms", "token_gap_ms.p99"},
     {"e2e_mean_ms", "e2e_ms.avg"},
     {"e2e_p50_ms", "e2e_ms.p50"},
     {"e2e_p90_ms", "e2e_ms.p90"},
+    {"e2e_p95_ms", "e2e_ms.p95"},
     {"e2e_p99_ms", "e2e_ms.p99"},
     {"requests_per_s", "throughput.requests_per_s"},
     {"output_tokens_per_s", "throughput.output_tokens_per_s"},
@@ -562,6 +573,36 @@ double sweep_metric_value(const struct sweep *sw, const struct sweep_point *pt, 
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* A grid value as the row gives it: a number for a numeric option, true/false for a flag, else
+ * the text (a value the option table accepted, so it parses; a text that does not stays text). */
+static json_t *axis_value_json(const char *option, const char *text)
+{
+    char *end = NULL;
+    switch (kvsim_options_type(option)) {
+    case KVSIM_OPTION_INTEGER: {
+        errno = 0;
+        unsigned long long u = strtoull(text, &end, 10);
+        if (*text && !*end && !errno && u <= (unsigned long long)INT64_MAX)
+            return json_integer((json_int_t)u);
+        break;
+    }
+    case KVSIM_OPTION_REAL: {
+        double x = strtod(text, &end);
+        if (*text && !*end && isfinite(x) && fabs(x) < 9007199254740992.0 && x == floor(x))
+            return json_integer((json_int_t)x); /* 4, not 4.0: the number as given */
+        if (*text && !*end && isfinite(x))
+            return json_real(x);
+        break;
+    }
+    case KVSIM_OPTION_BOOLEAN:
+        if (!strcmp(text, "true") || !strcmp(text, "false"))
+            return json_boolean(!strcmp(text, "true"));
+        break;
+    case KVSIM_OPTION_TEXT: break;
+    }
+    return json_string(text);
+}
+
 /* The row of point pt (its report, when it ran: NULL otherwise). NULL: out of memory. */
 static json_t *make_row(const struct sweep *sw, const struct sweep_point *pt, const json_t *report)
 {
@@ -575,8 +616,9 @@ static json_t *make_row(const struct sweep *sw, const struct sweep_point *pt, co
     int bad = json_object_set_new(row, "id", json_string(pt->id)) |
               json_object_set_new(row, "status", json_string(states[pt->state]));
     for (size_t a = 0; a < sw->naxes; a++)
-        bad |= json_object_set_new(cfg, sw->axes[a].name,
-                                   json_string(sweep_axis_value(sw, a, pt->index)));
+        bad |= json_object_set_new(
+            cfg, sw->axes[a].name,
+            axis_value_json(sw->axes[a].name, sweep_axis_value(sw, a, pt->index)));
     bad |= json_object_set_new(row, "config", cfg);
     if (report) {
         bad |= json_object_set_new(row, "complete", copy_at(report, "complete"));
@@ -1264,8 +1306,9 @@ static const struct {
 };
 /* The latency distributions of a row: each statistic null when its count is 0, else a finite
  * number >= 0 (ms). */
-static const char *const row_latencies[] = {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"};
-static const char *const row_statistics[] = {"avg", "p50", "p90", "p99"};
+static const char *const row_latencies[] = {"ttft_ms", "itl_ms", "tpot_ms", "token_gap_ms",
+                                            "e2e_ms"};
+static const char *const row_statistics[] = {"avg", "p50", "p90", "p95", "p99"};
 
 /* Whether the figures rows are made of are sane (counts integers >= 0, latencies and rates
  * finite and >= 0, a ratio in [0, 1], percentages in [0, 100], the SLO figures present exactly

@@ -32,7 +32,11 @@ METRICS = {  # row column -> the report's path
     "completed": "requests.completed",
     "rejected": "requests.rejected",
     "ttft_p99_ms": "ttft_ms.p99",
+    "ttft_p95_ms": "ttft_ms.p95",
     "itl_p50_ms": "itl_ms.p50",
+    "tpot_p95_ms": "tpot_ms.p95",
+    "token_gap_mean_ms": "token_gap_ms.avg",
+    "token_gap_p99_ms": "token_gap_ms.p99",
     "e2e_mean_ms": "e2e_ms.avg",
     "requests_per_s": "throughput.requests_per_s",
     "prefix_cache_reuse_ratio": "prefix_cache_reuse_ratio",
@@ -106,7 +110,10 @@ def main():
             rep = json.load(open(path))
             options = rep["run"]["config"]["options"]
             for k, v in r["config"].items():
-                if options.get(k) != v:
+                # a row types its values (8, 0.5, true); the configuration text has strings
+                if k in ("engines", "max-num-seqs", "arrival-speedup") and not isinstance(v, int):
+                    fail(f"row {r['id']}: {k}={v!r} is not a number")
+                if options.get(k) != (v if isinstance(v, str) else json.dumps(v)):
                     fail(f"row {r['id']}: {k}={v}, its report's configuration has {options.get(k)}")
             raw_row = next(line for line in open(os.path.join(d1, "rows.jsonl"))
                            if f'"id":"{r["id"]}"' in line)

@@ -201,8 +201,8 @@ int kvsim_output_check_inputs(const char *out, const struct kvsim_input_path *in
         if (!in || !*in || strcmp(in, "-") == 0 || stat(in, &si) != 0)
             continue;
         /* a regular file: a terminal or a pipe both read and written is not overwritten */
-        bool same = out_exists && S_ISREG(si.st_mode) && so.st_dev == si.st_dev &&
-                    so.st_ino == si.st_ino;
+        bool same =
+            out_exists && S_ISREG(si.st_mode) && so.st_dev == si.st_dev && so.st_ino == si.st_ino;
         char in_real[PATH_MAX];
         bool inside = !same && inputs[i].is_dir && S_ISDIR(si.st_mode) && have_dir &&
                       realpath(in, in_real) && path_within(out_dir, in_real);

@@ -656,9 +656,9 @@ struct kvsim_input_path {
 /*
  * kvsim_output_check_inputs - refuses an output that would overwrite one of the inputs: the same
  * regular file (device and inode, through links, so another spelling or a hard link is caught),
- * or a path inside an input directory (a device such as /dev/stdout is not an input's content). Standard output ("-"), NULL and inputs that do not exist are
- * skipped. Returns 0, or -EINVAL with "'OUT' is the trace (IN): an output never overwrites an
- * input" in err. Any thread.
+ * or a path inside an input directory (a device such as /dev/stdout is not an input's content).
+ * Standard output ("-"), NULL and inputs that do not exist are skipped. Returns 0, or -EINVAL with
+ * "'OUT' is the trace (IN): an output never overwrites an input" in err. Any thread.
  */
 KVSIM_EXTERN int kvsim_output_check_inputs(const char *out, const struct kvsim_input_path *inputs,
                                            size_t num_inputs, char *err, size_t errlen);

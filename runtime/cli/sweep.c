@@ -1634,7 +1634,7 @@ int sweep_run_points(struct sweep *sw, FILE *rows)
 }
 
 /* mkdir -p dir/reports. Returns 0 or a negative errno. */
-int sweep_make_out_dirs(const char *out)
+static int sweep_make_out_dirs(const char *out)
 {
     char p[4096];
     if (snprintf(p, sizeof p, "%s/reports", out) >= (int)sizeof p)
@@ -1655,31 +1655,27 @@ static const char *sweep_option_reads_file(const char *name)
 }
 
 /* Every file the sweep reads: the groups' traces, the spec, and each value of an option that
- * reads a file, given or swept. Returns how many went into in (at most cap), or -ENOMEM when
- * more than cap. */
-static long sweep_inputs(const struct sweep *sw, struct kvsim_input_path *in, size_t cap)
+ * reads a file, given or swept, into in (room for 1 + groups + base options + grid values).
+ * Returns how many. */
+static size_t sweep_inputs(const struct sweep *sw, struct kvsim_input_path *in)
 {
     size_t n = 0;
-#define SWEEP_ADD_INPUT(w, pth)                                                                    \
-    do {                                                                                           \
-        if (n == cap)                                                                              \
-            return -ENOMEM;                                                                        \
-        in[n++] = (struct kvsim_input_path){(w), (pth), false};                                    \
-    } while (0)
     if (sw->spec_path)
-        SWEEP_ADD_INPUT("--spec", sw->spec_path);
+        in[n++] = (struct kvsim_input_path){"--spec", sw->spec_path, false};
     for (size_t g = 0; g < sw->ngroups; g++)
         if (sw->groups[g].trace_path)
-            SWEEP_ADD_INPUT("the trace", sw->groups[g].trace_path);
-    for (size_t i = 0; i < sw->nbase; i++)
-        if (sweep_option_reads_file(sw->base[i].name))
-            SWEEP_ADD_INPUT(sweep_option_reads_file(sw->base[i].name), sw->base[i].value);
-    for (size_t a = 0; a < sw->naxes; a++)
-        if (sweep_option_reads_file(sw->axes[a].name))
-            for (size_t v = 0; v < sw->axes[a].n; v++)
-                SWEEP_ADD_INPUT(sweep_option_reads_file(sw->axes[a].name), sw->axes[a].values[v]);
-#undef SWEEP_ADD_INPUT
-    return (long)n;
+            in[n++] = (struct kvsim_input_path){"the trace", sw->groups[g].trace_path, false};
+    for (size_t i = 0; i < sw->nbase; i++) {
+        const char *opt = sweep_option_reads_file(sw->base[i].name);
+        if (opt)
+            in[n++] = (struct kvsim_input_path){opt, sw->base[i].value, false};
+    }
+    for (size_t a = 0; a < sw->naxes; a++) {
+        const char *opt = sweep_option_reads_file(sw->axes[a].name);
+        for (size_t v = 0; opt && v < sw->axes[a].n; v++)
+            in[n++] = (struct kvsim_input_path){opt, sw->axes[a].values[v], false};
+    }
+    return n;
 }
 
 int sweep_prepare_out(const struct sweep *sw, const char *const *files, size_t nfiles)
@@ -1709,21 +1705,20 @@ int sweep_prepare_out(const struct sweep *sw, const char *const *files, size_t n
                 kvsim_strerror(rc));
         return rc;
     }
-    size_t cap = 16 + sw->ngroups + sw->nbase;
+    size_t cap = 1 + sw->ngroups + sw->nbase;
     for (size_t a = 0; a < sw->naxes; a++)
         cap += sw->axes[a].n;
     struct kvsim_input_path *in = malloc(cap * sizeof *in);
-    long nin = in ? sweep_inputs(sw, in, cap) : -ENOMEM;
-    if (nin < 0) {
+    if (!in) {
         fprintf(stderr, "%s: out of memory\n", sw->cmd);
-        free(in);
         return -ENOMEM;
     }
+    size_t nin = sweep_inputs(sw, in);
     char path[4096], err[2048];
     snprintf(path, sizeof path, "%s/reports", out);
     /* DIR/reports is the command's: an input inside it may be replaced by a point's report */
     struct kvsim_input_path reports = {"the reports' directory", path, true};
-    for (long i = 0; i < nin && !rc; i++)
+    for (size_t i = 0; i < nin && !rc; i++)
         if (in[i].path && strcmp(in[i].path, "-") &&
             kvsim_output_check_inputs(in[i].path, &reports, 1, err, sizeof err)) {
             fprintf(stderr,
@@ -1734,7 +1729,7 @@ int sweep_prepare_out(const struct sweep *sw, const char *const *files, size_t n
         }
     for (size_t f = 0; f < nfiles && !rc; f++) {
         snprintf(path, sizeof path, "%s/%s", out, files[f]);
-        rc = kvsim_output_check_inputs(path, in, (size_t)nin, err, sizeof err);
+        rc = kvsim_output_check_inputs(path, in, nin, err, sizeof err);
         if (rc == 0)
             rc = kvsim_output_check(path, err, sizeof err);
         if (rc)

@@ -263,8 +263,6 @@ int sweep_point_ended(struct sweep *sw, struct sweep_point *pt, FILE *rows, bool
  * reports a rerun may keep; stops handing out points after sw->max_points or on SIGINT.
  * Returns 0 or -ENOMEM (printed). */
 int sweep_run_points(struct sweep *sw, FILE *rows);
-/* mkdir -p DIR/reports. Returns 0 or a negative errno. */
-int sweep_make_out_dirs(const char *out);
 /*
  * sweep_prepare_out - before any point runs: --out is non-empty and short enough for every path
  * the command forms in it (DIR/reports/<id>.json and the temporary file beside it), DIR and
